@@ -1,8 +1,12 @@
 //! The catalogue: what one MCP server offers, classified and digested. Pure: built from the raw
 //! tool definitions that `mcp::listing` read, written by the probe and by the controller into status.
 
+use std::collections::BTreeMap;
+
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
 
 /// How much a tool can change the world, from the least to the most. Ordered, so a ceiling is a
 /// comparison.
@@ -76,4 +80,210 @@ pub struct ToolAnnotations {
     /// The tool interacts with an open world of external entities.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub open_world_hint: Option<bool>,
+}
+
+/// Longest description kept in the catalogue (characters); the full text stays on the server.
+pub const DESCRIPTION_DISPLAY_CHARS: usize = 200;
+
+/// Builds the catalogue from raw tool definitions. `overrides` (tool name → access) beat the
+/// server's hints.
+pub fn build(
+    tools: &[Map<String, Value>],
+    overrides: &BTreeMap<String, Access>,
+    pages_read: u32,
+) -> Catalog {
+    let mut tools: Vec<CatalogTool> = tools.iter().map(|t| catalog_tool(t, overrides)).collect();
+    tools.sort_by(|a, b| a.name.cmp(&b.name));
+    Catalog {
+        tool_count: tools.len() as u32,
+        digest: catalog_digest(&tools),
+        pages_read,
+        tools,
+    }
+}
+
+fn catalog_tool(tool: &Map<String, Value>, overrides: &BTreeMap<String, Access>) -> CatalogTool {
+    let name = tool
+        .get("name")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let annotations: Option<ToolAnnotations> = tool
+        .get("annotations")
+        .and_then(|a| serde_json::from_value(a.clone()).ok());
+    let access = overrides
+        .get(&name)
+        .copied()
+        .unwrap_or_else(|| classify(annotations.as_ref()));
+    let idempotent = annotations
+        .as_ref()
+        .and_then(|a| a.idempotent_hint)
+        .unwrap_or(false);
+    let schema_bytes = ["inputSchema", "outputSchema"]
+        .iter()
+        .filter_map(|k| tool.get(*k))
+        .map(|s| serde_json::to_vec(s).map_or(0, |v| v.len() as u64))
+        .sum();
+    CatalogTool {
+        title: tool
+            .get("title")
+            .and_then(Value::as_str)
+            .map(|t| cut(t, DESCRIPTION_DISPLAY_CHARS)),
+        description: tool
+            .get("description")
+            .and_then(Value::as_str)
+            .map(|d| cut(d, DESCRIPTION_DISPLAY_CHARS)),
+        access,
+        idempotent,
+        annotations,
+        schema_bytes,
+        definition_digest: definition_digest(&Value::Object(tool.clone())),
+        name,
+    }
+}
+
+/// MCP's annotation defaults: `readOnlyHint` false, `destructiveHint` true. So only an explicit
+/// read-only hint makes a tool `read`, and only an explicit `destructiveHint: false` makes a
+/// writing tool `write`.
+pub fn classify(annotations: Option<&ToolAnnotations>) -> Access {
+    let read_only = annotations.and_then(|a| a.read_only_hint).unwrap_or(false);
+    let destructive = annotations.and_then(|a| a.destructive_hint).unwrap_or(true);
+    if read_only {
+        Access::Read
+    } else if destructive {
+        Access::Destructive
+    } else {
+        Access::Write
+    }
+}
+
+/// `sha256:<hex>` of the RFC 8785 canonical JSON of a value: key order and number spelling do not
+/// change it.
+pub fn definition_digest(value: &Value) -> String {
+    let canonical =
+        serde_json_canonicalizer::to_vec(value).expect("a serde_json value canonicalises");
+    format!("sha256:{}", hex::encode(Sha256::digest(&canonical)))
+}
+
+/// Digest over the tools' definition digests in name order.
+fn catalog_digest(sorted_tools: &[CatalogTool]) -> String {
+    let mut hasher = Sha256::new();
+    for tool in sorted_tools {
+        hasher.update(tool.definition_digest.as_bytes());
+        hasher.update(b"\n");
+    }
+    format!("sha256:{}", hex::encode(hasher.finalize()))
+}
+
+fn cut(text: &str, max_chars: usize) -> String {
+    match text.char_indices().nth(max_chars) {
+        None => text.to_string(),
+        Some((i, _)) => format!("{}…", &text[..i]),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn tool(v: Value) -> Map<String, Value> {
+        v.as_object().unwrap().clone()
+    }
+
+    fn ann(read_only: Option<bool>, destructive: Option<bool>) -> ToolAnnotations {
+        ToolAnnotations {
+            read_only_hint: read_only,
+            destructive_hint: destructive,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn classification_follows_mcp_defaults() {
+        assert_eq!(classify(None), Access::Destructive);
+        assert_eq!(classify(Some(&ann(None, None))), Access::Destructive);
+        assert_eq!(classify(Some(&ann(Some(true), None))), Access::Read);
+        // readOnly wins over a destructive hint: the hint only means something for writers.
+        assert_eq!(classify(Some(&ann(Some(true), Some(true)))), Access::Read);
+        assert_eq!(classify(Some(&ann(Some(false), Some(false)))), Access::Write);
+        assert_eq!(classify(Some(&ann(None, Some(false)))), Access::Write);
+        assert_eq!(classify(Some(&ann(Some(false), Some(true)))), Access::Destructive);
+    }
+
+    #[test]
+    fn overrides_beat_hints() {
+        let tools = [tool(json!({"name": "rm", "inputSchema": {"type": "object"},
+                                 "annotations": {"readOnlyHint": true}}))];
+        let overrides = BTreeMap::from([("rm".to_string(), Access::Destructive)]);
+        let cat = build(&tools, &overrides, 1);
+        assert_eq!(cat.tools[0].access, Access::Destructive);
+    }
+
+    #[test]
+    fn digest_ignores_key_order_and_number_spelling() {
+        let a = json!({"name": "t", "inputSchema": {"type": "object", "maximum": 10}, "x": 1.0});
+        let b: Value =
+            serde_json::from_str(r#"{"x": 1, "inputSchema": {"maximum": 1e1, "type": "object"}, "name": "t"}"#)
+                .unwrap();
+        assert_eq!(definition_digest(&a), definition_digest(&b));
+        let c = json!({"name": "t", "inputSchema": {"type": "object", "maximum": 11}, "x": 1});
+        assert_ne!(definition_digest(&a), definition_digest(&c));
+        assert!(definition_digest(&a).starts_with("sha256:"));
+        assert_eq!(definition_digest(&a).len(), "sha256:".len() + 64);
+    }
+
+    #[test]
+    fn catalogue_is_sorted_and_its_digest_ignores_listing_order() {
+        let t1 = tool(json!({"name": "b", "inputSchema": {"type": "object"}}));
+        let t2 = tool(json!({"name": "a", "inputSchema": {"type": "object"},
+                             "annotations": {"idempotentHint": true, "destructiveHint": false}}));
+        let one = build(&[t1.clone(), t2.clone()], &BTreeMap::new(), 2);
+        let two = build(&[t2, t1], &BTreeMap::new(), 1);
+        assert_eq!(one.tools[0].name, "a");
+        assert_eq!(one.digest, two.digest);
+        assert_eq!(one.tool_count, 2);
+        assert!(one.tools[0].idempotent);
+        assert_eq!(one.tools[0].access, Access::Write);
+        assert_eq!(one.tools[1].access, Access::Destructive);
+    }
+
+    #[test]
+    fn a_changed_tool_changes_the_catalogue_digest() {
+        let before = build(
+            &[tool(json!({"name": "a", "inputSchema": {"type": "object"}}))],
+            &BTreeMap::new(),
+            1,
+        );
+        let after = build(
+            &[tool(json!({"name": "a", "description": "new", "inputSchema": {"type": "object"}}))],
+            &BTreeMap::new(),
+            1,
+        );
+        assert_ne!(before.digest, after.digest);
+    }
+
+    #[test]
+    fn descriptions_are_cut_on_character_boundaries() {
+        let long = "é".repeat(500);
+        let cat = build(
+            &[tool(json!({"name": "a", "description": long, "inputSchema": {}}))],
+            &BTreeMap::new(),
+            1,
+        );
+        let d = cat.tools[0].description.as_ref().unwrap();
+        assert_eq!(d.chars().count(), DESCRIPTION_DISPLAY_CHARS + 1);
+        assert!(d.ends_with('…'));
+    }
+
+    #[test]
+    fn schema_bytes_count_input_and_output_schemas() {
+        let cat = build(
+            &[tool(json!({"name": "a", "inputSchema": {"type": "object"},
+                          "outputSchema": {"type": "object"}}))],
+            &BTreeMap::new(),
+            1,
+        );
+        assert_eq!(cat.tools[0].schema_bytes, 2 * r#"{"type":"object"}"#.len() as u64);
+    }
 }

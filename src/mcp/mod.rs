@@ -1,4 +1,114 @@
 //! The MCP client side: connect, negotiate the protocol era, list every page of `tools/list`
 //! within bounds, and build the classified catalogue. Knows nothing of Kubernetes.
+//!
+//! ```text
+//! ServerConnection ─► endpoint (guard, resolve) ─► http (bounded bodies, credentials)
+//!        │                                            │
+//!        │                       streamable_http ◄────┴────► http_sse (old transport)
+//!        │                                   └──► session (era detection, handshake)
+//!        └────────────────────────────────────────► listing (every page, the rules)
+//!                                                       └──► catalog (pure: classify, digest)
+//! ```
+//!
+//! [`read_server`] is the one entry point: the probe and the controller both call it.
 
 pub mod catalog;
+pub mod connection;
+pub mod endpoint;
+pub mod error;
+mod http;
+mod http_sse;
+pub mod listing;
+mod rpc;
+pub mod session;
+mod sse;
+mod streamable_http;
+
+use std::collections::BTreeMap;
+
+use serde_json::{Map, Value};
+
+pub use catalog::{Access, Catalog, CatalogTool};
+pub use connection::{Credentials, Limits, SecretValue, ServerConnection, TlsSettings, TransportKind};
+pub use endpoint::EndpointPolicy;
+pub use error::McpError;
+pub use session::{Era, ServerInfo};
+
+/// What one successful read of a server found.
+#[derive(Debug)]
+pub struct ServerReport {
+    pub era: Era,
+    pub protocol_version: String,
+    pub server_info: ServerInfo,
+    /// Whether the server pushes `notifications/tools/list_changed`.
+    pub pushes_tool_changes: bool,
+    /// The smallest `ttlMs` a modern server gave for its tool list.
+    pub ttl_ms: Option<u64>,
+    pub pages_read: u32,
+    /// Raw tool definitions in listing order (the sidecar needs the live schemas).
+    pub tools: Vec<Map<String, Value>>,
+}
+
+impl ServerReport {
+    /// The classified catalogue (overrides: tool name → access).
+    pub fn catalog(&self, overrides: &BTreeMap<String, Access>) -> Catalog {
+        catalog::build(&self.tools, overrides, self.pages_read)
+    }
+}
+
+/// Connects to a server and reads its whole tool list. The handshake and the listing each get
+/// `limits.connect_timeout`.
+pub async fn read_server(conn: &ServerConnection) -> Result<ServerReport, McpError> {
+    let url = endpoint::parse_url(&conn.url)?;
+    let limit = conn.limits.connect_timeout;
+    let timeout = |what| McpError::Timeout {
+        what,
+        limit,
+        pages_read: 0,
+    };
+    let mut session = tokio::time::timeout(limit, async {
+        let checked = endpoint::check(&url, conn.endpoint_policy).await?;
+        let http = http::Http::new(
+            checked,
+            &conn.credentials,
+            &conn.tls,
+            limit,
+            conn.limits.max_response_bytes,
+        )?;
+        match conn.transport {
+            TransportKind::StreamableHttp => session::Session::open_streamable(http).await,
+            TransportKind::Sse => session::Session::open_sse(http).await,
+        }
+    })
+    .await
+    .map_err(|_| timeout("connecting and negotiating the protocol"))??;
+
+    let mut pages_read = 0;
+    let listed = tokio::time::timeout(
+        limit,
+        listing::list_all_tools(&mut session, conn.limits.max_tool_pages, &mut pages_read),
+    )
+    .await;
+    let listing = match listed {
+        Ok(Ok(listing)) => listing,
+        Ok(Err(e)) => {
+            session.close().await;
+            return Err(e);
+        }
+        Err(_) => {
+            session.close().await;
+            return Err(timeout("listing the tools").with_pages_read(pages_read));
+        }
+    };
+    let report = ServerReport {
+        era: session.era,
+        protocol_version: session.protocol_version.clone(),
+        server_info: session.server_info.clone(),
+        pushes_tool_changes: session.pushes_tool_changes(),
+        ttl_ms: listing.ttl_ms,
+        pages_read: listing.pages_read,
+        tools: listing.tools,
+    };
+    session.close().await;
+    Ok(report)
+}

@@ -1,0 +1,172 @@
+//! Why a server could not be read. Each variant is a reason a person can act on; its
+//! [`McpError::reason`] is the word that appears in conditions, metric labels and log lines.
+//!
+//! Messages are composed here from facts we observed (status codes, counts, addresses). They never
+//! repeat a server's response body, and never a credential: neither is ever passed in.
+
+use std::time::Duration;
+
+/// A failure to connect to an MCP server or to read its whole catalogue.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum McpError {
+    /// The URL is not one we can connect to.
+    #[error("the URL is not valid: {0}")]
+    InvalidUrl(String),
+    /// The endpoint guard refused the address.
+    #[error("{0}")]
+    BlockedEndpoint(String),
+    /// The host name does not resolve.
+    #[error("the host name {host} does not resolve; check the URL and the cluster's DNS")]
+    DnsFailure { host: String },
+    /// Nothing listens at the address.
+    #[error("connection to {addr} was refused: is the server running and listening on that port?")]
+    ConnectionRefused { addr: String },
+    /// A step did not finish in time.
+    #[error("{what} did not finish within {}{}", humanize(*limit), pages_note(*pages_read))]
+    Timeout {
+        what: &'static str,
+        limit: Duration,
+        pages_read: u32,
+    },
+    /// The TLS handshake failed (unknown CA, wrong host name, expired certificate, plain HTTP on a TLS port…).
+    #[error("the TLS handshake with {host} failed ({detail}); check spec.tls.caBundle and the server's certificate")]
+    TlsError { host: String, detail: String },
+    /// Other connection failures (reset, closed early).
+    #[error("the connection to {addr} failed: {detail}")]
+    ConnectionFailed { addr: String, detail: String },
+    /// HTTP 401.
+    #[error("the server answered 401 Unauthorized{}: check the bearer token or header Secret referenced by spec.credentials", step_note(.during))]
+    Unauthorized { during: &'static str },
+    /// HTTP 403.
+    #[error("the server answered 403 Forbidden{}: the credential is valid but not allowed to use this server", step_note(.during))]
+    Forbidden { during: &'static str },
+    /// The endpoint is not an MCP server (HTML, 404, not JSON-RPC).
+    #[error("the endpoint does not speak MCP: {0}")]
+    NotMcp(String),
+    /// The server speaks no protocol revision we support.
+    #[error("the server speaks no MCP revision this operator supports: {0}")]
+    UnsupportedProtocol(String),
+    /// The server broke the protocol (error answer, malformed reply).
+    #[error("{0}")]
+    ProtocolError(String),
+    /// A response exceeded `maxResponseBytes`.
+    #[error("a response exceeded the limit of {limit} bytes{}; raise spec.discovery.maxResponseBytes if the server is trusted", pages_note(*pages_read))]
+    ResponseTooLarge { limit: u64, pages_read: u32 },
+    /// The listing needs more pages than `maxToolPages`.
+    #[error("the server's tool list needs more than {max_pages} pages of tools/list (read {max_pages}); raise spec.discovery.maxToolPages if the server is trusted")]
+    TooManyPages { max_pages: u32 },
+    /// The server sent a cursor it had sent before: paging would never end.
+    #[error("the server repeated a cursor on page {page} of tools/list (pages read: {page}): its paging loops")]
+    RepeatedCursor { page: u32 },
+    /// One tool name listed twice.
+    #[error("the server lists the tool {name:?} twice (pages {first_page} and {page}; pages read: {page})")]
+    DuplicateTool {
+        name: String,
+        first_page: u32,
+        page: u32,
+    },
+    /// A tool name outside the MCP tool-name charset.
+    #[error("the server lists a tool with an invalid name {name:?} on page {page} (pages read: {page}); tool names are 1-128 characters of A-Z a-z 0-9 _ - .")]
+    InvalidToolName { name: String, page: u32 },
+}
+
+impl McpError {
+    /// The reason word used in conditions, metrics and logs.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            McpError::InvalidUrl(_) => "InvalidURL",
+            McpError::BlockedEndpoint(_) => "BlockedEndpoint",
+            McpError::DnsFailure { .. } => "DNSFailure",
+            McpError::ConnectionRefused { .. } => "ConnectionRefused",
+            McpError::Timeout { .. } => "Timeout",
+            McpError::TlsError { .. } => "TLSError",
+            McpError::ConnectionFailed { .. } => "ConnectionFailed",
+            McpError::Unauthorized { .. } => "Unauthorized",
+            McpError::Forbidden { .. } => "Forbidden",
+            McpError::NotMcp(_) => "NotMcp",
+            McpError::UnsupportedProtocol(_) => "UnsupportedProtocol",
+            McpError::ProtocolError(_) => "ProtocolError",
+            McpError::ResponseTooLarge { .. } => "ResponseTooLarge",
+            McpError::TooManyPages { .. } => "TooManyPages",
+            McpError::RepeatedCursor { .. } => "RepeatedCursor",
+            McpError::DuplicateTool { .. } => "DuplicateTool",
+            McpError::InvalidToolName { .. } => "InvalidToolName",
+        }
+    }
+
+    /// True when the server was reached (it answered something), false when it could not be.
+    pub fn server_answered(&self) -> bool {
+        !matches!(
+            self,
+            McpError::InvalidUrl(_)
+                | McpError::BlockedEndpoint(_)
+                | McpError::DnsFailure { .. }
+                | McpError::ConnectionRefused { .. }
+                | McpError::TlsError { .. }
+                | McpError::ConnectionFailed { .. }
+                | McpError::Timeout { .. }
+        )
+    }
+
+    /// Records how many pages had been read when a deadline or size cap struck.
+    pub(crate) fn with_pages_read(mut self, pages: u32) -> Self {
+        match &mut self {
+            McpError::Timeout { pages_read, .. } | McpError::ResponseTooLarge { pages_read, .. } => {
+                *pages_read = pages
+            }
+            _ => {}
+        }
+        self
+    }
+}
+
+fn pages_note(pages_read: u32) -> String {
+    if pages_read == 0 {
+        String::new()
+    } else {
+        format!(" (pages read: {pages_read})")
+    }
+}
+
+fn step_note(step: &str) -> String {
+    if step.is_empty() {
+        String::new()
+    } else {
+        format!(" to {step}")
+    }
+}
+
+fn humanize(d: Duration) -> String {
+    if d.subsec_millis() == 0 {
+        format!("{}s", d.as_secs())
+    } else {
+        format!("{}ms", d.as_millis())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timeout_message_counts_pages() {
+        let e = McpError::Timeout {
+            what: "listing the tools",
+            limit: Duration::from_secs(10),
+            pages_read: 0,
+        }
+        .with_pages_read(3);
+        assert_eq!(e.reason(), "Timeout");
+        assert_eq!(
+            e.to_string(),
+            "listing the tools did not finish within 10s (pages read: 3)"
+        );
+    }
+
+    #[test]
+    fn unauthorized_names_the_step_and_the_fix() {
+        let e = McpError::Unauthorized { during: "initialize" };
+        assert!(e.to_string().contains("401"));
+        assert!(e.to_string().contains("spec.credentials"));
+    }
+}

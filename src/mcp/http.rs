@@ -1,0 +1,240 @@
+//! The HTTP side of both MCP transports: one reqwest client per server, pinned to the addresses
+//! the endpoint guard checked, with credentials attached as sensitive headers, redirects refused,
+//! and every response body read against the byte cap.
+
+use std::error::Error as _;
+use std::time::Duration;
+
+use bytes::Bytes;
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use reqwest::{Response, StatusCode};
+
+use super::connection::{Credentials, TlsSettings};
+use super::endpoint::CheckedEndpoint;
+use super::error::McpError;
+
+/// The HTTP client for one server.
+pub struct Http {
+    client: reqwest::Client,
+    pub endpoint: CheckedEndpoint,
+    credential_headers: HeaderMap,
+    pub max_response_bytes: u64,
+    connect_timeout: Duration,
+}
+
+impl Http {
+    pub fn new(
+        endpoint: CheckedEndpoint,
+        credentials: &Credentials,
+        tls: &TlsSettings,
+        connect_timeout: Duration,
+        max_response_bytes: u64,
+    ) -> Result<Self, McpError> {
+        let mut builder = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
+            .user_agent(concat!("mcp-operator/", env!("CARGO_PKG_VERSION")));
+        if let Some(_domain) = endpoint.url.domain() {
+            builder = builder.resolve_to_addrs(&endpoint.host, &endpoint.addrs);
+        }
+        if let Some(pem) = &tls.ca_pem {
+            let certs = reqwest::Certificate::from_pem_bundle(pem).map_err(|_| {
+                McpError::TlsError {
+                    host: endpoint.host.clone(),
+                    detail: "the CA bundle is not valid PEM".into(),
+                }
+            })?;
+            if certs.is_empty() {
+                return Err(McpError::TlsError {
+                    host: endpoint.host.clone(),
+                    detail: "the CA bundle holds no certificate".into(),
+                });
+            }
+            builder = builder.tls_certs_only(certs);
+        }
+        if tls.insecure_skip_verify {
+            builder = builder.tls_danger_accept_invalid_certs(true);
+        }
+        let client = builder.build().map_err(|e| McpError::ConnectionFailed {
+            addr: endpoint.display_addr(),
+            detail: format!("the HTTP client could not be built ({})", root_cause(&e)),
+        })?;
+        Ok(Http {
+            client,
+            credential_headers: credential_headers(credentials)?,
+            endpoint,
+            max_response_bytes,
+            connect_timeout,
+        })
+    }
+
+    /// Sends one request; 401 and 403 become errors here, every other status is the caller's.
+    pub async fn send(
+        &self,
+        request: reqwest::RequestBuilder,
+        step: &'static str,
+    ) -> Result<Response, McpError> {
+        let response = request
+            .headers(self.credential_headers.clone())
+            .send()
+            .await
+            .map_err(|e| self.transport_error(&e))?;
+        match response.status() {
+            StatusCode::UNAUTHORIZED => Err(McpError::Unauthorized { during: step }),
+            StatusCode::FORBIDDEN => Err(McpError::Forbidden { during: step }),
+            _ => Ok(response),
+        }
+    }
+
+    pub fn post(&self, url: &url::Url) -> reqwest::RequestBuilder {
+        self.client.post(url.clone())
+    }
+
+    pub fn get(&self, url: &url::Url) -> reqwest::RequestBuilder {
+        self.client.get(url.clone())
+    }
+
+    pub fn delete(&self, url: &url::Url) -> reqwest::RequestBuilder {
+        self.client.delete(url.clone())
+    }
+
+    /// Reads a whole body, refusing it once it passes the cap (checked as it streams, so a giant
+    /// body never sits in memory).
+    pub async fn read_body(&self, mut response: Response) -> Result<Bytes, McpError> {
+        let limit = self.max_response_bytes;
+        if response.content_length().is_some_and(|n| n > limit) {
+            return Err(McpError::ResponseTooLarge {
+                limit,
+                pages_read: 0,
+            });
+        }
+        let mut body = Vec::new();
+        while let Some(chunk) = response
+            .chunk()
+            .await
+            .map_err(|e| self.transport_error(&e))?
+        {
+            if body.len() as u64 + chunk.len() as u64 > limit {
+                return Err(McpError::ResponseTooLarge {
+                    limit,
+                    pages_read: 0,
+                });
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(body.into())
+    }
+
+    /// Maps a reqwest failure to the reason a person can act on.
+    pub fn transport_error(&self, e: &reqwest::Error) -> McpError {
+        let addr = self.endpoint.display_addr();
+        if e.is_timeout() {
+            return McpError::Timeout {
+                what: "connecting to the server",
+                limit: self.connect_timeout,
+                pages_read: 0,
+            };
+        }
+        if let Some(detail) = tls_detail(e) {
+            return McpError::TlsError {
+                host: self.endpoint.host.clone(),
+                detail,
+            };
+        }
+        if has_io_kind(e, std::io::ErrorKind::ConnectionRefused) {
+            return McpError::ConnectionRefused { addr };
+        }
+        if has_io_kind(e, std::io::ErrorKind::TimedOut) {
+            return McpError::Timeout {
+                what: "connecting to the server",
+                limit: self.connect_timeout,
+                pages_read: 0,
+            };
+        }
+        McpError::ConnectionFailed {
+            addr,
+            detail: root_cause(e),
+        }
+    }
+}
+
+/// Whether a status and content type say "this is a web page, not an MCP endpoint".
+pub fn is_html(response: &Response) -> bool {
+    content_type(response).starts_with("text/html")
+}
+
+pub fn content_type(response: &Response) -> String {
+    response
+        .headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_ascii_lowercase()
+}
+
+fn credential_headers(credentials: &Credentials) -> Result<HeaderMap, McpError> {
+    let mut headers = HeaderMap::new();
+    for (name, value) in &credentials.headers {
+        let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
+            McpError::InvalidUrl(format!("the header name {name:?} is not a valid HTTP header name"))
+        })?;
+        let mut value = HeaderValue::from_str(value.expose()).map_err(|_| {
+            // Never echo the value: it is a secret.
+            McpError::InvalidUrl(format!(
+                "the value of header {name} contains characters HTTP headers cannot carry"
+            ))
+        })?;
+        value.set_sensitive(true);
+        headers.insert(name, value);
+    }
+    if let Some(token) = &credentials.bearer_token {
+        let mut value = HeaderValue::from_str(&format!("Bearer {}", token.expose())).map_err(|_| {
+            McpError::InvalidUrl(
+                "the bearer token contains characters HTTP headers cannot carry (a trailing newline in the Secret?)"
+                    .into(),
+            )
+        })?;
+        value.set_sensitive(true);
+        headers.insert(reqwest::header::AUTHORIZATION, value);
+    }
+    Ok(headers)
+}
+
+/// The deepest error message in the chain: reqwest's own Display names the URL, which may carry
+/// a token in its query, so it is never used.
+fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut cur: &(dyn std::error::Error + 'static) = e;
+    while let Some(next) = cur.source() {
+        cur = next;
+    }
+    let text = cur.to_string();
+    if text.len() > 200 {
+        format!("{}…", &text[..text.floor_char_boundary(200)])
+    } else {
+        text
+    }
+}
+
+fn chain(e: &reqwest::Error) -> impl Iterator<Item = &(dyn std::error::Error + 'static)> {
+    std::iter::successors(e.source(), |cur: &&(dyn std::error::Error + 'static)| (*cur).source())
+}
+
+fn has_io_kind(e: &reqwest::Error, kind: std::io::ErrorKind) -> bool {
+    chain(e).any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == kind))
+}
+
+fn tls_detail(e: &reqwest::Error) -> Option<String> {
+    for cause in chain(e) {
+        if let Some(tls) = cause.downcast_ref::<rustls::Error>() {
+            return Some(tls.to_string());
+        }
+        if let Some(io) = cause.downcast_ref::<std::io::Error>()
+            && let Some(tls) = io.get_ref().and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        {
+            return Some(tls.to_string());
+        }
+    }
+    let text = root_cause(e).to_ascii_lowercase();
+    (text.contains("certificate") || text.contains("tls") || text.contains("handshake"))
+        .then(|| root_cause(e))
+}

@@ -1,0 +1,123 @@
+//! JSON-RPC 2.0 messages as MCP uses them: building requests and picking our response out of
+//! whatever a server sent (a single message, a batch, or a stream of them).
+
+use serde_json::{Map, Value, json};
+
+/// The answer to one of our requests.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RpcReply {
+    Result(Map<String, Value>),
+    /// A JSON-RPC error. Only the code and the structured `data` are kept: the message is the
+    /// server's free text, which we never repeat.
+    Error { code: i64, data: Option<Value> },
+}
+
+/// What one JSON value received from the server is, relative to the request we are waiting for.
+#[derive(Debug, PartialEq)]
+pub enum Incoming {
+    /// The response to our request.
+    Reply(RpcReply),
+    /// A notification, a server request, or a response to someone else: not ours to handle.
+    Other,
+    /// Not JSON-RPC at all.
+    Malformed(&'static str),
+}
+
+pub fn request(id: u64, method: &str, params: Map<String, Value>) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+}
+
+pub fn notification(method: &str) -> Value {
+    json!({"jsonrpc": "2.0", "method": method})
+}
+
+/// Classifies one received value (an object or a batch) against the id we wait for.
+pub fn classify(value: &Value, id: u64) -> Incoming {
+    match value {
+        Value::Array(batch) => {
+            let mut other = false;
+            for item in batch {
+                match classify(item, id) {
+                    Incoming::Reply(r) => return Incoming::Reply(r),
+                    Incoming::Other => other = true,
+                    Incoming::Malformed(why) => return Incoming::Malformed(why),
+                }
+            }
+            if other {
+                Incoming::Other
+            } else {
+                Incoming::Malformed("an empty JSON-RPC batch")
+            }
+        }
+        Value::Object(obj) => classify_object(obj, id),
+        _ => Incoming::Malformed("a JSON value that is not a JSON-RPC message"),
+    }
+}
+
+fn classify_object(obj: &Map<String, Value>, id: u64) -> Incoming {
+    if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return Incoming::Malformed("a JSON object that is not a JSON-RPC 2.0 message");
+    }
+    if obj.contains_key("method") {
+        return Incoming::Other;
+    }
+    let ours = match obj.get("id") {
+        Some(Value::Number(n)) => n.as_u64() == Some(id),
+        Some(Value::String(s)) => s == &id.to_string(),
+        // An error with a null id answers a request the server could not parse: ours.
+        Some(Value::Null) | None => obj.contains_key("error"),
+        _ => return Incoming::Malformed("a JSON-RPC response with an invalid id"),
+    };
+    if !ours {
+        return Incoming::Other;
+    }
+    match (obj.get("result"), obj.get("error")) {
+        (Some(Value::Object(result)), None) => Incoming::Reply(RpcReply::Result(result.clone())),
+        (Some(_), None) => Incoming::Malformed("a JSON-RPC result that is not an object"),
+        (None, Some(Value::Object(err))) => match err.get("code").and_then(Value::as_i64) {
+            Some(code) => Incoming::Reply(RpcReply::Error {
+                code,
+                data: err.get("data").cloned(),
+            }),
+            None => Incoming::Malformed("a JSON-RPC error without an integer code"),
+        },
+        _ => Incoming::Malformed("a JSON-RPC response with neither a result nor an error"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn picks_our_reply_out_of_a_batch() {
+        let v = json!([
+            {"jsonrpc": "2.0", "method": "notifications/message", "params": {}},
+            {"jsonrpc": "2.0", "id": 7, "result": {"tools": []}}
+        ]);
+        assert!(matches!(classify(&v, 7), Incoming::Reply(RpcReply::Result(_))));
+        assert_eq!(classify(&v, 8), Incoming::Other);
+    }
+
+    #[test]
+    fn errors_keep_code_and_data_only() {
+        let v = json!({"jsonrpc": "2.0", "id": 1, "error": {"code": -32022, "message": "secret text", "data": {"supported": ["x"]}}});
+        assert_eq!(
+            classify(&v, 1),
+            Incoming::Reply(RpcReply::Error {
+                code: -32022,
+                data: Some(json!({"supported": ["x"]}))
+            })
+        );
+    }
+
+    #[test]
+    fn non_json_rpc_is_malformed() {
+        assert!(matches!(classify(&json!({"foo": 1}), 1), Incoming::Malformed(_)));
+        assert!(matches!(classify(&json!("hello"), 1), Incoming::Malformed(_)));
+        assert!(matches!(
+            classify(&json!({"jsonrpc": "2.0", "id": 1, "result": []}), 1),
+            Incoming::Malformed(_)
+        ));
+    }
+}

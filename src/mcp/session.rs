@@ -1,0 +1,387 @@
+//! A negotiated conversation with one MCP server, in whichever protocol era it speaks.
+//!
+//! Era detection (DESIGN §3): over Streamable HTTP we try the modern era first with
+//! `server/discover`; a 400 carrying -32020/-32021/-32022 means the server is modern and
+//! rejected us (we stay modern and report it); any other JSON-RPC error or 4xx means a legacy
+//! server, and we fall back to the `initialize` handshake. The old HTTP+SSE transport is legacy.
+
+use reqwest::StatusCode;
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+
+use super::error::McpError;
+use super::http::Http;
+use super::http_sse::HttpSse;
+use super::rpc::{self, RpcReply};
+use super::streamable_http::{Answer, SESSION_HEADER, StreamableHttp};
+
+/// The modern protocol revision: no handshake, no sessions.
+pub const MODERN_VERSION: &str = "2026-07-28";
+/// Legacy revisions we accept from `initialize`, newest first (the first is the one we offer).
+pub const LEGACY_VERSIONS: [&str; 4] = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
+
+const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+const META_CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
+const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+
+// JSON-RPC codes with which a modern server rejects a request without being legacy.
+const HEADER_MISMATCH: i64 = -32020;
+const MISSING_CLIENT_CAPABILITY: i64 = -32021;
+const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
+
+/// The capabilities this client declares, always the same: a server's tool list may depend on
+/// them, and the controller and the sidecar must see the same list.
+pub fn client_capabilities() -> Value {
+    json!({})
+}
+
+fn client_info() -> Value {
+    json!({"name": "mcp-operator", "version": env!("CARGO_PKG_VERSION")})
+}
+
+/// Which generation of MCP the server speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Era {
+    /// `initialize` handshake and sessions (2024-11-05 … 2025-11-25).
+    Legacy,
+    /// `server/discover`, per-request metadata, no sessions (2026-07-28).
+    Modern,
+}
+
+/// What the server says about itself.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ServerInfo {
+    /// The server implementation's name.
+    #[serde(default)]
+    pub name: String,
+    /// The server implementation's version.
+    #[serde(default)]
+    pub version: String,
+    /// A human-readable title, when the server gives one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+}
+
+impl ServerInfo {
+    fn from_value(value: Option<&Value>) -> Self {
+        let text = |key: &str, max: usize| {
+            value
+                .and_then(|v| v.get(key))
+                .and_then(Value::as_str)
+                .map(|s| truncate(s, max))
+        };
+        ServerInfo {
+            name: text("name", 253).unwrap_or_default(),
+            version: text("version", 64).unwrap_or_default(),
+            title: text("title", 253),
+        }
+    }
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        s.to_string()
+    } else {
+        s[..s.floor_char_boundary(max)].to_string()
+    }
+}
+
+enum Wire {
+    Streamable(StreamableHttp),
+    Sse(HttpSse),
+}
+
+/// An open, negotiated connection.
+pub struct Session {
+    wire: Wire,
+    pub era: Era,
+    pub protocol_version: String,
+    pub server_info: ServerInfo,
+    /// The server's declared capabilities (`tools.listChanged` tells whether it pushes changes).
+    pub capabilities: Value,
+    next_id: u64,
+}
+
+impl Session {
+    /// Opens a Streamable HTTP session, detecting the era.
+    pub async fn open_streamable(http: Http) -> Result<Session, McpError> {
+        let mut wire = StreamableHttp::new(http);
+        match discover(&mut wire).await? {
+            Discovery::Modern {
+                server_info,
+                capabilities,
+            } => Ok(Session {
+                wire: Wire::Streamable(wire),
+                era: Era::Modern,
+                protocol_version: MODERN_VERSION.into(),
+                server_info,
+                capabilities,
+                next_id: 2,
+            }),
+            Discovery::Legacy => {
+                let mut session = Session {
+                    wire: Wire::Streamable(wire),
+                    era: Era::Legacy,
+                    protocol_version: String::new(),
+                    server_info: ServerInfo::default(),
+                    capabilities: Value::Null,
+                    next_id: 2,
+                };
+                session.initialize().await?;
+                Ok(session)
+            }
+        }
+    }
+
+    /// Opens an old HTTP+SSE connection (always the legacy era).
+    pub async fn open_sse(http: Http) -> Result<Session, McpError> {
+        let wire = HttpSse::connect(http).await?;
+        let mut session = Session {
+            wire: Wire::Sse(wire),
+            era: Era::Legacy,
+            protocol_version: String::new(),
+            server_info: ServerInfo::default(),
+            capabilities: Value::Null,
+            next_id: 1,
+        };
+        session.initialize().await?;
+        Ok(session)
+    }
+
+    /// Whether the server pushes `notifications/tools/list_changed`.
+    pub fn pushes_tool_changes(&self) -> bool {
+        self.capabilities
+            .pointer("/tools/listChanged")
+            .and_then(Value::as_bool)
+            .unwrap_or(false)
+    }
+
+    async fn initialize(&mut self) -> Result<(), McpError> {
+        let params = json!({
+            "protocolVersion": LEGACY_VERSIONS[0],
+            "capabilities": client_capabilities(),
+            "clientInfo": client_info(),
+        });
+        let params = params.as_object().cloned().unwrap_or_default();
+        let (reply, headers) = self.send("initialize", params, "initialize").await?;
+        let result = match reply {
+            Answer::Reply(RpcReply::Result(result)) => result,
+            Answer::Reply(RpcReply::Error { code, .. }) => {
+                return Err(McpError::ProtocolError(format!(
+                    "the server refused initialize with JSON-RPC error {code}"
+                )));
+            }
+            Answer::Status(status, _) => return Err(not_mcp_status(status, "initialize")),
+        };
+        let version = result
+            .get("protocolVersion")
+            .and_then(Value::as_str)
+            .ok_or_else(|| {
+                McpError::ProtocolError("the initialize result has no protocolVersion".into())
+            })?;
+        if !LEGACY_VERSIONS.contains(&version) {
+            return Err(McpError::UnsupportedProtocol(format!(
+                "initialize negotiated {:?}; supported are {}",
+                truncate(version, 40),
+                LEGACY_VERSIONS.join(", ")
+            )));
+        }
+        self.protocol_version = version.to_string();
+        self.server_info = ServerInfo::from_value(result.get("serverInfo"));
+        self.capabilities = result.get("capabilities").cloned().unwrap_or(Value::Null);
+        if let Wire::Streamable(wire) = &mut self.wire {
+            wire.session_id = headers.get(SESSION_HEADER).cloned();
+        }
+        let note = rpc::notification("notifications/initialized");
+        let headers = self.legacy_headers();
+        match &mut self.wire {
+            Wire::Streamable(wire) => wire.notify(&note, headers).await,
+            Wire::Sse(wire) => wire.notify(&note).await,
+        }
+    }
+
+    /// Sends one request with the era's metadata and headers.
+    pub async fn request(
+        &mut self,
+        method: &'static str,
+        params: Map<String, Value>,
+        step: &'static str,
+    ) -> Result<Answer, McpError> {
+        self.send(method, params, step).await.map(|(answer, _)| answer)
+    }
+
+    async fn send(
+        &mut self,
+        method: &'static str,
+        mut params: Map<String, Value>,
+        step: &'static str,
+    ) -> Result<(Answer, HeaderMap), McpError> {
+        let id = self.next_id;
+        self.next_id += 1;
+        let headers = match self.era {
+            Era::Modern => {
+                params.insert("_meta".into(), modern_meta());
+                modern_headers(method)
+            }
+            Era::Legacy => self.legacy_headers(),
+        };
+        let body = rpc::request(id, method, params);
+        match &mut self.wire {
+            Wire::Streamable(wire) => wire.request(&body, id, headers, step).await,
+            Wire::Sse(wire) => Ok((
+                Answer::Reply(wire.request(&body, id, step).await?),
+                HeaderMap::new(),
+            )),
+        }
+    }
+
+    fn legacy_headers(&self) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        if !self.protocol_version.is_empty()
+            && let Ok(v) = HeaderValue::from_str(&self.protocol_version)
+        {
+            headers.insert(HeaderName::from_static("mcp-protocol-version"), v);
+        }
+        headers
+    }
+
+    /// Ends the session (legacy Streamable HTTP sessions are deleted; nothing else to do).
+    pub async fn close(mut self) {
+        if let Wire::Streamable(wire) = &mut self.wire {
+            wire.close().await;
+        }
+    }
+}
+
+enum Discovery {
+    Modern {
+        server_info: ServerInfo,
+        capabilities: Value,
+    },
+    Legacy,
+}
+
+fn modern_meta() -> Value {
+    json!({
+        META_PROTOCOL_VERSION: MODERN_VERSION,
+        META_CLIENT_INFO: client_info(),
+        META_CLIENT_CAPABILITIES: client_capabilities(),
+    })
+}
+
+fn modern_headers(method: &str) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        HeaderName::from_static("mcp-protocol-version"),
+        HeaderValue::from_static(MODERN_VERSION),
+    );
+    if let Ok(v) = HeaderValue::from_str(method) {
+        headers.insert(HeaderName::from_static("mcp-method"), v);
+    }
+    headers
+}
+
+async fn discover(wire: &mut StreamableHttp) -> Result<Discovery, McpError> {
+    let mut params = Map::new();
+    params.insert("_meta".into(), modern_meta());
+    let body = rpc::request(1, "server/discover", params);
+    let (answer, _) = wire
+        .request(&body, 1, modern_headers("server/discover"), "discover the server")
+        .await?;
+    let reply = match answer {
+        Answer::Reply(reply) => reply,
+        Answer::Status(status, Some(reply)) if status.is_client_error() => reply,
+        // A legacy server may answer an unknown method with any 4xx (or 404/405 for the POST).
+        Answer::Status(status, None) if status.is_client_error() => return Ok(Discovery::Legacy),
+        Answer::Status(status, _) => return Err(not_mcp_status(status, "discover")),
+    };
+    match reply {
+        RpcReply::Result(result) => {
+            let supported: Vec<&str> = result
+                .get("supportedVersions")
+                .and_then(Value::as_array)
+                .map(|v| v.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            if !supported.contains(&MODERN_VERSION) {
+                if supported.iter().any(|v| LEGACY_VERSIONS.contains(v)) {
+                    return Ok(Discovery::Legacy);
+                }
+                return Err(McpError::UnsupportedProtocol(format!(
+                    "server/discover offers {}; this operator speaks {MODERN_VERSION} and {}",
+                    describe_versions(&supported),
+                    LEGACY_VERSIONS.join(", ")
+                )));
+            }
+            let server_info = ServerInfo::from_value(
+                result
+                    .get("_meta")
+                    .and_then(|m| m.get(META_SERVER_INFO))
+                    .or_else(|| result.get("serverInfo")),
+            );
+            Ok(Discovery::Modern {
+                server_info,
+                capabilities: result.get("capabilities").cloned().unwrap_or(Value::Null),
+            })
+        }
+        RpcReply::Error {
+            code: UNSUPPORTED_PROTOCOL_VERSION,
+            data,
+        } => {
+            let supported: Vec<&str> = data
+                .as_ref()
+                .and_then(|d| d.get("supported"))
+                .and_then(Value::as_array)
+                .map(|v| v.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            Err(McpError::UnsupportedProtocol(format!(
+                "the server rejected protocol {MODERN_VERSION} (it supports {})",
+                describe_versions(&supported)
+            )))
+        }
+        RpcReply::Error {
+            code: code @ (HEADER_MISMATCH | MISSING_CLIENT_CAPABILITY),
+            ..
+        } => Err(McpError::ProtocolError(format!(
+            "the modern server rejected discovery with JSON-RPC error {code} ({})",
+            if code == HEADER_MISMATCH {
+                "request headers do not match the body"
+            } else {
+                "it requires a client capability this operator does not declare"
+            }
+        ))),
+        RpcReply::Error { .. } => Ok(Discovery::Legacy),
+    }
+}
+
+fn describe_versions(versions: &[&str]) -> String {
+    let shown: Vec<String> = versions
+        .iter()
+        .filter(|v| v.len() <= 20 && v.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.'))
+        .take(8)
+        .map(|v| v.to_string())
+        .collect();
+    if shown.is_empty() {
+        "no version we recognise".into()
+    } else {
+        shown.join(", ")
+    }
+}
+
+/// A non-2xx status where the protocol wanted an answer.
+pub fn not_mcp_status(status: StatusCode, step: &str) -> McpError {
+    match status.as_u16() {
+        404 | 405 => McpError::NotMcp(format!(
+            "{step} answered HTTP {}; is the URL the MCP endpoint (often ending in /mcp)?",
+            status.as_u16()
+        )),
+        code if code >= 500 => McpError::ProtocolError(format!(
+            "{step} answered HTTP {code}: the server failed"
+        )),
+        code => McpError::NotMcp(format!("{step} answered HTTP {code}")),
+    }
+}

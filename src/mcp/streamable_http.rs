@@ -1,0 +1,181 @@
+//! The Streamable HTTP transport: each JSON-RPC request is a POST whose answer is either a JSON
+//! body or an event stream carrying the response. Every body counts against the byte cap.
+
+use reqwest::StatusCode;
+use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderValue};
+use serde_json::Value;
+
+use super::error::McpError;
+use super::http::{Http, content_type, is_html};
+use super::rpc::{self, Incoming, RpcReply};
+use super::sse::SseParser;
+
+pub const SESSION_HEADER: &str = "mcp-session-id";
+
+/// What the server answered to one POST.
+#[derive(Debug)]
+pub enum Answer {
+    /// A JSON-RPC response to our request (2xx).
+    Reply(RpcReply),
+    /// A non-2xx status other than 401/403, with the JSON-RPC error it carried, if any.
+    Status(StatusCode, Option<RpcReply>),
+}
+
+/// One Streamable HTTP connection (session id included, when the server gave one).
+pub struct StreamableHttp {
+    pub http: Http,
+    pub session_id: Option<HeaderValue>,
+}
+
+impl StreamableHttp {
+    pub fn new(http: Http) -> Self {
+        StreamableHttp {
+            http,
+            session_id: None,
+        }
+    }
+
+    /// POSTs one request and waits for its response.
+    pub async fn request(
+        &mut self,
+        body: &Value,
+        id: u64,
+        headers: HeaderMap,
+        step: &'static str,
+    ) -> Result<(Answer, HeaderMap), McpError> {
+        let response = self.post(body, headers, step).await?;
+        let status = response.status();
+        let response_headers = response.headers().clone();
+        if !status.is_success() {
+            // A JSON-RPC error in a 4xx body matters (era detection reads it); anything else in it
+            // is not ours to repeat.
+            let is_json = content_type(&response).starts_with("application/json");
+            let body = self.http.read_body(response).await?;
+            let reply = is_json
+                .then(|| serde_json::from_slice::<Value>(&body).ok())
+                .flatten()
+                .and_then(|v| match rpc::classify(&v, id) {
+                    Incoming::Reply(r) => Some(r),
+                    _ => None,
+                });
+            return Ok((Answer::Status(status, reply), response_headers));
+        }
+        let ctype = content_type(&response);
+        let reply = if ctype.starts_with("text/event-stream") {
+            self.reply_from_stream(response, id).await?
+        } else if is_html(&response) {
+            return Err(McpError::NotMcp(format!(
+                "it answered HTTP {} with an HTML page instead of JSON-RPC; is the URL the MCP endpoint (often ending in /mcp)?",
+                status.as_u16()
+            )));
+        } else {
+            let body = self.http.read_body(response).await?;
+            let value: Value = serde_json::from_slice(&body).map_err(|_| {
+                McpError::NotMcp(format!(
+                    "it answered HTTP {} with a body that is not JSON (content type {:?})",
+                    status.as_u16(),
+                    ctype
+                ))
+            })?;
+            match rpc::classify(&value, id) {
+                Incoming::Reply(r) => r,
+                Incoming::Other => {
+                    return Err(McpError::ProtocolError(
+                        "the reply does not answer the request that was sent".into(),
+                    ));
+                }
+                Incoming::Malformed(why) => {
+                    return Err(McpError::ProtocolError(format!("the reply is {why}")));
+                }
+            }
+        };
+        Ok((Answer::Reply(reply), response_headers))
+    }
+
+    /// POSTs a notification; the server answers 202 (or 200) with nothing we need.
+    pub async fn notify(&mut self, body: &Value, headers: HeaderMap) -> Result<(), McpError> {
+        let response = self.post(body, headers, "").await?;
+        // Drain (bounded) so the connection can be reused.
+        let _ = self.http.read_body(response).await;
+        Ok(())
+    }
+
+    /// Ends the session politely; failures do not matter.
+    pub async fn close(&mut self) {
+        if let Some(session) = self.session_id.take() {
+            let request = self
+                .http
+                .delete(&self.http.endpoint.url)
+                .header(SESSION_HEADER, session);
+            let _ = tokio::time::timeout(
+                std::time::Duration::from_secs(2),
+                self.http.send(request, ""),
+            )
+            .await;
+        }
+    }
+
+    async fn post(
+        &mut self,
+        body: &Value,
+        headers: HeaderMap,
+        step: &'static str,
+    ) -> Result<reqwest::Response, McpError> {
+        let mut request = self
+            .http
+            .post(&self.http.endpoint.url)
+            .header(ACCEPT, "application/json, text/event-stream")
+            .header(CONTENT_TYPE, "application/json")
+            .headers(headers)
+            .body(serde_json::to_vec(body).expect("a JSON value serialises"));
+        if let Some(session) = &self.session_id {
+            request = request.header(SESSION_HEADER, session.clone());
+        }
+        self.http.send(request, step).await
+    }
+
+    /// Reads an event stream until it carries our response; everything it carries counts against
+    /// the byte cap.
+    async fn reply_from_stream(
+        &self,
+        mut response: reqwest::Response,
+        id: u64,
+    ) -> Result<RpcReply, McpError> {
+        let limit = self.http.max_response_bytes;
+        let mut parser = SseParser::default();
+        let mut received: u64 = 0;
+        while let Some(chunk) = response
+            .chunk()
+            .await
+            .map_err(|e| self.http.transport_error(&e))?
+        {
+            received += chunk.len() as u64;
+            if received > limit {
+                return Err(McpError::ResponseTooLarge {
+                    limit,
+                    pages_read: 0,
+                });
+            }
+            for event in parser.feed(&chunk) {
+                if event.event != "message" || event.data.is_empty() {
+                    continue;
+                }
+                let value: Value = serde_json::from_str(&event.data).map_err(|_| {
+                    McpError::ProtocolError("an event in the reply stream is not JSON".into())
+                })?;
+                match rpc::classify(&value, id) {
+                    Incoming::Reply(reply) => return Ok(reply),
+                    Incoming::Other => {}
+                    Incoming::Malformed(why) => {
+                        return Err(McpError::ProtocolError(format!(
+                            "an event in the reply stream is {why}"
+                        )));
+                    }
+                }
+            }
+        }
+        Err(McpError::ProtocolError(
+            "the reply stream ended without answering the request".into(),
+        ))
+    }
+}

@@ -10,7 +10,9 @@ use sha2::{Digest, Sha256};
 
 /// How much a tool can change the world, from the least to the most. Ordered, so a ceiling is a
 /// comparison.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Access {
     /// The tool only reads (`readOnlyHint: true`).
@@ -206,15 +208,23 @@ mod tests {
         assert_eq!(classify(Some(&ann(Some(true), None))), Access::Read);
         // readOnly wins over a destructive hint: the hint only means something for writers.
         assert_eq!(classify(Some(&ann(Some(true), Some(true)))), Access::Read);
-        assert_eq!(classify(Some(&ann(Some(false), Some(false)))), Access::Write);
+        assert_eq!(
+            classify(Some(&ann(Some(false), Some(false)))),
+            Access::Write
+        );
         assert_eq!(classify(Some(&ann(None, Some(false)))), Access::Write);
-        assert_eq!(classify(Some(&ann(Some(false), Some(true)))), Access::Destructive);
+        assert_eq!(
+            classify(Some(&ann(Some(false), Some(true)))),
+            Access::Destructive
+        );
     }
 
     #[test]
     fn overrides_beat_hints() {
-        let tools = [tool(json!({"name": "rm", "inputSchema": {"type": "object"},
-                                 "annotations": {"readOnlyHint": true}}))];
+        let tools = [tool(
+            json!({"name": "rm", "inputSchema": {"type": "object"},
+                                 "annotations": {"readOnlyHint": true}}),
+        )];
         let overrides = BTreeMap::from([("rm".to_string(), Access::Destructive)]);
         let cat = build(&tools, &overrides, 1);
         assert_eq!(cat.tools[0].access, Access::Destructive);
@@ -223,9 +233,10 @@ mod tests {
     #[test]
     fn digest_ignores_key_order_and_number_spelling() {
         let a = json!({"name": "t", "inputSchema": {"type": "object", "maximum": 10}, "x": 1.0});
-        let b: Value =
-            serde_json::from_str(r#"{"x": 1, "inputSchema": {"maximum": 1e1, "type": "object"}, "name": "t"}"#)
-                .unwrap();
+        let b: Value = serde_json::from_str(
+            r#"{"x": 1, "inputSchema": {"maximum": 1e1, "type": "object"}, "name": "t"}"#,
+        )
+        .unwrap();
         assert_eq!(definition_digest(&a), definition_digest(&b));
         let c = json!({"name": "t", "inputSchema": {"type": "object", "maximum": 11}, "x": 1});
         assert_ne!(definition_digest(&a), definition_digest(&c));
@@ -251,12 +262,16 @@ mod tests {
     #[test]
     fn a_changed_tool_changes_the_catalogue_digest() {
         let before = build(
-            &[tool(json!({"name": "a", "inputSchema": {"type": "object"}}))],
+            &[tool(
+                json!({"name": "a", "inputSchema": {"type": "object"}}),
+            )],
             &BTreeMap::new(),
             1,
         );
         let after = build(
-            &[tool(json!({"name": "a", "description": "new", "inputSchema": {"type": "object"}}))],
+            &[tool(
+                json!({"name": "a", "description": "new", "inputSchema": {"type": "object"}}),
+            )],
             &BTreeMap::new(),
             1,
         );
@@ -267,7 +282,9 @@ mod tests {
     fn descriptions_are_cut_on_character_boundaries() {
         let long = "é".repeat(500);
         let cat = build(
-            &[tool(json!({"name": "a", "description": long, "inputSchema": {}}))],
+            &[tool(
+                json!({"name": "a", "description": long, "inputSchema": {}}),
+            )],
             &BTreeMap::new(),
             1,
         );
@@ -284,6 +301,9 @@ mod tests {
             &BTreeMap::new(),
             1,
         );
-        assert_eq!(cat.tools[0].schema_bytes, 2 * r#"{"type":"object"}"#.len() as u64);
+        assert_eq!(
+            cat.tools[0].schema_bytes,
+            2 * r#"{"type":"object"}"#.len() as u64
+        );
     }
 }

@@ -99,7 +99,11 @@ fn blocked(host: &str, why: &str) -> McpError {
 fn is_metadata_name(name: &str) -> bool {
     matches!(
         name,
-        "metadata.google.internal" | "metadata.goog" | "metadata" | "instance-data" | "instance-data.ec2.internal"
+        "metadata.google.internal"
+            | "metadata.goog"
+            | "metadata"
+            | "instance-data"
+            | "instance-data.ec2.internal"
     )
 }
 
@@ -128,7 +132,9 @@ fn refusal_v4(ip: Ipv4Addr, policy: EndpointPolicy) -> Option<&'static str> {
         return Some("not a unicast address");
     }
     if ip.is_loopback() && !policy.allow_loopback {
-        return Some("a loopback address (allowed only when the operator runs with --allow-loopback)");
+        return Some(
+            "a loopback address (allowed only when the operator runs with --allow-loopback)",
+        );
     }
     None
 }
@@ -145,7 +151,9 @@ fn refusal_v6(ip: Ipv6Addr, policy: EndpointPolicy) -> Option<&'static str> {
         return Some("not a unicast address");
     }
     if ip.is_loopback() && !policy.allow_loopback {
-        return Some("a loopback address (allowed only when the operator runs with --allow-loopback)");
+        return Some(
+            "a loopback address (allowed only when the operator runs with --allow-loopback)",
+        );
     }
     None
 }
@@ -175,15 +183,24 @@ mod tests {
             "fe80::1",
             "::ffff:169.254.169.254",
         ] {
-            assert!(refusal(ip(addr), LOOPBACK).is_some(), "{addr} must be refused");
+            assert!(
+                refusal(ip(addr), LOOPBACK).is_some(),
+                "{addr} must be refused"
+            );
         }
     }
 
     #[test]
     fn loopback_needs_the_flag() {
         for addr in ["127.0.0.1", "127.1.2.3", "::1", "::ffff:127.0.0.1"] {
-            assert!(refusal(ip(addr), STRICT).is_some(), "{addr} refused by default");
-            assert!(refusal(ip(addr), LOOPBACK).is_none(), "{addr} allowed with the flag");
+            assert!(
+                refusal(ip(addr), STRICT).is_some(),
+                "{addr} refused by default"
+            );
+            assert!(
+                refusal(ip(addr), LOOPBACK).is_none(),
+                "{addr} allowed with the flag"
+            );
         }
     }
 

@@ -29,7 +29,9 @@ pub enum McpError {
         pages_read: u32,
     },
     /// The TLS handshake failed (unknown CA, wrong host name, expired certificate, plain HTTP on a TLS port…).
-    #[error("the TLS handshake with {host} failed ({detail}); check spec.tls.caBundle and the server's certificate")]
+    #[error(
+        "the TLS handshake with {host} failed ({detail}); check spec.tls.caBundle and the server's certificate"
+    )]
     TlsError { host: String, detail: String },
     /// Other connection failures (reset, closed early).
     #[error("the connection to {addr} failed: {detail}")]
@@ -53,20 +55,28 @@ pub enum McpError {
     #[error("a response exceeded the limit of {limit} bytes{}; raise spec.discovery.maxResponseBytes if the server is trusted", pages_note(*pages_read))]
     ResponseTooLarge { limit: u64, pages_read: u32 },
     /// The listing needs more pages than `maxToolPages`.
-    #[error("the server's tool list needs more than {max_pages} pages of tools/list (read {max_pages}); raise spec.discovery.maxToolPages if the server is trusted")]
+    #[error(
+        "the server's tool list needs more than {max_pages} pages of tools/list (read {max_pages}); raise spec.discovery.maxToolPages if the server is trusted"
+    )]
     TooManyPages { max_pages: u32 },
     /// The server sent a cursor it had sent before: paging would never end.
-    #[error("the server repeated a cursor on page {page} of tools/list (pages read: {page}): its paging loops")]
+    #[error(
+        "the server repeated a cursor on page {page} of tools/list (pages read: {page}): its paging loops"
+    )]
     RepeatedCursor { page: u32 },
     /// One tool name listed twice.
-    #[error("the server lists the tool {name:?} twice (pages {first_page} and {page}; pages read: {page})")]
+    #[error(
+        "the server lists the tool {name:?} twice (pages {first_page} and {page}; pages read: {page})"
+    )]
     DuplicateTool {
         name: String,
         first_page: u32,
         page: u32,
     },
     /// A tool name outside the MCP tool-name charset.
-    #[error("the server lists a tool with an invalid name {name:?} on page {page} (pages read: {page}); tool names are 1-128 characters of A-Z a-z 0-9 _ - .")]
+    #[error(
+        "the server lists a tool with an invalid name {name:?} on page {page} (pages read: {page}); tool names are 1-128 characters of A-Z a-z 0-9 _ - ."
+    )]
     InvalidToolName { name: String, page: u32 },
 }
 
@@ -111,9 +121,8 @@ impl McpError {
     /// Records how many pages had been read when a deadline or size cap struck.
     pub(crate) fn with_pages_read(mut self, pages: u32) -> Self {
         match &mut self {
-            McpError::Timeout { pages_read, .. } | McpError::ResponseTooLarge { pages_read, .. } => {
-                *pages_read = pages
-            }
+            McpError::Timeout { pages_read, .. }
+            | McpError::ResponseTooLarge { pages_read, .. } => *pages_read = pages,
             _ => {}
         }
         self
@@ -165,7 +174,9 @@ mod tests {
 
     #[test]
     fn unauthorized_names_the_step_and_the_fix() {
-        let e = McpError::Unauthorized { during: "initialize" };
+        let e = McpError::Unauthorized {
+            during: "initialize",
+        };
         assert!(e.to_string().contains("401"));
         assert!(e.to_string().contains("spec.credentials"));
     }

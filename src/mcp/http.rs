@@ -38,12 +38,11 @@ impl Http {
             builder = builder.resolve_to_addrs(&endpoint.host, &endpoint.addrs);
         }
         if let Some(pem) = &tls.ca_pem {
-            let certs = reqwest::Certificate::from_pem_bundle(pem).map_err(|_| {
-                McpError::TlsError {
+            let certs =
+                reqwest::Certificate::from_pem_bundle(pem).map_err(|_| McpError::TlsError {
                     host: endpoint.host.clone(),
                     detail: "the CA bundle is not valid PEM".into(),
-                }
-            })?;
+                })?;
             if certs.is_empty() {
                 return Err(McpError::TlsError {
                     host: endpoint.host.clone(),
@@ -176,7 +175,9 @@ fn credential_headers(credentials: &Credentials) -> Result<HeaderMap, McpError> 
     let mut headers = HeaderMap::new();
     for (name, value) in &credentials.headers {
         let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
-            McpError::InvalidUrl(format!("the header name {name:?} is not a valid HTTP header name"))
+            McpError::InvalidUrl(format!(
+                "the header name {name:?} is not a valid HTTP header name"
+            ))
         })?;
         let mut value = HeaderValue::from_str(value.expose()).map_err(|_| {
             // Never echo the value: it is a secret.
@@ -216,11 +217,16 @@ fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
 }
 
 fn chain(e: &reqwest::Error) -> impl Iterator<Item = &(dyn std::error::Error + 'static)> {
-    std::iter::successors(e.source(), |cur: &&(dyn std::error::Error + 'static)| (*cur).source())
+    std::iter::successors(e.source(), |cur: &&(dyn std::error::Error + 'static)| {
+        (*cur).source()
+    })
 }
 
 fn has_io_kind(e: &reqwest::Error, kind: std::io::ErrorKind) -> bool {
-    chain(e).any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == kind))
+    chain(e).any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == kind)
+    })
 }
 
 fn tls_detail(e: &reqwest::Error) -> Option<String> {
@@ -229,7 +235,9 @@ fn tls_detail(e: &reqwest::Error) -> Option<String> {
             return Some(tls.to_string());
         }
         if let Some(io) = cause.downcast_ref::<std::io::Error>()
-            && let Some(tls) = io.get_ref().and_then(|inner| inner.downcast_ref::<rustls::Error>())
+            && let Some(tls) = io
+                .get_ref()
+                .and_then(|inner| inner.downcast_ref::<rustls::Error>())
         {
             return Some(tls.to_string());
         }

@@ -155,16 +155,17 @@ async fn read_stream(
     let mut parser = SseParser::default();
     // Bytes since the last dispatched event: one event may not exceed the cap.
     let mut pending: u64 = 0;
-    let fail = |e: McpError, endpoint_tx: &mut Option<oneshot::Sender<Result<String, McpError>>>| {
-        match endpoint_tx.take() {
-            Some(tx) => {
-                let _ = tx.send(Err(e));
+    let fail =
+        |e: McpError, endpoint_tx: &mut Option<oneshot::Sender<Result<String, McpError>>>| {
+            match endpoint_tx.take() {
+                Some(tx) => {
+                    let _ = tx.send(Err(e));
+                }
+                None => {
+                    let _ = messages.try_send(Err(e));
+                }
             }
-            None => {
-                let _ = messages.try_send(Err(e));
-            }
-        }
-    };
+        };
     loop {
         let chunk = match response.chunk().await {
             Ok(Some(chunk)) => chunk,

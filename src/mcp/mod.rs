@@ -29,7 +29,9 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value};
 
 pub use catalog::{Access, Catalog, CatalogTool};
-pub use connection::{Credentials, Limits, SecretValue, ServerConnection, TlsSettings, TransportKind};
+pub use connection::{
+    Credentials, Limits, SecretValue, ServerConnection, TlsSettings, TransportKind,
+};
 pub use endpoint::EndpointPolicy;
 pub use error::McpError;
 pub use session::{Era, ServerInfo};

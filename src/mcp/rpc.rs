@@ -9,7 +9,10 @@ pub enum RpcReply {
     Result(Map<String, Value>),
     /// A JSON-RPC error. Only the code and the structured `data` are kept: the message is the
     /// server's free text, which we never repeat.
-    Error { code: i64, data: Option<Value> },
+    Error {
+        code: i64,
+        data: Option<Value>,
+    },
 }
 
 /// What one JSON value received from the server is, relative to the request we are waiting for.
@@ -95,7 +98,10 @@ mod tests {
             {"jsonrpc": "2.0", "method": "notifications/message", "params": {}},
             {"jsonrpc": "2.0", "id": 7, "result": {"tools": []}}
         ]);
-        assert!(matches!(classify(&v, 7), Incoming::Reply(RpcReply::Result(_))));
+        assert!(matches!(
+            classify(&v, 7),
+            Incoming::Reply(RpcReply::Result(_))
+        ));
         assert_eq!(classify(&v, 8), Incoming::Other);
     }
 
@@ -113,8 +119,14 @@ mod tests {
 
     #[test]
     fn non_json_rpc_is_malformed() {
-        assert!(matches!(classify(&json!({"foo": 1}), 1), Incoming::Malformed(_)));
-        assert!(matches!(classify(&json!("hello"), 1), Incoming::Malformed(_)));
+        assert!(matches!(
+            classify(&json!({"foo": 1}), 1),
+            Incoming::Malformed(_)
+        ));
+        assert!(matches!(
+            classify(&json!("hello"), 1),
+            Incoming::Malformed(_)
+        ));
         assert!(matches!(
             classify(&json!({"jsonrpc": "2.0", "id": 1, "result": []}), 1),
             Incoming::Malformed(_)

@@ -212,7 +212,9 @@ impl Session {
         params: Map<String, Value>,
         step: &'static str,
     ) -> Result<Answer, McpError> {
-        self.send(method, params, step).await.map(|(answer, _)| answer)
+        self.send(method, params, step)
+            .await
+            .map(|(answer, _)| answer)
     }
 
     async fn send(
@@ -291,7 +293,12 @@ async fn discover(wire: &mut StreamableHttp) -> Result<Discovery, McpError> {
     params.insert("_meta".into(), modern_meta());
     let body = rpc::request(1, "server/discover", params);
     let (answer, _) = wire
-        .request(&body, 1, modern_headers("server/discover"), "discover the server")
+        .request(
+            &body,
+            1,
+            modern_headers("server/discover"),
+            "discover the server",
+        )
         .await?;
     let reply = match answer {
         Answer::Reply(reply) => reply,
@@ -361,7 +368,11 @@ async fn discover(wire: &mut StreamableHttp) -> Result<Discovery, McpError> {
 fn describe_versions(versions: &[&str]) -> String {
     let shown: Vec<String> = versions
         .iter()
-        .filter(|v| v.len() <= 20 && v.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.'))
+        .filter(|v| {
+            v.len() <= 20
+                && v.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.')
+        })
         .take(8)
         .map(|v| v.to_string())
         .collect();
@@ -379,9 +390,9 @@ pub fn not_mcp_status(status: StatusCode, step: &str) -> McpError {
             "{step} answered HTTP {}; is the URL the MCP endpoint (often ending in /mcp)?",
             status.as_u16()
         )),
-        code if code >= 500 => McpError::ProtocolError(format!(
-            "{step} answered HTTP {code}: the server failed"
-        )),
+        code if code >= 500 => {
+            McpError::ProtocolError(format!("{step} answered HTTP {code}: the server failed"))
+        }
         code => McpError::NotMcp(format!("{step} answered HTTP {code}")),
     }
 }

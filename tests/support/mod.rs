@@ -1,0 +1,284 @@
+//! Shared by the integration tests: finds the fixture servers that `tests/fixtures/install.sh`
+//! installed, starts them on free loopback ports, and stops them when the test ends.
+
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// Paths written by `tests/fixtures/install.sh` into `$MCP_OPERATOR_CACHE/fixtures.env`.
+pub struct Fixtures {
+    vars: HashMap<String, String>,
+}
+
+impl Fixtures {
+    pub fn load() -> Fixtures {
+        let cache = std::env::var("MCP_OPERATOR_CACHE")
+            .map(PathBuf::from)
+            .unwrap_or_else(|_| {
+                PathBuf::from(std::env::var("HOME").expect("HOME is set"))
+                    .join(".cache/mcp-operator")
+            });
+        let path = cache.join("fixtures.env");
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|_| {
+            panic!(
+                "{} is missing: run `bash tests/fixtures/install.sh` (the README's test command does)",
+                path.display()
+            )
+        });
+        let vars = text
+            .lines()
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+            .collect();
+        Fixtures { vars }
+    }
+
+    fn var(&self, key: &str) -> &str {
+        self.vars
+            .get(key)
+            .unwrap_or_else(|| panic!("{key} missing from fixtures.env"))
+    }
+
+    /// The official-SDK server with extra arguments; its URL is the MCP endpoint.
+    pub fn sdk_server(&self, args: &[&str]) -> Server {
+        let mut cmd = Command::new(self.var("MCP_FIXTURES_PYTHON"));
+        cmd.arg(self.var("MCP_FIXTURES_SDK_SERVER"))
+            .args(["--port", "0"])
+            .args(args);
+        Server::start(cmd, "sdk_server")
+    }
+
+    /// Our hostile server; its URL is the base, modes are `{url}/{mode}/mcp`.
+    pub fn hostile_server(&self) -> Server {
+        let mut cmd = Command::new(self.var("MCP_FIXTURES_PYTHON"));
+        cmd.arg(self.var("MCP_FIXTURES_HOSTILE_SERVER"))
+            .args(["--port", "0"]);
+        Server::start(cmd, "hostile_server")
+    }
+
+    /// The hostile server over HTTPS, with a certificate for 127.0.0.1 signed by a fresh CA
+    /// (returned as a PEM path so a test can choose to trust it).
+    pub fn hostile_server_tls(&self, dir: &std::path::Path) -> (Server, PathBuf) {
+        let ca = make_test_ca(dir);
+        let mut cmd = Command::new(self.var("MCP_FIXTURES_PYTHON"));
+        cmd.arg(self.var("MCP_FIXTURES_HOSTILE_SERVER"))
+            .args(["--port", "0", "--tls-cert"])
+            .arg(dir.join("server.pem"))
+            .arg("--tls-key")
+            .arg(dir.join("server.key"));
+        (Server::start(cmd, "hostile_server (TLS)"), ca)
+    }
+
+    /// `@modelcontextprotocol/server-everything` over Streamable HTTP.
+    pub fn everything_server(&self) -> Server {
+        let port = free_port();
+        let mut cmd = Command::new(self.var("MCP_FIXTURES_NODE"));
+        cmd.arg(self.var("MCP_FIXTURES_EVERYTHING"))
+            .arg("streamableHttp")
+            .env("PORT", port.to_string());
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("node starts");
+        let url = format!("http://127.0.0.1:{port}/mcp");
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "server-everything did not listen on {port}"
+            );
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!("server-everything exited: {status}");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Server { child, url }
+    }
+}
+
+/// A running fixture process, killed when dropped.
+pub struct Server {
+    child: Child,
+    pub url: String,
+}
+
+impl Server {
+    fn start(mut cmd: Command, what: &str) -> Server {
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{what} starts: {e}"));
+        let stdout = child.stdout.take().expect("stdout is piped");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Some(url) = line.strip_prefix("READY ") {
+                    let _ = tx.send(url.trim().to_string());
+                }
+            }
+        });
+        let url = rx
+            .recv_timeout(Duration::from_secs(30))
+            .unwrap_or_else(|_| panic!("{what} did not print READY within 30s"));
+        Server { child, url }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// The result of one `mcp-operator probe` run.
+pub struct Probe {
+    pub code: i32,
+    pub doc: serde_json::Value,
+    pub elapsed: Duration,
+    pub stderr: String,
+}
+
+impl Probe {
+    pub fn reason(&self) -> &str {
+        self.doc["reason"].as_str().unwrap_or("")
+    }
+
+    pub fn message(&self) -> &str {
+        self.doc["message"].as_str().unwrap_or("")
+    }
+
+    pub fn tool_names(&self) -> Vec<String> {
+        self.doc["catalog"]["tools"]
+            .as_array()
+            .map(|t| {
+                t.iter()
+                    .map(|t| t["name"].as_str().unwrap_or("").to_string())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    pub fn tool_count(&self) -> u64 {
+        self.doc["catalog"]["toolCount"].as_u64().unwrap_or(0)
+    }
+
+    /// Asserts a failure with the given reason, and that the exit code says so.
+    pub fn assert_fails_with(&self, reason: &str) {
+        assert_eq!(
+            self.code, 1,
+            "exit code of a failed probe; doc: {}",
+            self.doc
+        );
+        assert_eq!(self.doc["reachable"], false, "doc: {}", self.doc);
+        assert_eq!(self.reason(), reason, "doc: {}", self.doc);
+    }
+
+    pub fn assert_ok(&self) {
+        assert_eq!(self.code, 0, "doc: {} stderr: {}", self.doc, self.stderr);
+        assert_eq!(self.doc["reachable"], true);
+    }
+}
+
+/// Runs the real binary: `mcp-operator probe --allow-loopback ARGS...`.
+pub fn probe(args: &[&str]) -> Probe {
+    let start = std::time::Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_mcp-operator"))
+        .arg("probe")
+        .arg("--allow-loopback")
+        .args(args)
+        .output()
+        .expect("the probe runs");
+    let elapsed = start.elapsed();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let doc = serde_json::from_str(&stdout)
+        .unwrap_or_else(|_| panic!("probe printed no JSON document: {stdout:?}"));
+    Probe {
+        code: out.status.code().unwrap_or(-1),
+        doc,
+        elapsed,
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// A CA and a server certificate for 127.0.0.1/localhost, made with openssl in `dir`.
+fn make_test_ca(dir: &std::path::Path) -> PathBuf {
+    let run = |args: &[&str]| {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("openssl runs");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    run(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=mcp-operator test CA",
+    ]);
+    run(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+        "-subj",
+        "/CN=localhost",
+    ]);
+    std::fs::write(
+        dir.join("ext.cnf"),
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n",
+    )
+    .unwrap();
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.pem",
+        "-days",
+        "2",
+        "-extfile",
+        "ext.cnf",
+    ]);
+    dir.join("ca.pem")
+}

@@ -1,0 +1,455 @@
+//! The `McpServer` resource: one remote MCP server, how to reach it, and what the server owner
+//! lets agents see of it. The controller writes the server's classified tool catalogue and its
+//! health into the status.
+//!
+//! ```text
+//! [ Secret ] <- credentials.*.secretKeyRef  [ McpServer ] -> url (remote MCP server)
+//! [ Secret | ConfigMap ] <- tls.caBundle        ^
+//!                                               | servers[].name (same namespace)
+//!                                          [ AgentSpec ]
+//! ```
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::common::{ConfigMapKeySelector, Duration, SecretKeySelector};
+use super::conditions::Condition;
+use crate::mcp::catalog::{Access, Catalog};
+
+/// A remote MCP server reached over HTTP. The operator connects to it, reads its whole tool
+/// catalogue, classifies every tool as read, write or destructive, and reports in status whether
+/// the server is reachable and why not.
+// Each printcolumn(...) repeats the keys name/type_/json_path, which clippy mistakes for
+// duplicated attributes.
+#[allow(clippy::duplicated_attributes)]
+#[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "mcp-operator.dev",
+    version = "v1alpha1",
+    kind = "McpServer",
+    namespaced,
+    status = "McpServerStatus",
+    shortname = "mcps",
+    category = "mcp",
+    doc = "A remote MCP server reached over HTTP: where it is, how to authenticate, and which of its tools agents may see. The operator keeps the server's classified tool catalogue and health in status.",
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = r#".status.conditions[?(@.type=="Ready")].status"#
+    ),
+    printcolumn(
+        name = "Reason",
+        type_ = "string",
+        json_path = r#".status.conditions[?(@.type=="Ready")].reason"#
+    ),
+    printcolumn(
+        name = "Tools",
+        type_ = "integer",
+        json_path = ".status.catalog.toolCount"
+    ),
+    printcolumn(
+        name = "Protocol",
+        type_ = "string",
+        json_path = ".status.protocolVersion"
+    ),
+    printcolumn(name = "URL", type_ = "string", json_path = ".spec.url", priority = 1),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "!has(self.tls) || self.url.startsWith('https://')",
+        "message": "tls applies only to https:// URLs: remove spec.tls or use an https:// url",
+        "fieldPath": ".tls",
+    },
+]))]
+pub struct McpServerSpec {
+    /// Endpoint of the MCP server: an absolute http:// or https:// URL, e.g.
+    /// https://mcp.example.com/mcp. Put credentials in spec.credentials, never in the URL.
+    #[schemars(
+        length(min = 1, max = 2048),
+        extend("x-kubernetes-validations" = [
+            {
+                "rule": "isURL(self) && (self.startsWith('http://') || self.startsWith('https://')) && url(self).getHostname() != ''",
+                "message": "url must be an absolute http:// or https:// URL with a host, e.g. https://mcp.example.com/mcp",
+            },
+            {
+                "rule": "!self.matches('^[a-zA-Z]+://[^/?#]*@')",
+                "message": "url must not carry credentials (user:password@host): put them in a Secret and refer to it from spec.credentials",
+            },
+        ])
+    )]
+    pub url: String,
+
+    /// How to speak HTTP to the server: streamable-http (the current MCP transport, default) or
+    /// sse (the older HTTP+SSE transport, for servers that only speak it).
+    #[serde(default)]
+    pub transport: Transport,
+
+    /// Credentials sent with every request, read from Secrets in this namespace. Only references
+    /// live here, never values.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials: Option<Credentials>,
+
+    /// TLS settings for https:// URLs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<Tls>,
+
+    /// The server owner's curation of the tool catalogue: which tools agents may see at all, how
+    /// they are classified, and which always need a person's approval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<ServerTools>,
+
+    /// When false (the default), an unreachable server makes every AgentSpec that uses it not
+    /// Ready. When true, agents start without it and its tools appear once it is reachable.
+    #[serde(default)]
+    pub optional: bool,
+
+    /// Time limits for talking to the server.
+    #[serde(default)]
+    pub timeouts: Timeouts,
+
+    /// Bounds and schedule of reading the tool catalogue.
+    #[serde(default)]
+    pub discovery: Discovery,
+
+    /// How many times the sidecar may resend a call that failed in transit. Applies only to
+    /// tools that are read-only or idempotent; other calls are never resent.
+    #[serde(default = "default_retry")]
+    #[schemars(range(min = 0, max = 10))]
+    pub retry: u32,
+}
+
+fn default_retry() -> u32 {
+    2
+}
+
+/// The HTTP transport of an MCP server.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum Transport {
+    /// Streamable HTTP: one endpoint taking POSTs, answering with JSON or an SSE stream.
+    #[default]
+    StreamableHttp,
+    /// The older HTTP+SSE transport: a GET event stream plus a POST endpoint it announces.
+    Sse,
+}
+
+/// Credentials for the MCP server, each read from a Secret in the McpServer's namespace.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "!has(self.bearerToken) || !has(self.headers) || self.headers.all(h, h.name.lowerAscii() != 'authorization')",
+        "message": "credentials.headers must not set Authorization when credentials.bearerToken is set: the bearer token is sent as the Authorization header",
+        "fieldPath": ".headers",
+    },
+]))]
+pub struct Credentials {
+    /// A bearer token, sent as `Authorization: Bearer <token>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bearer_token: Option<BearerToken>,
+
+    /// Extra HTTP headers whose values come from Secrets, e.g. an API key header.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(
+        length(max = 16),
+        extend("x-kubernetes-validations" = [
+            {
+                "rule": "self.all(a, self.exists_one(b, b.name.lowerAscii() == a.name.lowerAscii()))",
+                "message": "credentials.headers must not name the same header twice (names compare case-insensitively)",
+            },
+        ])
+    )]
+    pub headers: Vec<HeaderCredential>,
+}
+
+/// A bearer token read from a Secret.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BearerToken {
+    /// The Secret key holding the token (the bare token, without `Bearer `).
+    pub secret_key_ref: SecretKeySelector,
+}
+
+/// One HTTP header whose value is read from a Secret.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HeaderCredential {
+    /// Header name, e.g. X-API-Key. An HTTP token; headers the operator sets itself are refused.
+    #[schemars(
+        length(min = 1, max = 128),
+        regex(pattern = r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$"),
+        extend("x-kubernetes-validations" = [
+            {
+                "rule": "!(self.lowerAscii() in ['host', 'content-length', 'content-type', 'accept', 'connection', 'transfer-encoding', 'mcp-session-id', 'mcp-protocol-version', 'mcp-method', 'mcp-name', 'last-event-id'])",
+                "message": "this header is set by the operator itself (Host, Content-Length, Content-Type, Accept, Connection, Transfer-Encoding, Mcp-Session-Id, MCP-Protocol-Version, Mcp-Method, Mcp-Name, Last-Event-ID); choose another header name",
+            },
+        ])
+    )]
+    pub name: String,
+
+    /// Where the header's value comes from.
+    pub value_from: HeaderValueSource,
+}
+
+/// The source of a header value.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HeaderValueSource {
+    /// The Secret key holding the header's value.
+    pub secret_key_ref: SecretKeySelector,
+}
+
+/// TLS settings for an https:// server.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "!(has(self.caBundle) && has(self.insecureSkipVerify) && self.insecureSkipVerify)",
+        "message": "tls.insecureSkipVerify and tls.caBundle contradict each other: a CA bundle is pointless when certificates are not verified; remove one",
+    },
+]))]
+pub struct Tls {
+    /// PEM CA certificates to trust for this server instead of the public web roots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_bundle: Option<CaBundle>,
+
+    /// Skip verifying the server's certificate. For tests only: anyone on the path can then
+    /// impersonate the server. The McpServer's status says so while it is set.
+    #[serde(default)]
+    pub insecure_skip_verify: bool,
+}
+
+/// Where a PEM CA bundle is read from: exactly one of a Secret key or a ConfigMap key in the
+/// McpServer's namespace.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "has(self.secretKeyRef) != has(self.configMapKeyRef)",
+        "message": "tls.caBundle takes exactly one of secretKeyRef or configMapKeyRef",
+    },
+]))]
+pub struct CaBundle {
+    /// A Secret key holding the PEM bundle.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_key_ref: Option<SecretKeySelector>,
+
+    /// A ConfigMap key holding the PEM bundle.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_map_key_ref: Option<ConfigMapKeySelector>,
+}
+
+/// The server owner's curation of the server's tools. Applies to every agent and tenant.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ServerTools {
+    /// Tool-name patterns agents may see; empty means all. `*` matches any run of characters,
+    /// `?` one character; otherwise letters, digits, `_`, `-` and `.`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "super::common::tool_pattern_list_schema")]
+    pub allow: Vec<String>,
+
+    /// Tool-name patterns agents never see, whatever allow says (deny wins).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "super::common::tool_pattern_list_schema")]
+    pub deny: Vec<String>,
+
+    /// Access level per tool name (read, write or destructive), replacing what the tool's own
+    /// annotations say. Keys are exact tool names, no wildcards.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend(
+        "maxProperties" = 256,
+        "x-kubernetes-validations" = [
+            {
+                "rule": "self.all(k, k.matches('^[A-Za-z0-9_.-]{1,128}$'))",
+                "message": "tools.overrides keys must be exact tool names: 1 to 128 letters, digits, '_', '-' or '.' (no wildcards)",
+            },
+        ]
+    ))]
+    pub overrides: BTreeMap<String, Access>,
+
+    /// Tool names (exact, no wildcards) whose every call needs a person's approval, for every
+    /// agent.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "super::common::tool_name_list_schema")]
+    pub require_approval: Vec<String>,
+}
+
+/// Time limits for talking to the MCP server.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Timeouts {
+    /// Limit for connecting and the protocol handshake, and again for reading the whole tool
+    /// catalogue. A Go-style duration such as 10s or 1m; more than 0s, at most 5m.
+    #[serde(default = "default_connect_timeout")]
+    #[schemars(extend("x-kubernetes-validations" = [
+        {
+            "rule": "!self.matches('^([0-9]+([.][0-9]+)?(ms|s|m|h))+$') || (duration(self) > duration('0s') && duration(self) <= duration('5m'))",
+            "message": "timeouts.connect must be more than 0s and at most 5m",
+        },
+    ]))]
+    pub connect: Duration,
+
+    /// Limit for one tool call made by the sidecar. A Go-style duration such as 30s or 2m; more
+    /// than 0s, at most 1h.
+    #[serde(default = "default_call_timeout")]
+    #[schemars(extend("x-kubernetes-validations" = [
+        {
+            "rule": "!self.matches('^([0-9]+([.][0-9]+)?(ms|s|m|h))+$') || (duration(self) > duration('0s') && duration(self) <= duration('1h'))",
+            "message": "timeouts.call must be more than 0s and at most 1h",
+        },
+    ]))]
+    pub call: Duration,
+}
+
+fn default_connect_timeout() -> Duration {
+    Duration::from_static("10s")
+}
+
+fn default_call_timeout() -> Duration {
+    Duration::from_static("30s")
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Self {
+            connect: default_connect_timeout(),
+            call: default_call_timeout(),
+        }
+    }
+}
+
+/// Bounds and schedule of reading a server's tool catalogue. A listing that breaks a bound fails
+/// as a whole; the last good catalogue is kept.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Discovery {
+    /// Most `tools/list` pages read in one listing (1 to 10000). A server that needs more is
+    /// reported as TooManyPages.
+    #[serde(default = "default_max_tool_pages")]
+    #[schemars(range(min = 1, max = 10000))]
+    pub max_tool_pages: u32,
+
+    /// Largest single response accepted from the server, in bytes (64 KiB to 64 MiB; default
+    /// 4 MiB). A larger one is reported as ResponseTooLarge.
+    #[serde(default = "default_max_response_bytes")]
+    #[schemars(range(min = 65536, max = 67108864))]
+    pub max_response_bytes: u64,
+
+    /// How often the catalogue is read again when nothing else triggers it. A Go-style duration
+    /// such as 5m or 1h; at least 30s, at most 24h.
+    #[serde(default = "default_refresh_interval")]
+    #[schemars(extend("x-kubernetes-validations" = [
+        {
+            "rule": "!self.matches('^([0-9]+([.][0-9]+)?(ms|s|m|h))+$') || (duration(self) >= duration('30s') && duration(self) <= duration('24h'))",
+            "message": "discovery.refreshInterval must be at least 30s and at most 24h",
+        },
+    ]))]
+    pub refresh_interval: Duration,
+}
+
+fn default_max_tool_pages() -> u32 {
+    100
+}
+
+fn default_max_response_bytes() -> u64 {
+    4 * 1024 * 1024
+}
+
+fn default_refresh_interval() -> Duration {
+    Duration::from_static("5m")
+}
+
+impl Default for Discovery {
+    fn default() -> Self {
+        Self {
+            max_tool_pages: default_max_tool_pages(),
+            max_response_bytes: default_max_response_bytes(),
+            refresh_interval: default_refresh_interval(),
+        }
+    }
+}
+
+/// What the operator last observed of the MCP server. Written by the controller only.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct McpServerStatus {
+    /// The metadata.generation of the spec this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+
+    /// The server's own name and version, as it reported them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_info: Option<ServerInfo>,
+
+    /// The MCP protocol revision in use, e.g. 2025-11-25.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocol_version: Option<String>,
+
+    /// The protocol generation the server speaks: legacy (initialize handshake and sessions) or
+    /// modern (no handshake, server/discover).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "super::common::nullable_enum_schema::<ProtocolEra>")]
+    pub era: Option<ProtocolEra>,
+
+    /// The last complete tool catalogue read from the server. Kept when a later listing fails
+    /// (CatalogSynced then says so).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub catalog: Option<CatalogStatus>,
+
+    /// Name of the ConfigMap in this namespace holding the full catalogue (gzip) when it is too
+    /// large for status; catalog.tools is then empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub catalog_config_map: Option<String>,
+
+    /// CredentialsResolved, Reachable, CatalogSynced and Ready.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "super::conditions::conditions_schema")]
+    pub conditions: Vec<Condition>,
+}
+
+/// The server's self-description from the handshake or discovery.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ServerInfo {
+    /// The server's name.
+    pub name: String,
+    /// The server's version.
+    pub version: String,
+    /// Human-readable title, when the server gives one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+}
+
+/// The generation of the MCP protocol a server speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ProtocolEra {
+    /// Revisions 2025-03-26 to 2025-11-25: initialize handshake, sessions.
+    Legacy,
+    /// Revision 2026-07-28 and later: no handshake, no sessions, server/discover.
+    Modern,
+}
+
+/// The catalogue in status: the probe's catalogue document plus when it was read.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CatalogStatus {
+    /// The catalogue itself (toolCount, digest, pagesRead, tools), exactly as the probe prints it.
+    #[serde(flatten)]
+    pub catalog: Catalog,
+
+    /// When the catalogue was last read completely. Stays put while listings fail.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_sync_time: Option<Time>,
+}

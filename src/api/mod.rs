@@ -39,7 +39,7 @@ pub const GROUP: &str = "mcp-operator.dev";
 pub fn crds() -> Vec<CustomResourceDefinition> {
     [McpServer::crd(), AgentSpec::crd(), McpTenantPolicy::crd()]
         .into_iter()
-        .map(unwrap_descriptions)
+        .map(tidy_schemas)
         .collect()
 }
 
@@ -50,9 +50,13 @@ pub fn crds_yaml() -> String {
         .expect("CustomResourceDefinitions always serialise to YAML")
 }
 
-/// Doc comments are wrapped at 100 columns in the source; `kubectl explain` wraps on its own,
-/// so schema descriptions keep paragraph breaks (blank lines) and lose the source's line breaks.
-fn unwrap_descriptions(crd: CustomResourceDefinition) -> CustomResourceDefinition {
+/// Two touches to what schemars generates, on every schema node of a CRD:
+///
+/// - Doc comments are wrapped at 100 columns in the source; `kubectl explain` wraps on its own,
+///   so descriptions keep paragraph breaks (blank lines) and lose the source's line breaks.
+/// - schemars says `format: uint32`/`uint64` for unsigned integers, which the apiserver does not
+///   know (it warns on every apply); they become `int64`, and `minimum: 0` stays.
+fn tidy_schemas(crd: CustomResourceDefinition) -> CustomResourceDefinition {
     let mut value = serde_json::to_value(crd).expect("a CRD is JSON");
     if let Some(versions) = value
         .pointer_mut("/spec/versions")
@@ -60,14 +64,14 @@ fn unwrap_descriptions(crd: CustomResourceDefinition) -> CustomResourceDefinitio
     {
         for version in versions {
             if let Some(schema) = version.pointer_mut("/schema/openAPIV3Schema") {
-                unwrap_schema_descriptions(schema);
+                tidy_schema(schema);
             }
         }
     }
-    serde_json::from_value(value).expect("unwrapping descriptions keeps a valid CRD")
+    serde_json::from_value(value).expect("tidying schemas keeps a valid CRD")
 }
 
-fn unwrap_schema_descriptions(schema: &mut serde_json::Value) {
+fn tidy_schema(schema: &mut serde_json::Value) {
     let Some(object) = schema.as_object_mut() else {
         return;
     };
@@ -84,12 +88,17 @@ fn unwrap_schema_descriptions(schema: &mut serde_json::Value) {
             .collect::<Vec<_>>()
             .join("\n\n");
     }
+    if let Some(format) = object.get_mut("format")
+        && format.as_str().is_some_and(|f| f.starts_with("uint"))
+    {
+        *format = "int64".into();
+    }
     if let Some(properties) = object.get_mut("properties").and_then(|p| p.as_object_mut()) {
-        properties.values_mut().for_each(unwrap_schema_descriptions);
+        properties.values_mut().for_each(tidy_schema);
     }
     for key in ["items", "additionalProperties"] {
         if let Some(child) = object.get_mut(key) {
-            unwrap_schema_descriptions(child);
+            tidy_schema(child);
         }
     }
 }

@@ -211,6 +211,36 @@ fn every_property_has_a_description() {
     }
 }
 
+/// The apiserver warns about every format it does not know, on every apply.
+#[test]
+fn only_formats_the_apiserver_knows() {
+    fn walk(node: &Value, path: &str, unknown: &mut Vec<String>) {
+        if let Some(format) = node["format"].as_str()
+            && !["int32", "int64", "date-time", "byte", "double", "float"].contains(&format)
+        {
+            unknown.push(format!("{path}: {format}"));
+        }
+        if let Some(properties) = node["properties"].as_object() {
+            for (name, child) in properties {
+                walk(child, &format!("{path}.{name}"), unknown);
+            }
+        }
+        for key in ["items", "additionalProperties"] {
+            if node[key].is_object() {
+                walk(&node[key], &format!("{path}.{key}"), unknown);
+            }
+        }
+    }
+    for kind in ["McpServer", "AgentSpec", "McpTenantPolicy"] {
+        let mut unknown = vec![];
+        walk(&schema(kind), kind, &mut unknown);
+        assert!(
+            unknown.is_empty(),
+            "formats the apiserver does not know: {unknown:?}"
+        );
+    }
+}
+
 #[test]
 fn descriptions_are_unwrapped() {
     let url = at(&schema("McpServer"), "spec.url")["description"]
@@ -756,4 +786,103 @@ fn examples_use_only_known_fields() {
         3,
         "examples/ should show every kind, saw {seen:?}"
     );
+}
+
+fn testdata() -> std::path::PathBuf {
+    manifest_dir().join("src/api/testdata")
+}
+
+/// The rejected cases name what they expect, so the apiserver test below can check the message.
+fn rejected_cases() -> Vec<(std::path::PathBuf, String)> {
+    let mut cases: Vec<_> = std::fs::read_dir(testdata().join("rejected"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .map(|path| {
+            let text = std::fs::read_to_string(&path).unwrap();
+            let expect = text
+                .lines()
+                .next()
+                .and_then(|l| l.strip_prefix("# expect: "))
+                .unwrap_or_else(|| panic!("{}: first line must be `# expect: ...`", path.display()))
+                .to_owned();
+            (path, expect)
+        })
+        .collect();
+    cases.sort();
+    cases
+}
+
+#[test]
+fn validation_cases_are_well_formed() {
+    let cases = rejected_cases();
+    assert!(cases.len() >= 30, "{} rejected cases", cases.len());
+    for (path, _) in &cases {
+        let text = std::fs::read_to_string(path).unwrap();
+        let document: Value = serde_saphyr::from_str(&text).unwrap();
+        assert_eq!(
+            document["apiVersion"],
+            "mcp-operator.dev/v1alpha1",
+            "{}",
+            path.display()
+        );
+    }
+}
+
+/// Every rule against a real apiserver: the CRDs install (so every CEL rule compiles and fits
+/// the cost budget), the examples and the edge cases are accepted, each malformed manifest is
+/// refused with its message. Server-side dry runs: nothing is stored but the CRDs and the
+/// namespace.
+#[test]
+#[ignore = "needs a cluster: e2e/cluster.sh up DIR, then `set -a; . DIR/env; set +a`"]
+fn apiserver_accepts_and_rejects() {
+    use std::process::Command;
+    let kubectl = std::env::var("KUBECTL").unwrap_or_else(|_| "kubectl".into());
+    let run = |args: &[&str]| {
+        let out = Command::new(&kubectl)
+            .args(args)
+            .output()
+            .expect("kubectl runs");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.success(), text)
+    };
+    let crds = manifest_dir().join("crds/crds.yaml");
+    let (ok, out) = run(&["apply", "--server-side", "-f", crds.to_str().unwrap()]);
+    assert!(ok, "installing the CRDs: {out}");
+    assert!(!out.contains("Warning"), "installing the CRDs: {out}");
+    let (ok, out) = run(&[
+        "wait",
+        "--for=condition=Established",
+        "crd",
+        "-l",
+        "",
+        "--all",
+    ]);
+    assert!(ok, "{out}");
+    let namespace = manifest_dir().join("examples/00-namespace.yaml");
+    let (ok, out) = run(&["apply", "-f", namespace.to_str().unwrap()]);
+    assert!(ok, "{out}");
+
+    let examples = manifest_dir().join("examples");
+    let accepted = testdata().join("accepted.yaml");
+    for path in [examples.as_path(), accepted.as_path()] {
+        let (ok, out) = run(&["apply", "--dry-run=server", "-f", path.to_str().unwrap()]);
+        assert!(ok, "{} refused: {out}", path.display());
+    }
+
+    let mut wrong = vec![];
+    for (path, expect) in rejected_cases() {
+        let (ok, out) = run(&["apply", "--dry-run=server", "-f", path.to_str().unwrap()]);
+        if ok || !out.contains(&expect) {
+            wrong.push(format!(
+                "{}: expected {expect:?}, got {out}",
+                path.display()
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }

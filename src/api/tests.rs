@@ -854,14 +854,7 @@ fn apiserver_accepts_and_rejects() {
     let (ok, out) = run(&["apply", "--server-side", "-f", crds.to_str().unwrap()]);
     assert!(ok, "installing the CRDs: {out}");
     assert!(!out.contains("Warning"), "installing the CRDs: {out}");
-    let (ok, out) = run(&[
-        "wait",
-        "--for=condition=Established",
-        "crd",
-        "-l",
-        "",
-        "--all",
-    ]);
+    let (ok, out) = run(&["wait", "--for=condition=Established", "crd", "--all"]);
     assert!(ok, "{out}");
     let namespace = manifest_dir().join("examples/00-namespace.yaml");
     let (ok, out) = run(&["apply", "-f", namespace.to_str().unwrap()]);

@@ -14,6 +14,18 @@ use serde::{Deserialize, Serialize};
 
 use super::conditions::Condition;
 
+/// Suffix of the grants ConfigMap's name: `<agentspec>-mcp-grants`.
+pub const GRANTS_CONFIG_MAP_SUFFIX: &str = "-mcp-grants";
+
+/// Key of the grants document in the grants ConfigMap.
+pub const GRANTS_KEY: &str = "grants.json";
+
+/// Name of the ConfigMap holding an AgentSpec's grants. The schema limits AgentSpec names so
+/// this stays a valid object name.
+pub fn grants_config_map_name(agent_spec: &str) -> String {
+    format!("{agent_spec}{GRANTS_CONFIG_MAP_SUFFIX}")
+}
+
 /// What one agent may call: the McpServers it uses (in its namespace) and the tools it wants
 /// from each. The operator publishes the granted tools in the ConfigMap named in status.
 // Each printcolumn(...) repeats the keys name/type_/json_path, which clippy mistakes for
@@ -39,6 +51,9 @@ use super::conditions::Condition;
         type_ = "string",
         json_path = r#".status.conditions[?(@.type=="Ready")].reason"#,
         priority = 1
+    ),
+    validation = kube::core::Rule::new("size(self.metadata.name) <= 242").message(
+        "AgentSpec names are at most 242 characters: the grants ConfigMap is named <name>-mcp-grants"
     ),
     printcolumn(name = "Tools", type_ = "integer", json_path = ".status.grantedTools"),
     printcolumn(

@@ -20,6 +20,10 @@ use super::common::{ConfigMapKeySelector, Duration, SecretKeySelector};
 use super::conditions::Condition;
 use crate::mcp::catalog::{Access, Catalog};
 
+/// Annotation on an McpServer that asks for its catalogue to be read again now; any new value
+/// triggers one refresh.
+pub const REFRESH_ANNOTATION: &str = "mcp-operator.dev/refresh";
+
 /// A remote MCP server reached over HTTP. The operator connects to it, reads its whole tool
 /// catalogue, classifies every tool as read, write or destructive, and reports in status whether
 /// the server is reachable and why not.

@@ -35,7 +35,7 @@ fn schema(kind: &str) -> Value {
 /// The sub-schema at a dotted path: `spec.servers[].prefix`, `spec.tools.overrides{}`.
 fn at(schema: &Value, path: &str) -> Value {
     let mut node = schema;
-    for part in path.split('.') {
+    for part in path.split('.').filter(|p| !p.is_empty()) {
         let (name, suffix) = match part.find(['[', '{']) {
             Some(i) => part.split_at(i),
             None => (part, ""),

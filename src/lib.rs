@@ -16,7 +16,6 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
-pub mod duration;
 pub mod grants;
 pub mod mcp;
 pub mod probe;

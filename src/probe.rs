@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::duration::parse_duration;
+use crate::api::common::Duration as SpecDuration;
 use crate::mcp::{
-    self, Access, Credentials, EndpointPolicy, Limits, McpError, SecretValue, ServerConnection,
+    self, Access, Credentials, EndpointPolicy, Limits, ReadFailure, SecretValue, ServerConnection,
     TlsSettings, TransportKind,
 };
 
@@ -98,15 +98,22 @@ pub fn success_document(
 }
 
 /// The document printed when the server could not be read.
-pub fn failure_document(e: &McpError) -> Value {
+pub fn failure_document(failure: &ReadFailure) -> Value {
     json!({
         "reachable": false,
-        "reason": e.reason(),
-        "message": e.to_string(),
+        "stage": failure.stage,
+        "reason": failure.error.reason(),
+        "message": failure.error.to_string(),
     })
 }
 
 type Overrides = std::collections::BTreeMap<String, Access>;
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    text.parse::<SpecDuration>()
+        .map(|d| d.as_std())
+        .map_err(|e| e.to_string())
+}
 
 fn connection(args: &ProbeArgs) -> Result<(ServerConnection, Overrides), String> {
     let mut credentials = Credentials::default();

@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 use super::common::{ConfigMapKeySelector, Duration, SecretKeySelector};
 use super::conditions::Condition;
 use crate::mcp::catalog::{Access, Catalog};
+pub use crate::mcp::session::{Era as ProtocolEra, ServerInfo};
 
 /// Annotation on an McpServer that asks for its catalogue to be read again now; any new value
 /// triggers one refresh.
@@ -420,29 +421,6 @@ pub struct McpServerStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "super::conditions::conditions_schema")]
     pub conditions: Vec<Condition>,
-}
-
-/// The server's self-description from the handshake or discovery.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct ServerInfo {
-    /// The server's name.
-    pub name: String,
-    /// The server's version.
-    pub version: String,
-    /// Human-readable title, when the server gives one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub title: Option<String>,
-}
-
-/// The generation of the MCP protocol a server speaks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum ProtocolEra {
-    /// Revisions 2025-03-26 to 2025-11-25: initialize handshake, sessions.
-    Legacy,
-    /// Revision 2026-07-28 and later: no handshake, no sessions, server/discover.
-    Modern,
 }
 
 /// The catalogue in status: the probe's catalogue document plus when it was read.

@@ -58,10 +58,36 @@ impl ServerReport {
     }
 }
 
+/// Which step of reading a server failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Stage {
+    /// Reaching the server and negotiating the protocol: the server is not usable.
+    Connect,
+    /// Listing the tools after a successful handshake: the server answers, its catalogue is bad.
+    List,
+}
+
+/// A failed read: the reason, and whether the server got as far as the handshake.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{error}")]
+pub struct ReadFailure {
+    pub stage: Stage,
+    pub error: McpError,
+}
+
 /// Connects to a server and reads its whole tool list. The handshake and the listing each get
 /// `limits.connect_timeout`.
-pub async fn read_server(conn: &ServerConnection) -> Result<ServerReport, McpError> {
-    let url = endpoint::parse_url(&conn.url)?;
+pub async fn read_server(conn: &ServerConnection) -> Result<ServerReport, ReadFailure> {
+    let connect_failed = |error| ReadFailure {
+        stage: Stage::Connect,
+        error,
+    };
+    let list_failed = |error| ReadFailure {
+        stage: Stage::List,
+        error,
+    };
+    let url = endpoint::parse_url(&conn.url).map_err(connect_failed)?;
     let limit = conn.limits.connect_timeout;
     let timeout = |what| McpError::Timeout {
         what,
@@ -83,7 +109,9 @@ pub async fn read_server(conn: &ServerConnection) -> Result<ServerReport, McpErr
         }
     })
     .await
-    .map_err(|_| timeout("connecting and negotiating the protocol"))??;
+    .map_err(|_| timeout("connecting and negotiating the protocol"))
+    .and_then(|opened| opened)
+    .map_err(connect_failed)?;
 
     let mut pages_read = 0;
     let listed = tokio::time::timeout(
@@ -95,11 +123,13 @@ pub async fn read_server(conn: &ServerConnection) -> Result<ServerReport, McpErr
         Ok(Ok(listing)) => listing,
         Ok(Err(e)) => {
             session.close().await;
-            return Err(e);
+            return Err(list_failed(e));
         }
         Err(_) => {
             session.close().await;
-            return Err(timeout("listing the tools").with_pages_read(pages_read));
+            return Err(list_failed(
+                timeout("listing the tools").with_pages_read(pages_read),
+            ));
         }
     };
     let report = ServerReport {

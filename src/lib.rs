@@ -16,6 +16,7 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod controller;
 pub mod grants;
 pub mod mcp;
 pub mod probe;

@@ -2,18 +2,29 @@
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{Parser, Subcommand, ValueEnum};
 
 /// Declares remote MCP servers and the tool grants of AI agents on Kubernetes.
 #[derive(Parser)]
 #[command(name = "mcp-operator", version, about)]
 struct Cli {
+    /// Log format: text for people, json for log pipelines. RUST_LOG sets the level (default info).
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
 }
 
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
 #[derive(Subcommand)]
 enum Command {
+    /// Run the operator: reconcile McpServers against the cluster in KUBECONFIG or in-cluster.
+    Controller(mcp_operator::controller::ControllerArgs),
     /// Print the CustomResourceDefinitions as YAML (the checked-in crds/ equals this output).
     Crds,
     /// Connect to one MCP server exactly as the controller would and print its catalogue, or the
@@ -30,5 +41,31 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Command::Probe(args) => mcp_operator::probe::main(args),
+        Command::Controller(args) => {
+            init_logging(cli.log_format);
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .expect("a tokio runtime starts");
+            match runtime.block_on(mcp_operator::controller::run(args)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    tracing::error!(reason = e.reason(), "{e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder.init(),
     }
 }

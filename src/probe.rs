@@ -109,7 +109,7 @@ pub fn failure_document(failure: &ReadFailure) -> Value {
 
 type Overrides = std::collections::BTreeMap<String, Access>;
 
-fn parse_duration(text: &str) -> Result<Duration, String> {
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
     text.parse::<SpecDuration>()
         .map(|d| d.as_std())
         .map_err(|e| e.to_string())

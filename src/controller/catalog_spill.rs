@@ -1,0 +1,159 @@
+//! Catalogues too large for an McpServer's status (etcd caps an object at about 1.5 MiB) move to
+//! a companion ConfigMap `<server>-mcp-catalog`, gzip-compressed, owned by the McpServer; status
+//! then keeps the counts and digest with an empty tool list and names the ConfigMap.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams};
+use kube::{Api, Client, Resource, ResourceExt};
+
+use crate::api::mcp_server::McpServer;
+use crate::mcp::Catalog;
+
+/// Above this many bytes of tool entries, the catalogue leaves status.
+pub const STATUS_TOOLS_BUDGET: usize = 512 * 1024;
+/// The key holding the gzip-compressed catalogue JSON.
+pub const CATALOG_KEY: &str = "catalog.json.gz";
+const DIGEST_ANNOTATION: &str = "mcp-operator.dev/catalog-digest";
+
+pub fn config_map_name(server: &str) -> String {
+    format!("{server}-mcp-catalog")
+}
+
+/// Whether the catalogue's tool list is too large for status.
+pub fn too_large_for_status(catalog: &Catalog) -> bool {
+    serde_json::to_vec(&catalog.tools).map_or(true, |v| v.len() > STATUS_TOOLS_BUDGET)
+}
+
+/// The gzip-compressed JSON of the whole catalogue.
+pub fn compress(catalog: &Catalog) -> Vec<u8> {
+    let json = serde_json::to_vec(catalog).expect("a catalogue serialises");
+    let mut encoder = flate2::GzBuilder::new().write(Vec::new(), flate2::Compression::best());
+    encoder.write_all(&json).expect("writing to memory");
+    encoder.finish().expect("writing to memory")
+}
+
+/// Reads a spilled catalogue back (the sidecar and tests use this).
+pub fn decompress(bytes: &[u8]) -> Option<Catalog> {
+    let mut json = Vec::new();
+    std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(bytes), &mut json).ok()?;
+    serde_json::from_slice(&json).ok()
+}
+
+/// Makes the companion ConfigMap hold `catalog` (written only when its digest changed).
+/// Returns whether anything was written.
+pub async fn publish(
+    client: &Client,
+    server: &McpServer,
+    catalog: &Catalog,
+    field_manager: &str,
+) -> Result<bool, kube::Error> {
+    let namespace = server.namespace().unwrap_or_default();
+    let name = config_map_name(&server.name_any());
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &namespace);
+    if let Some(existing) = api.get_opt(&name).await?
+        && existing.annotations().get(DIGEST_ANNOTATION) == Some(&catalog.digest)
+    {
+        return Ok(false);
+    }
+    let cm = ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            namespace: Some(namespace),
+            owner_references: server.controller_owner_ref(&()).map(|o| vec![o]),
+            labels: Some(BTreeMap::from([
+                (
+                    "app.kubernetes.io/managed-by".to_string(),
+                    "mcp-operator".to_string(),
+                ),
+                ("mcp-operator.dev/mcpserver".to_string(), server.name_any()),
+            ])),
+            annotations: Some(BTreeMap::from([(
+                DIGEST_ANNOTATION.to_string(),
+                catalog.digest.clone(),
+            )])),
+            ..Default::default()
+        },
+        binary_data: Some(BTreeMap::from([(
+            CATALOG_KEY.to_string(),
+            ByteString(compress(catalog)),
+        )])),
+        ..Default::default()
+    };
+    api.patch(
+        &name,
+        &PatchParams::apply(field_manager).force(),
+        &Patch::Apply(&cm),
+    )
+    .await?;
+    Ok(true)
+}
+
+/// The full catalogue from the companion ConfigMap, if it is there and readable.
+pub async fn read(client: &Client, server: &McpServer) -> Option<Catalog> {
+    let api: Api<ConfigMap> =
+        Api::namespaced(client.clone(), &server.namespace().unwrap_or_default());
+    let cm = api
+        .get_opt(&config_map_name(&server.name_any()))
+        .await
+        .ok()??;
+    decompress(&cm.binary_data?.get(CATALOG_KEY)?.0)
+}
+
+/// Removes the companion ConfigMap once the catalogue fits in status again.
+pub async fn remove(client: &Client, server: &McpServer) -> Result<(), kube::Error> {
+    let api: Api<ConfigMap> =
+        Api::namespaced(client.clone(), &server.namespace().unwrap_or_default());
+    match api
+        .delete(
+            &config_map_name(&server.name_any()),
+            &DeleteParams::default(),
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mcp::catalog::build;
+    use serde_json::json;
+
+    #[test]
+    fn ten_thousand_tools_spill_and_fit_a_config_map() {
+        let tools: Vec<_> = (0..10_000)
+            .map(|i| {
+                json!({"name": format!("tool_{i:05}"),
+                       "description": format!("Tool number {i} does a thing to the thing {i}."),
+                       "inputSchema": {"type": "object", "properties": {"x": {"type": "string"}}}})
+                .as_object()
+                .unwrap()
+                .clone()
+            })
+            .collect();
+        let catalog = build(&tools, &BTreeMap::new(), 100);
+        assert!(too_large_for_status(&catalog));
+        let gz = compress(&catalog);
+        // A ConfigMap holds at most 1 MiB of data.
+        assert!(gz.len() < 1024 * 1024, "compressed to {} bytes", gz.len());
+        assert_eq!(decompress(&gz).unwrap(), catalog);
+    }
+
+    #[test]
+    fn small_catalogues_stay_in_status() {
+        let tools = vec![
+            json!({"name": "a", "inputSchema": {}})
+                .as_object()
+                .unwrap()
+                .clone(),
+        ];
+        assert!(!too_large_for_status(&build(&tools, &BTreeMap::new(), 1)));
+    }
+}

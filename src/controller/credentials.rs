@@ -1,0 +1,261 @@
+//! Resolves what an McpServer refers to — bearer token, header values, CA bundle — from Secrets
+//! and ConfigMaps in its namespace into the plain connection settings `mcp` takes. Errors name the
+//! object and key, never a value.
+
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::{Api, Client};
+use sha2::{Digest, Sha256};
+
+use crate::api::common::SecretKeySelector;
+use crate::api::mcp_server::McpServerSpec;
+use crate::mcp::{Credentials, SecretValue, TlsSettings};
+
+/// Why the credentials could not be resolved. The reason words appear in the
+/// `CredentialsResolved` condition.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CredentialError {
+    #[error("Secret {name:?} (referenced by {field}) does not exist in namespace {namespace:?}")]
+    SecretNotFound {
+        namespace: String,
+        name: String,
+        field: String,
+    },
+    #[error("Secret {name:?} has no key {key:?} (referenced by {field})")]
+    SecretKeyNotFound {
+        name: String,
+        key: String,
+        field: String,
+    },
+    #[error("ConfigMap {name:?} (referenced by {field}) does not exist in namespace {namespace:?}")]
+    ConfigMapNotFound {
+        namespace: String,
+        name: String,
+        field: String,
+    },
+    #[error("ConfigMap {name:?} has no key {key:?} (referenced by {field})")]
+    ConfigMapKeyNotFound {
+        name: String,
+        key: String,
+        field: String,
+    },
+    #[error(
+        "the value of Secret {name:?} key {key:?} (referenced by {field}) is not valid UTF-8 text"
+    )]
+    NotText {
+        name: String,
+        key: String,
+        field: String,
+    },
+    #[error("reading {kind} {name:?} failed: {detail}")]
+    ApiError {
+        kind: &'static str,
+        name: String,
+        detail: String,
+    },
+}
+
+impl CredentialError {
+    pub fn reason(&self) -> &'static str {
+        match self {
+            CredentialError::SecretNotFound { .. } => "SecretNotFound",
+            CredentialError::SecretKeyNotFound { .. } => "SecretKeyNotFound",
+            CredentialError::ConfigMapNotFound { .. } => "ConfigMapNotFound",
+            CredentialError::ConfigMapKeyNotFound { .. } => "ConfigMapKeyNotFound",
+            CredentialError::NotText { .. } => "SecretNotText",
+            CredentialError::ApiError { .. } => "SecretReadFailed",
+        }
+    }
+}
+
+/// The resolved settings, and a digest of every resolved value so a change (a rotated token)
+/// can be noticed without keeping the values around.
+pub struct Resolved {
+    pub credentials: Credentials,
+    pub tls: TlsSettings,
+    pub digest: String,
+}
+
+/// Every Secret name an McpServer refers to (for the Secret → McpServer index).
+pub fn referenced_secrets(spec: &McpServerSpec) -> Vec<String> {
+    let mut names = Vec::new();
+    if let Some(creds) = &spec.credentials {
+        if let Some(b) = &creds.bearer_token {
+            names.push(b.secret_key_ref.name.clone());
+        }
+        names.extend(
+            creds
+                .headers
+                .iter()
+                .map(|h| h.value_from.secret_key_ref.name.clone()),
+        );
+    }
+    if let Some(r) = spec
+        .tls
+        .as_ref()
+        .and_then(|t| t.ca_bundle.as_ref())
+        .and_then(|c| c.secret_key_ref.as_ref())
+    {
+        names.push(r.name.clone());
+    }
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// Every ConfigMap name an McpServer refers to (a CA bundle).
+pub fn referenced_config_maps(spec: &McpServerSpec) -> Vec<String> {
+    spec.tls
+        .as_ref()
+        .and_then(|t| t.ca_bundle.as_ref())
+        .and_then(|c| c.config_map_key_ref.as_ref())
+        .map(|r| vec![r.name.clone()])
+        .unwrap_or_default()
+}
+
+/// Reads the referenced Secrets and ConfigMaps.
+pub async fn resolve(
+    client: &Client,
+    namespace: &str,
+    spec: &McpServerSpec,
+) -> Result<Resolved, CredentialError> {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    let mut hasher = Sha256::new();
+    let mut credentials = Credentials::default();
+    if let Some(creds) = &spec.credentials {
+        if let Some(bearer) = &creds.bearer_token {
+            let field = "spec.credentials.bearerToken.secretKeyRef";
+            let token = secret_text(&secrets, namespace, &bearer.secret_key_ref, field).await?;
+            hasher.update(b"bearer\0");
+            hasher.update(token.as_bytes());
+            credentials.bearer_token = Some(SecretValue::new(token.trim()));
+        }
+        for (i, header) in creds.headers.iter().enumerate() {
+            let field = format!("spec.credentials.headers[{i}].valueFrom.secretKeyRef");
+            let value = secret_text(
+                &secrets,
+                namespace,
+                &header.value_from.secret_key_ref,
+                &field,
+            )
+            .await?;
+            hasher.update(header.name.as_bytes());
+            hasher.update(b"\0");
+            hasher.update(value.as_bytes());
+            credentials
+                .headers
+                .push((header.name.clone(), SecretValue::new(value.trim())));
+        }
+    }
+    let mut tls = TlsSettings::default();
+    if let Some(t) = &spec.tls {
+        tls.insecure_skip_verify = t.insecure_skip_verify;
+        if let Some(bundle) = &t.ca_bundle {
+            let pem = if let Some(r) = &bundle.secret_key_ref {
+                secret_bytes(&secrets, namespace, r, "spec.tls.caBundle.secretKeyRef").await?
+            } else if let Some(r) = &bundle.config_map_key_ref {
+                let field = "spec.tls.caBundle.configMapKeyRef";
+                let cm = config_maps
+                    .get_opt(&r.name)
+                    .await
+                    .map_err(|e| api_error("ConfigMap", &r.name, e))?
+                    .ok_or_else(|| CredentialError::ConfigMapNotFound {
+                        namespace: namespace.into(),
+                        name: r.name.clone(),
+                        field: field.into(),
+                    })?;
+                cm.data
+                    .as_ref()
+                    .and_then(|d| d.get(&r.key))
+                    .map(|s| s.as_bytes().to_vec())
+                    .or_else(|| {
+                        cm.binary_data
+                            .as_ref()
+                            .and_then(|d| d.get(&r.key))
+                            .map(|b| b.0.clone())
+                    })
+                    .ok_or_else(|| CredentialError::ConfigMapKeyNotFound {
+                        name: r.name.clone(),
+                        key: r.key.clone(),
+                        field: field.into(),
+                    })?
+            } else {
+                Vec::new()
+            };
+            hasher.update(b"ca\0");
+            hasher.update(&pem);
+            tls.ca_pem = Some(pem);
+        }
+    }
+    hasher.update(if tls.insecure_skip_verify {
+        b"insecure"
+    } else {
+        b"verify\0\0"
+    });
+    Ok(Resolved {
+        credentials,
+        tls,
+        digest: hex::encode(hasher.finalize()),
+    })
+}
+
+async fn secret_bytes(
+    secrets: &Api<Secret>,
+    namespace: &str,
+    selector: &SecretKeySelector,
+    field: &str,
+) -> Result<Vec<u8>, CredentialError> {
+    let secret = secrets
+        .get_opt(&selector.name)
+        .await
+        .map_err(|e| api_error("Secret", &selector.name, e))?
+        .ok_or_else(|| CredentialError::SecretNotFound {
+            namespace: namespace.into(),
+            name: selector.name.clone(),
+            field: field.into(),
+        })?;
+    secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(&selector.key))
+        .map(|b| b.0.clone())
+        .or_else(|| {
+            secret
+                .string_data
+                .as_ref()
+                .and_then(|d| d.get(&selector.key))
+                .map(|s| s.as_bytes().to_vec())
+        })
+        .ok_or_else(|| CredentialError::SecretKeyNotFound {
+            name: selector.name.clone(),
+            key: selector.key.clone(),
+            field: field.into(),
+        })
+}
+
+async fn secret_text(
+    secrets: &Api<Secret>,
+    namespace: &str,
+    selector: &SecretKeySelector,
+    field: &str,
+) -> Result<String, CredentialError> {
+    let bytes = secret_bytes(secrets, namespace, selector, field).await?;
+    String::from_utf8(bytes).map_err(|_| CredentialError::NotText {
+        name: selector.name.clone(),
+        key: selector.key.clone(),
+        field: field.into(),
+    })
+}
+
+fn api_error(kind: &'static str, name: &str, e: kube::Error) -> CredentialError {
+    // A kube API error carries the apiserver's status message, never the object's data.
+    let detail = match &e {
+        kube::Error::Api(status) => format!("{} ({})", status.reason, status.code),
+        other => other.to_string(),
+    };
+    CredentialError::ApiError {
+        kind,
+        name: name.into(),
+        detail,
+    }
+}

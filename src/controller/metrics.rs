@@ -1,0 +1,189 @@
+//! Prometheus metrics of the controller, served on `/metrics`. Label values are the same reason
+//! words as in conditions and logs.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReconcileLabels {
+    pub kind: &'static str,
+    pub result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    pub kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ServerLabels {
+    pub namespace: String,
+    pub name: String,
+}
+
+/// Every metric the controller exports.
+pub struct Metrics {
+    pub registry: Registry,
+    pub reconciles: Family<ReconcileLabels, Counter>,
+    pub reconcile_duration: Family<KindLabels, Histogram>,
+    pub probe_duration: Histogram,
+    pub probes: Family<ReasonLabels, Counter>,
+    pub status_writes: Family<KindLabels, Counter>,
+    servers_by_reason: Family<ReasonLabels, Gauge>,
+    tools: Family<ServerLabels, Gauge>,
+    pub subscriptions_open: Gauge,
+    /// (namespace, name) → Ready reason, from which `servers_by_reason` is derived.
+    reasons: Mutex<HashMap<(String, String), String>>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("mcp_operator");
+        let reconciles = Family::<ReconcileLabels, Counter>::default();
+        registry.register(
+            "reconciles",
+            "Reconciles by kind and result (ok or the error reason)",
+            reconciles.clone(),
+        );
+        let reconcile_duration = Family::<KindLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.005, 2.0, 14))
+        });
+        registry.register(
+            "reconcile_duration_seconds",
+            "Time spent in one reconcile",
+            reconcile_duration.clone(),
+        );
+        let probe_duration = Histogram::new(exponential_buckets(0.005, 2.0, 14));
+        registry.register(
+            "probe_duration_seconds",
+            "Time to connect to an MCP server and list its whole catalogue",
+            probe_duration.clone(),
+        );
+        let probes = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "probes",
+            "Probes of MCP servers by outcome (Ready or the failure reason)",
+            probes.clone(),
+        );
+        let status_writes = Family::<KindLabels, Counter>::default();
+        registry.register(
+            "writes",
+            "Writes to the apiserver (status patches, ConfigMaps) by kind",
+            status_writes.clone(),
+        );
+        let servers_by_reason = Family::<ReasonLabels, Gauge>::default();
+        registry.register(
+            "mcpservers",
+            "McpServers by the reason of their Ready condition",
+            servers_by_reason.clone(),
+        );
+        let tools = Family::<ServerLabels, Gauge>::default();
+        registry.register(
+            "mcpserver_tools",
+            "Tools in each McpServer's catalogue",
+            tools.clone(),
+        );
+        let subscriptions_open = Gauge::default();
+        registry.register(
+            "subscriptions_open",
+            "Open tools/list_changed subscriptions to MCP servers",
+            subscriptions_open.clone(),
+        );
+        Metrics {
+            registry,
+            reconciles,
+            reconcile_duration,
+            probe_duration,
+            probes,
+            status_writes,
+            servers_by_reason,
+            tools,
+            subscriptions_open,
+            reasons: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+impl Metrics {
+    /// Records an McpServer's Ready reason and tool count (None when it is deleted).
+    pub fn set_server(&self, namespace: &str, name: &str, state: Option<(&str, Option<u32>)>) {
+        let key = (namespace.to_string(), name.to_string());
+        let labels = ServerLabels {
+            namespace: key.0.clone(),
+            name: key.1.clone(),
+        };
+        let mut reasons = self.reasons.lock().expect("metrics lock");
+        match state {
+            Some((reason, tools)) => {
+                reasons.insert(key, reason.to_string());
+                match tools {
+                    Some(n) => {
+                        self.tools.get_or_create(&labels).set(n as i64);
+                    }
+                    None => {
+                        self.tools.remove(&labels);
+                    }
+                }
+            }
+            None => {
+                reasons.remove(&key);
+                self.tools.remove(&labels);
+            }
+        }
+        let mut counts: HashMap<&str, i64> = HashMap::new();
+        for reason in reasons.values() {
+            *counts.entry(reason.as_str()).or_default() += 1;
+        }
+        self.servers_by_reason.clear();
+        for (reason, n) in counts {
+            self.servers_by_reason
+                .get_or_create(&ReasonLabels {
+                    reason: reason.to_string(),
+                })
+                .set(n);
+        }
+    }
+
+    /// The text exposition format.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("encoding to a String");
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn servers_are_counted_by_reason() {
+        let m = Metrics::default();
+        m.set_server("a", "x", Some(("Ready", Some(3))));
+        m.set_server("a", "y", Some(("Unauthorized", None)));
+        m.set_server("b", "z", Some(("Ready", Some(1))));
+        let text = m.render();
+        assert!(
+            text.contains(r#"mcp_operator_mcpservers{reason="Ready"} 2"#),
+            "{text}"
+        );
+        assert!(text.contains(r#"mcp_operator_mcpservers{reason="Unauthorized"} 1"#));
+        m.set_server("a", "y", None);
+        let text = m.render();
+        assert!(!text.contains("Unauthorized"), "{text}");
+        assert!(text.contains(r#"mcp_operator_mcpserver_tools{namespace="a",name="x"} 3"#));
+    }
+}

@@ -1,0 +1,443 @@
+//! What an McpServer's status should say after one reconcile: pure, from the previous status and
+//! what the reconcile found. Also which transitions deserve an event. No I/O, so every rule here
+//! is unit-tested.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use crate::api::conditions::{
+    CATALOG_SYNCED, CREDENTIALS_RESOLVED, REACHABLE, READY, TRUE, UNKNOWN, condition, find,
+    set_condition,
+};
+use crate::api::mcp_server::{CatalogStatus, McpServerStatus};
+use crate::mcp::{Catalog, ReadFailure, ServerInfo, Stage};
+
+use super::credentials::CredentialError;
+
+/// What this reconcile found.
+pub enum Finding {
+    /// A Secret or ConfigMap the spec refers to could not be read: the server was not contacted.
+    Credentials(CredentialError),
+    /// The server could not be read.
+    Failed(ReadFailure),
+    /// The whole catalogue was read.
+    Read {
+        era: crate::mcp::Era,
+        protocol_version: String,
+        server_info: ServerInfo,
+        catalog: Catalog,
+    },
+}
+
+/// What changed, for events.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Transitions {
+    /// Ready went from True (or unknown) to False: reason and message.
+    pub became_unready: Option<(String, String)>,
+    /// Ready went from False to True.
+    pub recovered: bool,
+    /// Tools added, removed and changed since the previous catalogue.
+    pub catalog_change: Option<CatalogDiff>,
+}
+
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct CatalogDiff {
+    pub added: Vec<String>,
+    pub removed: Vec<String>,
+    pub changed: Vec<String>,
+}
+
+impl CatalogDiff {
+    /// One line for an event: counts and the first few names.
+    pub fn summary(&self) -> String {
+        let part = |what: &str, names: &[String]| {
+            if names.is_empty() {
+                return None;
+            }
+            let mut shown: Vec<&str> = names.iter().take(5).map(String::as_str).collect();
+            let more = names.len().saturating_sub(5);
+            let mut text = format!("{what} {}: {}", names.len(), shown.join(", "));
+            if more > 0 {
+                shown.clear();
+                text.push_str(&format!(" and {more} more"));
+            }
+            Some(text)
+        };
+        [
+            part("added", &self.added),
+            part("removed", &self.removed),
+            part("changed", &self.changed),
+        ]
+        .into_iter()
+        .flatten()
+        .collect::<Vec<_>>()
+        .join("; ")
+    }
+}
+
+/// The status after this reconcile, and its transitions. `insecure` is spec.tls.insecureSkipVerify.
+pub fn next_status(
+    previous: Option<&McpServerStatus>,
+    generation: Option<i64>,
+    finding: &Finding,
+    insecure: bool,
+    now: Time,
+) -> (McpServerStatus, Transitions) {
+    let mut status = previous.cloned().unwrap_or_default();
+    status.observed_generation = generation;
+    let was_ready = find(&status.conditions, READY).map(|c| c.status == TRUE);
+    let mut transitions = Transitions::default();
+    let cond = |type_: &str, ok: bool, reason: &str, message: String| {
+        condition(type_, ok, reason, message, generation, now.clone())
+    };
+    let unknown = |type_: &str, reason: &str, message: &str| {
+        let mut c = condition(type_, false, reason, message, generation, now.clone());
+        c.status = UNKNOWN.into();
+        c
+    };
+    let stale_note = |status: &McpServerStatus| match &status.catalog {
+        Some(c) => format!(
+            " The last catalogue read ({} tools{}) is kept and is stale.",
+            c.catalog.tool_count,
+            c.last_sync_time
+                .as_ref()
+                .map(|t| format!(", synced {}", t.0))
+                .unwrap_or_default()
+        ),
+        None => String::new(),
+    };
+    let (ready, reason, message) = match finding {
+        Finding::Credentials(e) => {
+            let stale = stale_note(&status);
+            set_condition(
+                &mut status.conditions,
+                cond(CREDENTIALS_RESOLVED, false, e.reason(), format!("{e}.")),
+            );
+            set_condition(
+                &mut status.conditions,
+                unknown(
+                    REACHABLE,
+                    "CredentialsNotResolved",
+                    "The server is not contacted until its credentials resolve.",
+                ),
+            );
+            set_condition(
+                &mut status.conditions,
+                cond(
+                    CATALOG_SYNCED,
+                    false,
+                    "CredentialsNotResolved",
+                    format!("The catalogue cannot be read until the credentials resolve.{stale}"),
+                ),
+            );
+            (false, e.reason().to_string(), format!("{e}."))
+        }
+        Finding::Failed(failure) => {
+            let e = &failure.error;
+            let stale = stale_note(&status);
+            set_condition(
+                &mut status.conditions,
+                cond(
+                    CREDENTIALS_RESOLVED,
+                    true,
+                    "Resolved",
+                    "Every referenced Secret and key was read.".into(),
+                ),
+            );
+            let message = capitalised(&e.to_string());
+            match failure.stage {
+                Stage::Connect => set_condition(
+                    &mut status.conditions,
+                    cond(REACHABLE, false, e.reason(), message.clone()),
+                ),
+                Stage::List => set_condition(
+                    &mut status.conditions,
+                    cond(
+                        REACHABLE,
+                        true,
+                        "Connected",
+                        "The server answered the protocol handshake.".into(),
+                    ),
+                ),
+            };
+            set_condition(
+                &mut status.conditions,
+                cond(
+                    CATALOG_SYNCED,
+                    false,
+                    e.reason(),
+                    format!("{message}{stale}"),
+                ),
+            );
+            (false, e.reason().to_string(), message)
+        }
+        Finding::Read {
+            era,
+            protocol_version,
+            server_info,
+            catalog,
+        } => {
+            set_condition(
+                &mut status.conditions,
+                cond(
+                    CREDENTIALS_RESOLVED,
+                    true,
+                    "Resolved",
+                    "Every referenced Secret and key was read.".into(),
+                ),
+            );
+            let mut reach = format!(
+                "Connected with MCP {protocol_version} ({} era).",
+                serde_json::to_value(era)
+                    .ok()
+                    .and_then(|v| v.as_str().map(String::from))
+                    .unwrap_or_default()
+            );
+            if insecure {
+                reach.push_str(
+                    " WARNING: TLS certificates are not verified (spec.tls.insecureSkipVerify).",
+                );
+            }
+            set_condition(
+                &mut status.conditions,
+                cond(REACHABLE, true, "Connected", reach),
+            );
+            let previously_synced =
+                find(&status.conditions, CATALOG_SYNCED).is_some_and(|c| c.status == TRUE);
+            let previous_catalog = status.catalog.as_ref().map(|c| &c.catalog);
+            if let Some(old) = previous_catalog
+                && old.digest != catalog.digest
+            {
+                transitions.catalog_change = Some(diff(old, catalog));
+            }
+            // The sync time moves only when the content changed or a failure ended, so an idle
+            // server produces no writes.
+            let same_content = previous_catalog.is_some_and(|old| old == catalog);
+            let last_sync_time = match &status.catalog {
+                Some(c) if same_content && previously_synced => c.last_sync_time.clone(),
+                _ => Some(now.clone()),
+            };
+            status.catalog = Some(CatalogStatus {
+                catalog: catalog.clone(),
+                last_sync_time,
+            });
+            status.era = Some(*era);
+            status.protocol_version = Some(protocol_version.clone());
+            status.server_info = Some(server_info.clone());
+            set_condition(
+                &mut status.conditions,
+                cond(
+                    CATALOG_SYNCED,
+                    true,
+                    "Synced",
+                    format!(
+                        "Read {} tools in {} pages of tools/list.",
+                        catalog.tool_count, catalog.pages_read
+                    ),
+                ),
+            );
+            let mut message = format!("{} tools available.", catalog.tool_count);
+            if insecure {
+                message
+                    .push_str(" TLS certificates are not verified (spec.tls.insecureSkipVerify).");
+            }
+            (true, "Ready".to_string(), message)
+        }
+    };
+    set_condition(
+        &mut status.conditions,
+        cond(READY, ready, &reason, message.clone()),
+    );
+    match (was_ready, ready) {
+        (Some(false), true) => transitions.recovered = true,
+        (Some(true) | None, false) => transitions.became_unready = Some((reason, message)),
+        _ => {}
+    }
+    (status, transitions)
+}
+
+fn capitalised(text: &str) -> String {
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(first) => {
+            let mut s: String = first.to_uppercase().collect();
+            s.push_str(chars.as_str());
+            if !s.ends_with('.') {
+                s.push('.');
+            }
+            s
+        }
+        None => String::new(),
+    }
+}
+
+fn diff(old: &Catalog, new: &Catalog) -> CatalogDiff {
+    use std::collections::BTreeMap;
+    let old: BTreeMap<&str, &str> = old
+        .tools
+        .iter()
+        .map(|t| (t.name.as_str(), t.definition_digest.as_str()))
+        .collect();
+    let new: BTreeMap<&str, &str> = new
+        .tools
+        .iter()
+        .map(|t| (t.name.as_str(), t.definition_digest.as_str()))
+        .collect();
+    let mut d = CatalogDiff::default();
+    for (name, digest) in &new {
+        match old.get(name) {
+            None => d.added.push(name.to_string()),
+            Some(o) if o != digest => d.changed.push(name.to_string()),
+            _ => {}
+        }
+    }
+    d.removed = old
+        .keys()
+        .filter(|n| !new.contains_key(*n))
+        .map(|n| n.to_string())
+        .collect();
+    d
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mcp::catalog::build;
+    use crate::mcp::{Era, McpError};
+    use serde_json::json;
+    use std::collections::BTreeMap;
+
+    fn t(secs: i64) -> Time {
+        Time(k8s_openapi::jiff::Timestamp::from_second(1_700_000_000 + secs).unwrap())
+    }
+
+    fn catalog(names: &[&str]) -> Catalog {
+        let tools: Vec<_> = names
+            .iter()
+            .map(|n| {
+                json!({"name": n, "inputSchema": {"type": "object"}})
+                    .as_object()
+                    .unwrap()
+                    .clone()
+            })
+            .collect();
+        build(&tools, &BTreeMap::new(), 1)
+    }
+
+    fn read(names: &[&str]) -> Finding {
+        Finding::Read {
+            era: Era::Legacy,
+            protocol_version: "2025-11-25".into(),
+            server_info: ServerInfo::default(),
+            catalog: catalog(names),
+        }
+    }
+
+    fn refused() -> Finding {
+        Finding::Failed(ReadFailure {
+            stage: Stage::Connect,
+            error: McpError::ConnectionRefused {
+                addr: "10.0.0.1:80".into(),
+            },
+        })
+    }
+
+    fn cond<'a>(s: &'a McpServerStatus, type_: &str) -> &'a crate::api::conditions::Condition {
+        find(&s.conditions, type_).unwrap()
+    }
+
+    #[test]
+    fn a_read_catalogue_makes_every_condition_true() {
+        let (s, tr) = next_status(None, Some(3), &read(&["a", "b"]), false, t(0));
+        for type_ in [CREDENTIALS_RESOLVED, REACHABLE, CATALOG_SYNCED, READY] {
+            assert_eq!(cond(&s, type_).status, "True", "{type_}");
+            assert_eq!(cond(&s, type_).observed_generation, Some(3));
+        }
+        assert_eq!(s.catalog.as_ref().unwrap().catalog.tool_count, 2);
+        assert_eq!(s.observed_generation, Some(3));
+        assert_eq!(tr, Transitions::default());
+    }
+
+    #[test]
+    fn an_unchanged_catalogue_later_changes_nothing_at_all() {
+        let (first, _) = next_status(None, Some(1), &read(&["a"]), false, t(0));
+        let (second, tr) = next_status(Some(&first), Some(1), &read(&["a"]), false, t(300));
+        assert_eq!(first, second, "idle servers must not cause writes");
+        assert_eq!(tr, Transitions::default());
+    }
+
+    #[test]
+    fn failure_keeps_the_last_catalogue_and_marks_it_stale() {
+        let (good, _) = next_status(None, Some(1), &read(&["a", "b"]), false, t(0));
+        let (bad, tr) = next_status(Some(&good), Some(1), &refused(), false, t(60));
+        assert_eq!(
+            bad.catalog, good.catalog,
+            "last good catalogue kept, sync time too"
+        );
+        assert_eq!(cond(&bad, READY).status, "False");
+        assert_eq!(cond(&bad, READY).reason, "ConnectionRefused");
+        assert_eq!(cond(&bad, REACHABLE).reason, "ConnectionRefused");
+        assert_eq!(cond(&bad, CATALOG_SYNCED).status, "False");
+        assert!(cond(&bad, CATALOG_SYNCED).message.contains("stale"));
+        assert_eq!(
+            tr.became_unready.as_ref().map(|r| r.0.as_str()),
+            Some("ConnectionRefused")
+        );
+        // Recovery: back to Ready, a new sync time, and a recovered event.
+        let (back, tr) = next_status(Some(&bad), Some(1), &read(&["a", "b"]), false, t(120));
+        assert_eq!(cond(&back, READY).status, "True");
+        assert!(tr.recovered);
+        assert_eq!(back.catalog.unwrap().last_sync_time, Some(t(120)));
+    }
+
+    #[test]
+    fn a_listing_failure_means_reachable_but_not_synced() {
+        let f = Finding::Failed(ReadFailure {
+            stage: Stage::List,
+            error: McpError::RepeatedCursor { page: 3 },
+        });
+        let (s, _) = next_status(None, Some(1), &f, false, t(0));
+        assert_eq!(cond(&s, REACHABLE).status, "True");
+        assert_eq!(cond(&s, CATALOG_SYNCED).reason, "RepeatedCursor");
+        assert_eq!(cond(&s, READY).reason, "RepeatedCursor");
+    }
+
+    #[test]
+    fn missing_secret_names_secret_and_key_and_leaves_reachability_unknown() {
+        let f = Finding::Credentials(CredentialError::SecretKeyNotFound {
+            name: "tok".into(),
+            key: "token".into(),
+            field: "spec.credentials.bearerToken.secretKeyRef".into(),
+        });
+        let (s, _) = next_status(None, Some(1), &f, false, t(0));
+        let c = cond(&s, CREDENTIALS_RESOLVED);
+        assert_eq!(c.reason, "SecretKeyNotFound");
+        assert!(c.message.contains("\"tok\"") && c.message.contains("\"token\""));
+        assert_eq!(cond(&s, REACHABLE).status, "Unknown");
+        assert_eq!(cond(&s, READY).reason, "SecretKeyNotFound");
+    }
+
+    #[test]
+    fn transition_time_moves_only_when_status_flips() {
+        let (a, _) = next_status(None, Some(1), &refused(), false, t(0));
+        let (b, _) = next_status(Some(&a), Some(1), &refused(), false, t(30));
+        assert_eq!(a, b);
+        assert_eq!(cond(&b, READY).last_transition_time, t(0));
+    }
+
+    #[test]
+    fn catalogue_changes_are_diffed_for_the_event() {
+        let (a, _) = next_status(None, Some(1), &read(&["a", "b"]), false, t(0));
+        let (_, tr) = next_status(Some(&a), Some(1), &read(&["b", "c"]), false, t(1));
+        let d = tr.catalog_change.unwrap();
+        assert_eq!(d.added, vec!["c"]);
+        assert_eq!(d.removed, vec!["a"]);
+        assert_eq!(d.summary(), "added 1: c; removed 1: a");
+    }
+
+    #[test]
+    fn insecure_tls_is_said_out_loud() {
+        let (s, _) = next_status(None, Some(1), &read(&["a"]), true, t(0));
+        assert!(cond(&s, READY).message.contains("insecureSkipVerify"));
+        assert!(cond(&s, REACHABLE).message.contains("WARNING"));
+    }
+}

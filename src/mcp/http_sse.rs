@@ -15,6 +15,7 @@ use super::error::McpError;
 use super::http::{Http, content_type};
 use super::rpc::{self, Incoming, RpcReply};
 use super::sse::SseParser;
+use super::watch::EventBudget;
 
 /// An open HTTP+SSE connection.
 pub struct HttpSse {
@@ -106,6 +107,12 @@ impl HttpSse {
         }
     }
 
+    /// The next message on the stream, whatever it is (a notification, a server request, a
+    /// stray response); `None` once the stream has ended. Cancel-safe.
+    pub async fn next_message(&mut self) -> Option<Result<Value, McpError>> {
+        self.messages.recv().await
+    }
+
     pub async fn notify(&mut self, body: &Value) -> Result<(), McpError> {
         self.post(body, "").await
     }
@@ -150,11 +157,10 @@ async fn read_stream(
     endpoint_tx: oneshot::Sender<Result<String, McpError>>,
     messages: mpsc::Sender<Result<Value, McpError>>,
 ) {
-    let limit = http.max_response_bytes;
     let mut endpoint_tx = Some(endpoint_tx);
     let mut parser = SseParser::default();
-    // Bytes since the last dispatched event: one event may not exceed the cap.
-    let mut pending: u64 = 0;
+    // One event may not exceed the cap; keep-alive comments between events cost nothing.
+    let mut budget = EventBudget::new(http.max_response_bytes);
     let fail =
         |e: McpError, endpoint_tx: &mut Option<oneshot::Sender<Result<String, McpError>>>| {
             match endpoint_tx.take() {
@@ -172,18 +178,10 @@ async fn read_stream(
             Ok(None) => return,
             Err(e) => return fail(http.transport_error(&e), &mut endpoint_tx),
         };
-        pending += chunk.len() as u64;
-        if pending > limit {
-            return fail(
-                McpError::ResponseTooLarge {
-                    limit,
-                    pages_read: 0,
-                },
-                &mut endpoint_tx,
-            );
+        if let Err(e) = budget.feed(&chunk) {
+            return fail(e, &mut endpoint_tx);
         }
         for event in parser.feed(&chunk) {
-            pending = 0;
             match event.event.as_str() {
                 "endpoint" => {
                     if let Some(tx) = endpoint_tx.take() {

@@ -6,11 +6,14 @@
 //!        │                                            │
 //!        │                       streamable_http ◄────┴────► http_sse (old transport)
 //!        │                                   └──► session (era detection, handshake)
-//!        └────────────────────────────────────────► listing (every page, the rules)
-//!                                                       └──► catalog (pure: classify, digest)
+//!        ├────────────────────────────────────────► listing (every page, the rules)
+//!        │                                              └──► catalog (pure: classify, digest)
+//!        └────────────────────────────────────────► watch (one long-lived subscription to
+//!                                                          notifications/tools/list_changed)
 //! ```
 //!
-//! [`read_server`] is the one entry point: the probe and the controller both call it.
+//! [`read_server`] is the one entry point for reading: the probe and the controller both call it.
+//! [`watch_tool_changes`] is the controller's trigger: it says *when* to read again, never what.
 
 pub mod catalog;
 pub mod connection;
@@ -23,6 +26,7 @@ mod rpc;
 pub mod session;
 mod sse;
 mod streamable_http;
+pub mod watch;
 
 use std::collections::BTreeMap;
 
@@ -35,6 +39,7 @@ pub use connection::{
 pub use endpoint::EndpointPolicy;
 pub use error::McpError;
 pub use session::{Era, ServerInfo};
+pub use watch::{ToolChangeWatch, WatchError, WatchEvent, watch_tool_changes};
 
 /// What one successful read of a server found.
 #[derive(Debug)]
@@ -94,24 +99,11 @@ pub async fn read_server(conn: &ServerConnection) -> Result<ServerReport, ReadFa
         limit,
         pages_read: 0,
     };
-    let mut session = tokio::time::timeout(limit, async {
-        let checked = endpoint::check(&url, conn.endpoint_policy).await?;
-        let http = http::Http::new(
-            checked,
-            &conn.credentials,
-            &conn.tls,
-            limit,
-            conn.limits.max_response_bytes,
-        )?;
-        match conn.transport {
-            TransportKind::StreamableHttp => session::Session::open_streamable(http).await,
-            TransportKind::Sse => session::Session::open_sse(http).await,
-        }
-    })
-    .await
-    .map_err(|_| timeout("connecting and negotiating the protocol"))
-    .and_then(|opened| opened)
-    .map_err(connect_failed)?;
+    let mut session = tokio::time::timeout(limit, open_session(conn, &url))
+        .await
+        .map_err(|_| timeout("connecting and negotiating the protocol"))
+        .and_then(|opened| opened)
+        .map_err(connect_failed)?;
 
     let mut pages_read = 0;
     let listed = tokio::time::timeout(
@@ -143,4 +135,24 @@ pub async fn read_server(conn: &ServerConnection) -> Result<ServerReport, ReadFa
     };
     session.close().await;
     Ok(report)
+}
+
+/// Checks the endpoint, builds the HTTP client and negotiates the protocol. No deadline of its
+/// own: every caller bounds it with `limits.connect_timeout`.
+async fn open_session(
+    conn: &ServerConnection,
+    url: &url::Url,
+) -> Result<session::Session, McpError> {
+    let checked = endpoint::check(url, conn.endpoint_policy).await?;
+    let http = http::Http::new(
+        checked,
+        &conn.credentials,
+        &conn.tls,
+        conn.limits.connect_timeout,
+        conn.limits.max_response_bytes,
+    )?;
+    match conn.transport {
+        TransportKind::StreamableHttp => session::Session::open_streamable(http).await,
+        TransportKind::Sse => session::Session::open_sse(http).await,
+    }
 }

@@ -91,7 +91,8 @@ fn truncate(s: &str, max: usize) -> String {
     }
 }
 
-enum Wire {
+/// The transport under a session.
+pub(super) enum Wire {
     Streamable(StreamableHttp),
     Sse(HttpSse),
 }
@@ -220,9 +221,65 @@ impl Session {
     async fn send(
         &mut self,
         method: &'static str,
-        mut params: Map<String, Value>,
+        params: Map<String, Value>,
         step: &'static str,
     ) -> Result<(Answer, HeaderMap), McpError> {
+        let (id, body, headers) = self.frame(method, params);
+        match &mut self.wire {
+            Wire::Streamable(wire) => wire.request(&body, id, headers, step).await,
+            Wire::Sse(wire) => Ok((
+                Answer::Reply(wire.request(&body, id, step).await?),
+                HeaderMap::new(),
+            )),
+        }
+    }
+
+    /// Sends one request whose answer may be a long-lived event stream (Streamable HTTP only):
+    /// returns the request id and either the unread stream or the answer.
+    pub(super) async fn request_stream(
+        &mut self,
+        method: &'static str,
+        params: Map<String, Value>,
+        step: &'static str,
+    ) -> Result<(u64, Result<reqwest::Response, Answer>), McpError> {
+        let (id, body, headers) = self.frame(method, params);
+        match &mut self.wire {
+            Wire::Streamable(wire) => {
+                Ok((id, wire.request_stream(&body, id, headers, step).await?))
+            }
+            Wire::Sse(_) => Err(McpError::ProtocolError(format!(
+                "{method} needs Streamable HTTP; the old SSE transport carries no response streams"
+            ))),
+        }
+    }
+
+    /// Opens a legacy Streamable HTTP session's GET event stream (see
+    /// [`StreamableHttp::get_stream`]).
+    pub(super) async fn open_get_stream(
+        &mut self,
+        step: &'static str,
+    ) -> Result<Result<reqwest::Response, StatusCode>, McpError> {
+        let headers = self.legacy_headers();
+        match &mut self.wire {
+            Wire::Streamable(wire) => wire.get_stream(headers, step).await,
+            Wire::Sse(_) => Err(McpError::ProtocolError(
+                "the old SSE transport has no session GET stream".into(),
+            )),
+        }
+    }
+
+    /// Hands the transport over to a caller that keeps the connection (watching for changes);
+    /// closing it is then the caller's job.
+    pub(super) fn into_wire(self) -> Wire {
+        self.wire
+    }
+
+    /// A request's id, body and headers in the session's era.
+    fn frame(
+        &mut self,
+        method: &'static str,
+        mut params: Map<String, Value>,
+    ) -> (u64, Value, HeaderMap) {
         let id = self.next_id;
         self.next_id += 1;
         let headers = match self.era {
@@ -232,14 +289,7 @@ impl Session {
             }
             Era::Legacy => self.legacy_headers(),
         };
-        let body = rpc::request(id, method, params);
-        match &mut self.wire {
-            Wire::Streamable(wire) => wire.request(&body, id, headers, step).await,
-            Wire::Sse(wire) => Ok((
-                Answer::Reply(wire.request(&body, id, step).await?),
-                HeaderMap::new(),
-            )),
-        }
+        (id, rpc::request(id, method, params), headers)
     }
 
     fn legacy_headers(&self) -> HeaderMap {

@@ -44,6 +44,61 @@ impl StreamableHttp {
         step: &'static str,
     ) -> Result<(Answer, HeaderMap), McpError> {
         let response = self.post(body, headers, step).await?;
+        self.answer(response, id).await
+    }
+
+    /// POSTs one request whose answer may be a long-lived event stream (`subscriptions/listen`):
+    /// a 2xx event stream is handed back unread, any other answer is read as [`Self::request`]
+    /// reads it.
+    pub async fn request_stream(
+        &mut self,
+        body: &Value,
+        id: u64,
+        headers: HeaderMap,
+        step: &'static str,
+    ) -> Result<Result<reqwest::Response, Answer>, McpError> {
+        let response = self.post(body, headers, step).await?;
+        if response.status().is_success()
+            && content_type(&response).starts_with("text/event-stream")
+        {
+            return Ok(Ok(response));
+        }
+        self.answer(response, id)
+            .await
+            .map(|(answer, _)| Err(answer))
+    }
+
+    /// Opens the session's GET event stream, on which a legacy server sends what it sends outside
+    /// any request. A 2xx event stream is handed back unread; any other answer is its status.
+    pub async fn get_stream(
+        &mut self,
+        headers: HeaderMap,
+        step: &'static str,
+    ) -> Result<Result<reqwest::Response, StatusCode>, McpError> {
+        let mut request = self
+            .http
+            .get(&self.http.endpoint.url)
+            .header(ACCEPT, "text/event-stream")
+            .headers(headers);
+        if let Some(session) = &self.session_id {
+            request = request.header(SESSION_HEADER, session.clone());
+        }
+        let response = self.http.send(request, step).await?;
+        let status = response.status();
+        if status.is_success() && content_type(&response).starts_with("text/event-stream") {
+            return Ok(Ok(response));
+        }
+        // Drain (bounded); nothing in it is ours to repeat.
+        let _ = self.http.read_body(response).await;
+        Ok(Err(status))
+    }
+
+    /// Reads the answer to request `id` from a POST's response.
+    async fn answer(
+        &mut self,
+        response: reqwest::Response,
+        id: u64,
+    ) -> Result<(Answer, HeaderMap), McpError> {
         let status = response.status();
         let response_headers = response.headers().clone();
         if !status.is_success() {

@@ -282,3 +282,122 @@ fn make_test_ca(dir: &std::path::Path) -> PathBuf {
     ]);
     dir.join("ca.pem")
 }
+
+/// A front for a server that speaks both protocol eras, making it look legacy-only: a modern
+/// request (`MCP-Protocol-Version: 2026-07-28`) is refused the way a legacy server refuses an
+/// unknown method (HTTP 400, JSON-RPC -32601); everything else passes through, event streams
+/// included. It records the HTTP method of every request it passes on.
+pub struct LegacyFront {
+    /// The front's URL for the upstream's MCP endpoint.
+    pub url: String,
+    pub passed: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for LegacyFront {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Starts a [`LegacyFront`] for `upstream` (an `http://127.0.0.1:PORT/path` URL) on a free port.
+pub async fn legacy_front(upstream: &str) -> LegacyFront {
+    use axum::body::Body;
+    use axum::http::{Response, StatusCode};
+
+    mcp_operator::install_crypto_provider();
+    let upstream = url::Url::parse(upstream).expect("an upstream URL");
+    let origin = format!(
+        "http://{}:{}",
+        upstream.host_str().unwrap(),
+        upstream.port().unwrap()
+    );
+    let passed = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let recorded = passed.clone();
+    let handler = move |request: axum::extract::Request| {
+        let client = client.clone();
+        let origin = origin.clone();
+        let recorded = recorded.clone();
+        async move {
+            let modern = request
+                .headers()
+                .get("mcp-protocol-version")
+                .is_some_and(|v| v.as_bytes() == b"2026-07-28");
+            if modern {
+                let body = r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32601,"message":"Method not found"}}"#;
+                return Response::builder()
+                    .status(StatusCode::BAD_REQUEST)
+                    .header("content-type", "application/json")
+                    .body(Body::from(body))
+                    .unwrap();
+            }
+            recorded.lock().unwrap().push(request.method().to_string());
+            let path = request
+                .uri()
+                .path_and_query()
+                .map(|p| p.as_str().to_string())
+                .unwrap_or_default();
+            let (parts, body) = request.into_parts();
+            let body = axum::body::to_bytes(body, 1 << 20)
+                .await
+                .unwrap_or_default();
+            let mut forward = client
+                .request(parts.method.clone(), format!("{origin}{path}"))
+                .body(body);
+            for (name, value) in &parts.headers {
+                if name != "host" && name != "content-length" {
+                    forward = forward.header(name, value);
+                }
+            }
+            let Ok(answer) = forward.send().await else {
+                return Response::builder()
+                    .status(StatusCode::BAD_GATEWAY)
+                    .body(Body::empty())
+                    .unwrap();
+            };
+            let mut response = Response::builder().status(answer.status().as_u16());
+            for (name, value) in answer.headers() {
+                if name != "transfer-encoding" && name != "connection" && name != "content-length" {
+                    response = response.header(name, value);
+                }
+            }
+            response
+                .body(Body::from_stream(answer.bytes_stream()))
+                .unwrap()
+        }
+    };
+    let app = axum::Router::new().fallback(handler);
+    let task = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    LegacyFront {
+        url: format!("http://127.0.0.1:{port}{}", upstream.path()),
+        passed,
+        task,
+    }
+}
+
+/// Calls one of sdk_server.py's control endpoints (`add-tool`, `remove-tool`) for the server
+/// whose MCP endpoint (or SSE endpoint) is `server_url`.
+pub async fn sdk_control(server_url: &str, action: &str, tool: &str) {
+    mcp_operator::install_crypto_provider();
+    let mut url = url::Url::parse(server_url).expect("a server URL");
+    url.set_path(&format!("/control/{action}"));
+    url.query_pairs_mut().append_pair("name", tool);
+    let response = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .unwrap()
+        .post(url)
+        .send()
+        .await
+        .expect("the control endpoint answers");
+    assert!(
+        response.status().is_success(),
+        "{action} {tool}: HTTP {}",
+        response.status()
+    );
+}

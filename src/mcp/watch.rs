@@ -1,0 +1,638 @@
+//! Watching a server for `notifications/tools/list_changed`: the controller's cue to read the
+//! server again (DESIGN §4 step 7). The watch says *when* to re-read, never *what* changed: the
+//! catalogue only ever comes from a whole listing by [`super::read_server`].
+//!
+//! [`watch_tool_changes`] opens its own connection (same endpoint guard, credentials, TLS and
+//! byte cap as a read; the handshake bounded by `connect_timeout`) and holds one subscription:
+//!
+//! ```text
+//! legacy Streamable HTTP   initialize ─► notifications/initialized ─► GET <endpoint>
+//!                          (Mcp-Session-Id)         the session's event stream carries them
+//! modern (2026-07-28)      POST subscriptions/listen {notifications: {toolsListChanged: true}}
+//!                          the response stream: acknowledged first, then the notifications
+//! old HTTP+SSE transport   initialize over the stream; notifications arrive on the same stream
+//! ```
+//!
+//! A server that does not declare `capabilities.tools.listChanged` (or that offers no stream to
+//! push on) is refused with [`WatchError::NotPushed`], so nobody holds a connection for nothing.
+//!
+//! The watch has no deadline once open: keep-alive comments cost nothing. One event larger than
+//! `maxResponseBytes` ends it, and so does anything that ends the stream (server restart, network
+//! failure, a graceful close). An ended watch is itself a signal: the controller re-reads the
+//! server and opens a new watch. Dropping the watch closes its connection (and deletes a legacy
+//! session, best effort).
+
+use reqwest::StatusCode;
+use serde_json::{Map, Value, json};
+
+use super::connection::{ServerConnection, TransportKind};
+use super::endpoint;
+use super::error::McpError;
+use super::http_sse::HttpSse;
+use super::rpc::RpcReply;
+use super::session::{Era, Wire, not_mcp_status};
+use super::sse::SseParser;
+use super::streamable_http::{Answer, StreamableHttp};
+
+const TOOLS_LIST_CHANGED: &str = "notifications/tools/list_changed";
+const SUBSCRIPTIONS_LISTEN: &str = "subscriptions/listen";
+const SUBSCRIPTIONS_ACKNOWLEDGED: &str = "notifications/subscriptions/acknowledged";
+const META_SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
+const METHOD_NOT_FOUND: i64 = -32601;
+
+/// What a watch reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WatchEvent {
+    /// The server said its tool list changed (several notifications in a row may arrive as one).
+    ToolsChanged,
+    /// The subscription is gone (stream closed, connection failed, server restarted, an event
+    /// over the byte cap). The sentence says why; it never repeats what the server sent.
+    Ended(String),
+}
+
+/// Why no watch was opened.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WatchError {
+    /// The server does not push tool list changes: rely on the refresh interval instead.
+    #[error("the server does not push tool list changes: {0}")]
+    NotPushed(&'static str),
+    /// Connecting, negotiating or subscribing failed.
+    #[error(transparent)]
+    Failed(#[from] McpError),
+}
+
+impl WatchError {
+    /// The reason word for logs and metrics.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            WatchError::NotPushed(_) => "NotPushed",
+            WatchError::Failed(e) => e.reason(),
+        }
+    }
+}
+
+/// One open subscription to a server's tool list changes.
+pub struct ToolChangeWatch {
+    era: Era,
+    feed: Feed,
+    state: State,
+}
+
+/// Where the server's messages come from.
+enum Feed {
+    /// A Streamable HTTP event stream: a legacy session's GET stream, or the response stream of
+    /// a modern `subscriptions/listen` (whose request id is `listen_id`).
+    Stream {
+        stream: EventStream,
+        listen_id: Option<u64>,
+        /// Kept to delete a legacy session when the watch ends; `None` once closed.
+        wire: Option<StreamableHttp>,
+    },
+    /// The old transport's one event stream (its reader task ends when this is dropped).
+    Sse(HttpSse),
+}
+
+struct EventStream {
+    response: reqwest::Response,
+    parser: SseParser,
+    budget: EventBudget,
+}
+
+/// What the messages seen so far amount to. Updated synchronously after each read, so
+/// [`ToolChangeWatch::next`] loses nothing when its future is dropped.
+#[derive(Debug, Default)]
+struct State {
+    changed: bool,
+    ended: Option<String>,
+    /// Whether a modern server agreed to send tool list changes, once it acknowledged.
+    acknowledged: Option<bool>,
+}
+
+/// Opens a watch on the server's tool list. The handshake (guard, connection, era detection,
+/// opening the stream and, for a modern server, its acknowledgement) must finish within
+/// `limits.connect_timeout`.
+pub async fn watch_tool_changes(conn: &ServerConnection) -> Result<ToolChangeWatch, WatchError> {
+    let url = endpoint::parse_url(&conn.url)?;
+    let limit = conn.limits.connect_timeout;
+    tokio::time::timeout(limit, open(conn, &url))
+        .await
+        .unwrap_or_else(|_| {
+            Err(WatchError::Failed(McpError::Timeout {
+                what: "opening the notification stream",
+                limit,
+                pages_read: 0,
+            }))
+        })
+}
+
+impl ToolChangeWatch {
+    /// The protocol era the watch speaks.
+    pub fn era(&self) -> Era {
+        self.era
+    }
+
+    /// Waits for the next event. After [`WatchEvent::Ended`] every call returns the same event
+    /// at once. Cancel-safe: dropping the future loses no notification.
+    pub async fn next(&mut self) -> WatchEvent {
+        loop {
+            if std::mem::take(&mut self.state.changed) {
+                return WatchEvent::ToolsChanged;
+            }
+            if let Some(reason) = &self.state.ended {
+                return WatchEvent::Ended(reason.clone());
+            }
+            self.read_more().await;
+        }
+    }
+
+    /// Closes the connection, deleting a legacy session (waits at most 2 s for that).
+    pub async fn close(mut self) {
+        if let Feed::Stream { wire, .. } = &mut self.feed
+            && let Some(mut wire) = wire.take()
+        {
+            wire.close().await;
+        }
+    }
+
+    /// Reads what arrives next and records what it means. The only await is the read itself.
+    async fn read_more(&mut self) {
+        let state = &mut self.state;
+        match &mut self.feed {
+            Feed::Stream {
+                stream,
+                listen_id,
+                wire,
+            } => match stream.response.chunk().await {
+                Ok(Some(chunk)) => {
+                    if let Err(e) = stream.budget.feed(&chunk) {
+                        state.end(e.to_string());
+                        return;
+                    }
+                    for event in stream.parser.feed(&chunk) {
+                        if event.event != "message" || event.data.is_empty() {
+                            continue;
+                        }
+                        match serde_json::from_str::<Value>(&event.data) {
+                            Ok(value) => state.absorb(&value, *listen_id),
+                            Err(_) => {
+                                state.end("an event on the notification stream is not JSON".into());
+                                return;
+                            }
+                        }
+                    }
+                }
+                Ok(None) => state.end("the server closed the notification stream".into()),
+                Err(e) => state.end(match wire {
+                    Some(wire) => format!(
+                        "the notification stream broke: {}",
+                        wire.http.transport_error(&e)
+                    ),
+                    None => "the notification stream broke".into(),
+                }),
+            },
+            Feed::Sse(sse) => match sse.next_message().await {
+                Some(Ok(value)) => state.absorb(&value, None),
+                Some(Err(e)) => state.end(format!("the event stream broke: {e}")),
+                None => state.end("the server closed the event stream".into()),
+            },
+        }
+    }
+
+    /// Reads a modern listen stream until the server acknowledges the subscription.
+    async fn acknowledged(&mut self) -> Result<(), WatchError> {
+        loop {
+            match self.state.acknowledged {
+                Some(true) => return Ok(()),
+                Some(false) => {
+                    return Err(WatchError::NotPushed(
+                        "subscriptions/listen was acknowledged without notifications/tools/list_changed",
+                    ));
+                }
+                None => {}
+            }
+            if let Some(reason) = &self.state.ended {
+                return Err(WatchError::Failed(McpError::ProtocolError(format!(
+                    "the subscription ended before the server acknowledged it ({reason})"
+                ))));
+            }
+            self.read_more().await;
+        }
+    }
+}
+
+impl Drop for ToolChangeWatch {
+    fn drop(&mut self) {
+        // The event stream closes with its response; a legacy session is deleted in the
+        // background (best effort, bounded by StreamableHttp::close).
+        if let Feed::Stream { wire, .. } = &mut self.feed
+            && let Some(mut wire) = wire.take()
+            && wire.session_id.is_some()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            runtime.spawn(async move { wire.close().await });
+        }
+    }
+}
+
+impl State {
+    fn end(&mut self, reason: String) {
+        if self.ended.is_none() {
+            self.ended = Some(reason);
+        }
+    }
+
+    /// Records what one received message (or batch) means.
+    fn absorb(&mut self, value: &Value, listen_id: Option<u64>) {
+        if let Value::Array(batch) = value {
+            for item in batch {
+                self.absorb(item, listen_id);
+            }
+            return;
+        }
+        match signal(value, listen_id) {
+            Signal::ToolsChanged => self.changed = true,
+            Signal::Acknowledged { tools } => {
+                self.acknowledged.get_or_insert(tools);
+            }
+            Signal::Ended(reason) => self.end(reason),
+            Signal::Ignored => {}
+        }
+    }
+}
+
+/// What one message on a notification stream means to the watch.
+#[derive(Debug, PartialEq, Eq)]
+enum Signal {
+    ToolsChanged,
+    /// A modern server acknowledged the subscription; `tools` says whether it will send tool
+    /// list changes.
+    Acknowledged {
+        tools: bool,
+    },
+    Ended(String),
+    /// Anything else: other notifications, server requests (not answered), someone else's
+    /// subscription, responses on a stream that carries none of ours.
+    Ignored,
+}
+
+fn signal(value: &Value, listen_id: Option<u64>) -> Signal {
+    let Some(obj) = value.as_object() else {
+        return Signal::Ended("a message on the notification stream is not JSON-RPC".into());
+    };
+    if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return Signal::Ended("a message on the notification stream is not JSON-RPC 2.0".into());
+    }
+    let Some(method) = obj.get("method") else {
+        return match (listen_id, obj.get("id")) {
+            (Some(listen_id), Some(id)) if same_id(id, listen_id) => {
+                match obj
+                    .get("error")
+                    .and_then(|e| e.get("code"))
+                    .and_then(Value::as_i64)
+                {
+                    Some(code) => Signal::Ended(format!(
+                        "the server ended the subscription with JSON-RPC error {code}"
+                    )),
+                    None => Signal::Ended("the server ended the subscription".into()),
+                }
+            }
+            _ => Signal::Ignored,
+        };
+    };
+    if obj.contains_key("id") {
+        // A server request: the watch declares no capabilities and answers none.
+        return Signal::Ignored;
+    }
+    let params = obj.get("params");
+    if let Some(listen_id) = listen_id
+        && let Some(tag) = params
+            .and_then(|p| p.get("_meta"))
+            .and_then(|m| m.get(META_SUBSCRIPTION_ID))
+        && !same_id(tag, listen_id)
+    {
+        return Signal::Ignored;
+    }
+    match method.as_str() {
+        Some(TOOLS_LIST_CHANGED) => Signal::ToolsChanged,
+        Some(SUBSCRIPTIONS_ACKNOWLEDGED) => Signal::Acknowledged {
+            tools: params
+                .and_then(|p| p.pointer("/notifications/toolsListChanged"))
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
+        },
+        _ => Signal::Ignored,
+    }
+}
+
+fn same_id(id: &Value, ours: u64) -> bool {
+    match id {
+        Value::Number(n) => n.as_u64() == Some(ours),
+        Value::String(s) => s == &ours.to_string(),
+        _ => false,
+    }
+}
+
+/// The `subscriptions/listen` parameters: tool list changes and nothing else (the era's `_meta`
+/// is added by the session).
+fn listen_params() -> Map<String, Value> {
+    let mut params = Map::new();
+    params.insert("notifications".into(), json!({"toolsListChanged": true}));
+    params
+}
+
+async fn open(conn: &ServerConnection, url: &url::Url) -> Result<ToolChangeWatch, WatchError> {
+    let max_event_bytes = conn.limits.max_response_bytes;
+    let mut session = super::open_session(conn, url).await?;
+    let era = session.era;
+    if !session.pushes_tool_changes() {
+        session.close().await;
+        return Err(WatchError::NotPushed(
+            "it does not declare capabilities.tools.listChanged",
+        ));
+    }
+    let stream = |response| EventStream {
+        response,
+        parser: SseParser::default(),
+        budget: EventBudget::new(max_event_bytes),
+    };
+    let feed = match (conn.transport, era) {
+        (TransportKind::Sse, _) => match session.into_wire() {
+            Wire::Sse(sse) => Feed::Sse(sse),
+            Wire::Streamable(_) => {
+                return Err(WatchError::Failed(McpError::ProtocolError(
+                    "the old SSE transport did not open an event stream".into(),
+                )));
+            }
+        },
+        (TransportKind::StreamableHttp, Era::Legacy) => {
+            let opened = session
+                .open_get_stream("open the notification stream")
+                .await;
+            let response = match opened {
+                Ok(Ok(response)) => response,
+                Ok(Err(status)) => {
+                    session.close().await;
+                    return Err(match status {
+                        StatusCode::METHOD_NOT_ALLOWED => WatchError::NotPushed(
+                            "it offers no event stream for server messages (GET answered HTTP 405)",
+                        ),
+                        status if status.is_success() => {
+                            WatchError::Failed(McpError::ProtocolError(format!(
+                                "opening the notification stream answered HTTP {} without an event stream",
+                                status.as_u16()
+                            )))
+                        }
+                        status => WatchError::Failed(not_mcp_status(
+                            status,
+                            "opening the notification stream",
+                        )),
+                    });
+                }
+                Err(e) => {
+                    session.close().await;
+                    return Err(e.into());
+                }
+            };
+            streamable_feed(session.into_wire(), stream(response), None)?
+        }
+        (TransportKind::StreamableHttp, Era::Modern) => {
+            let (id, opened) = session
+                .request_stream(
+                    SUBSCRIPTIONS_LISTEN,
+                    listen_params(),
+                    "subscribe to tool list changes",
+                )
+                .await?;
+            let response = opened.map_err(refused_listen)?;
+            streamable_feed(session.into_wire(), stream(response), Some(id))?
+        }
+    };
+    let mut watch = ToolChangeWatch {
+        era,
+        feed,
+        state: State::default(),
+    };
+    if matches!(
+        watch.feed,
+        Feed::Stream {
+            listen_id: Some(_),
+            ..
+        }
+    ) {
+        watch.acknowledged().await?;
+    }
+    Ok(watch)
+}
+
+fn streamable_feed(
+    wire: Wire,
+    stream: EventStream,
+    listen_id: Option<u64>,
+) -> Result<Feed, WatchError> {
+    match wire {
+        Wire::Streamable(wire) => Ok(Feed::Stream {
+            stream,
+            listen_id,
+            wire: Some(wire),
+        }),
+        Wire::Sse(_) => Err(WatchError::Failed(McpError::ProtocolError(
+            "a Streamable HTTP session turned out to be the old SSE transport".into(),
+        ))),
+    }
+}
+
+/// A `subscriptions/listen` answered at once instead of with a stream.
+fn refused_listen(answer: Answer) -> WatchError {
+    let reply = match answer {
+        Answer::Reply(reply) | Answer::Status(_, Some(reply)) => reply,
+        Answer::Status(status, None) => {
+            return WatchError::Failed(not_mcp_status(status, "subscribe to tool list changes"));
+        }
+    };
+    match reply {
+        RpcReply::Error {
+            code: METHOD_NOT_FOUND,
+            ..
+        } => WatchError::NotPushed("it does not offer subscriptions/listen"),
+        RpcReply::Error { code, .. } => WatchError::Failed(McpError::ProtocolError(format!(
+            "the server refused subscriptions/listen with JSON-RPC error {code}"
+        ))),
+        RpcReply::Result(_) => WatchError::Failed(McpError::ProtocolError(
+            "the server answered subscriptions/listen at once instead of opening a stream".into(),
+        )),
+    }
+}
+
+/// Bounds one server-sent event on a long-lived stream: the bytes of its lines since the last
+/// blank line (the line being read included) may not pass the cap. Comment lines (keep-alives)
+/// are bounded one at a time but never add up, so an idle stream never runs out of budget.
+#[derive(Debug)]
+pub(super) struct EventBudget {
+    limit: u64,
+    /// Bytes of the finished, non-comment lines of the current event.
+    event: u64,
+    /// Bytes of the line being read (without its line end).
+    line: u64,
+    comment: bool,
+}
+
+impl EventBudget {
+    pub(super) fn new(limit: u64) -> Self {
+        EventBudget {
+            limit,
+            event: 0,
+            line: 0,
+            comment: false,
+        }
+    }
+
+    /// Accounts for bytes as they arrive; an error once one event passes the cap.
+    pub(super) fn feed(&mut self, bytes: &[u8]) -> Result<(), McpError> {
+        for &b in bytes {
+            match b {
+                b'\n' => {
+                    if self.line == 0 {
+                        self.event = 0;
+                    } else if !self.comment {
+                        self.event += self.line;
+                    }
+                    self.line = 0;
+                    self.comment = false;
+                }
+                b'\r' => {}
+                _ => {
+                    if self.line == 0 && b == b':' {
+                        self.comment = true;
+                    }
+                    self.line += 1;
+                    if self.event + self.line > self.limit {
+                        return Err(McpError::ResponseTooLarge {
+                            limit: self.limit,
+                            pages_read: 0,
+                        });
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listen_asks_for_tool_list_changes_only() {
+        assert_eq!(
+            Value::Object(listen_params()),
+            json!({"notifications": {"toolsListChanged": true}})
+        );
+    }
+
+    #[test]
+    fn tool_list_changes_are_signalled_in_every_era() {
+        let legacy = json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"});
+        assert_eq!(signal(&legacy, None), Signal::ToolsChanged);
+        let modern = json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed",
+            "params": {"_meta": {"io.modelcontextprotocol/subscriptionId": 7}}});
+        assert_eq!(signal(&modern, Some(7)), Signal::ToolsChanged);
+        let as_string = json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed",
+            "params": {"_meta": {"io.modelcontextprotocol/subscriptionId": "7"}}});
+        assert_eq!(signal(&as_string, Some(7)), Signal::ToolsChanged);
+        // Another subscription's notification is not ours.
+        assert_eq!(signal(&modern, Some(8)), Signal::Ignored);
+    }
+
+    #[test]
+    fn the_acknowledgement_says_whether_tool_changes_will_come() {
+        let ack = |filter: Value| {
+            json!({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
+                "params": {"_meta": {"io.modelcontextprotocol/subscriptionId": 3}, "notifications": filter}})
+        };
+        assert_eq!(
+            signal(&ack(json!({"toolsListChanged": true})), Some(3)),
+            Signal::Acknowledged { tools: true }
+        );
+        assert_eq!(
+            signal(&ack(json!({"promptsListChanged": true})), Some(3)),
+            Signal::Acknowledged { tools: false }
+        );
+    }
+
+    #[test]
+    fn the_listen_response_ends_the_subscription() {
+        let done = json!({"jsonrpc": "2.0", "id": 3, "result": {"_meta": {}}});
+        assert!(matches!(signal(&done, Some(3)), Signal::Ended(_)));
+        let failed =
+            json!({"jsonrpc": "2.0", "id": 3, "error": {"code": -32603, "message": "SECRET"}});
+        match signal(&failed, Some(3)) {
+            Signal::Ended(reason) => {
+                assert!(reason.contains("-32603"));
+                assert!(!reason.contains("SECRET"), "never repeat the server's text");
+            }
+            other => panic!("{other:?}"),
+        }
+        // Someone else's response, and responses on a legacy GET stream, mean nothing.
+        assert_eq!(signal(&done, Some(4)), Signal::Ignored);
+        assert_eq!(signal(&done, None), Signal::Ignored);
+    }
+
+    #[test]
+    fn other_messages_are_ignored_and_garbage_ends_the_watch() {
+        let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"});
+        assert_eq!(signal(&ping, None), Signal::Ignored);
+        let log = json!({"jsonrpc": "2.0", "method": "notifications/message", "params": {}});
+        assert_eq!(signal(&log, None), Signal::Ignored);
+        assert!(matches!(signal(&json!({"foo": 1}), None), Signal::Ended(_)));
+        assert!(matches!(signal(&json!(42), None), Signal::Ended(_)));
+    }
+
+    #[test]
+    fn a_batch_counts_every_member_and_changes_coalesce() {
+        let mut state = State::default();
+        let note = json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"});
+        state.absorb(&json!([note.clone(), note]), None);
+        assert!(state.changed);
+        assert!(state.ended.is_none());
+        state.end("first".into());
+        state.end("second".into());
+        assert_eq!(state.ended.as_deref(), Some("first"));
+    }
+
+    #[test]
+    fn keep_alive_comments_never_exhaust_the_budget() {
+        let mut budget = EventBudget::new(64);
+        for _ in 0..10_000 {
+            budget.feed(b": ping\r\n\r\n").unwrap();
+            budget.feed(b":\n").unwrap();
+        }
+        budget
+            .feed(b"event: message\ndata: {\"jsonrpc\":\"2.0\"}\n\n")
+            .unwrap();
+    }
+
+    #[test]
+    fn one_event_over_the_cap_is_refused_even_split_across_chunks() {
+        let mut budget = EventBudget::new(64);
+        budget
+            .feed(b"data: 0123456789012345678901234567890\n")
+            .unwrap();
+        let err = budget
+            .feed(b"data: 0123456789012345678901234567890")
+            .unwrap_err();
+        assert_eq!(err.reason(), "ResponseTooLarge");
+
+        // A line that never ends is bounded too, comment or not.
+        let mut budget = EventBudget::new(64);
+        assert!(budget.feed(&[b':'; 65]).is_err());
+        let mut budget = EventBudget::new(64);
+        assert!(budget.feed(&[b'x'; 65]).is_err());
+
+        // The budget starts again after each event.
+        let mut budget = EventBudget::new(64);
+        for _ in 0..100 {
+            budget.feed(b"data: 01234567890123456789\n\n").unwrap();
+        }
+    }
+}

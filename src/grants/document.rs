@@ -1,0 +1,284 @@
+//! The grants document: what one agent may call, as the controller publishes it in the
+//! AgentSpec's grants ConfigMap (key `grants.json`) and the sidecar reads it.
+//!
+//! ```text
+//! resolve() ──► GrantsDocument { servers[].tools[] }           (endpoint: None)
+//!                    │ controller fills servers[].endpoint from the McpServer
+//!                    ▼
+//!              ConfigMap <agentspec>-mcp-grants / grants.json ──► sidecar: permits(doc, name)
+//! ```
+//!
+//! [`super::resolve`] builds the document with every server's `endpoint` left empty; the
+//! controller fills the connection details (URL, transport, era, credential *references*, TLS,
+//! timeouts, retry) before it publishes, so the digest covers them too. The sidecar calls
+//! [`permits`] at call time. Never a secret value: credentials are references to Secret keys.
+
+use serde::{Deserialize, Serialize};
+
+use crate::api::common::{ConfigMapKeySelector, SecretKeySelector};
+use crate::api::mcp_server::Transport;
+use crate::mcp::catalog::{Access, definition_digest};
+use crate::mcp::session::Era;
+
+/// The `schemaVersion` of documents this code writes and reads.
+pub const SCHEMA_VERSION: &str = "mcp-operator.dev/grants/v1";
+
+/// What one agent may call: per server, where it is and which tools are granted.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GrantsDocument {
+    /// Always [`SCHEMA_VERSION`] for this layout.
+    pub schema_version: String,
+    /// Every server the AgentSpec references, sorted by name; unavailable ones too (with no
+    /// tools), so the sidecar can say why a server's tools are missing.
+    pub servers: Vec<ServerGrants>,
+}
+
+/// The grants of one server.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ServerGrants {
+    /// Name of the McpServer.
+    pub name: String,
+    /// Prefix of its tools' qualified names (`<prefix>__<tool>`).
+    pub prefix: String,
+    /// The McpServer says it is optional: while unavailable it grants nothing and does not make
+    /// the AgentSpec not ready.
+    pub optional: bool,
+    /// The server exists, is Ready and has a catalogue. An unavailable server grants no tools.
+    pub available: bool,
+    /// The granted tools' schemas exceed the preload budget: the sidecar offers discovery tools
+    /// for this server instead of every schema.
+    pub deferred: bool,
+    /// How to reach the server; filled by the controller, absent for a server that does not
+    /// exist.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<Endpoint>,
+    /// The granted tools, sorted by qualified name.
+    pub tools: Vec<GrantedTool>,
+}
+
+/// One granted tool.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GrantedTool {
+    /// `<prefix>__<name>`: the name the agent sees and calls.
+    pub qualified_name: String,
+    /// The tool's name on its server.
+    pub name: String,
+    /// read, write or destructive (after the McpServer's overrides).
+    pub access: Access,
+    /// Repeating a call has no further effect (the server's `idempotentHint`): safe to resend.
+    pub idempotent: bool,
+    /// Every call needs a person's approval.
+    pub requires_approval: bool,
+    /// SHA-256 of the tool definition that was granted; the sidecar does not offer a tool whose
+    /// live definition digests differently.
+    pub definition_digest: String,
+}
+
+/// How the sidecar reaches one server, exactly as the controller does. Filled by the controller.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Endpoint {
+    /// The server's URL.
+    pub url: String,
+    /// streamable-http or sse.
+    pub transport: Transport,
+    /// The protocol generation the controller negotiated (legacy or modern), when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub era: Option<Era>,
+    /// The protocol revision the controller negotiated, e.g. 2025-11-25, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocol_version: Option<String>,
+    /// The Secret key holding a bearer token, sent as `Authorization: Bearer <token>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bearer_token: Option<SecretKeySelector>,
+    /// Extra headers whose values are read from Secret keys.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub headers: Vec<HeaderReference>,
+    /// TLS settings for https:// URLs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsReference>,
+    /// Limit for connecting and the handshake, in milliseconds.
+    pub connect_timeout_ms: u64,
+    /// Limit for one tool call, in milliseconds.
+    pub call_timeout_ms: u64,
+    /// Retry budget for read-only or idempotent calls.
+    pub retry: u32,
+}
+
+/// A header whose value is read from a Secret key.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HeaderReference {
+    /// The HTTP header name.
+    pub name: String,
+    /// Where its value is.
+    pub secret_key_ref: SecretKeySelector,
+}
+
+/// TLS settings by reference.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TlsReference {
+    /// A Secret key holding a PEM CA bundle.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_bundle_secret: Option<SecretKeySelector>,
+    /// A ConfigMap key holding a PEM CA bundle.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_bundle_config_map: Option<ConfigMapKeySelector>,
+    /// Certificates are not verified.
+    #[serde(default)]
+    pub insecure_skip_verify: bool,
+}
+
+impl GrantsDocument {
+    /// An empty document of the current schema version.
+    pub fn new(servers: Vec<ServerGrants>) -> Self {
+        GrantsDocument {
+            schema_version: SCHEMA_VERSION.to_string(),
+            servers,
+        }
+    }
+
+    /// `sha256:<hex>` of the document's RFC 8785 canonical JSON: the ConfigMap is written only
+    /// when this changes.
+    pub fn digest(&self) -> String {
+        definition_digest(&serde_json::to_value(self).expect("a grants document is JSON"))
+    }
+
+    /// Total number of granted tools.
+    pub fn tool_count(&self) -> usize {
+        self.servers.iter().map(|s| s.tools.len()).sum()
+    }
+
+    /// The server and granted tool a qualified name stands for, if it is granted.
+    pub fn find(&self, qualified_name: &str) -> Option<(&ServerGrants, &GrantedTool)> {
+        self.servers.iter().find_map(|server| {
+            let rest = qualified_name.strip_prefix(server.prefix.as_str())?;
+            rest.strip_prefix("__")?;
+            let i = server
+                .tools
+                .binary_search_by(|t| t.qualified_name.as_str().cmp(qualified_name))
+                .ok()?;
+            Some((server, &server.tools[i]))
+        })
+    }
+}
+
+/// The call-time check: the granted tool `qualified_name` stands for, or None when the name does
+/// not survive narrowing (refuse the call).
+pub fn permits<'d>(doc: &'d GrantsDocument, qualified_name: &str) -> Option<&'d GrantedTool> {
+    doc.find(qualified_name).map(|(_, tool)| tool)
+}
+
+/// `<prefix>__<tool>`.
+pub fn qualified_name(prefix: &str, tool: &str) -> String {
+    format!("{prefix}__{tool}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn tool(prefix: &str, name: &str) -> GrantedTool {
+        GrantedTool {
+            qualified_name: qualified_name(prefix, name),
+            name: name.into(),
+            access: Access::Read,
+            idempotent: true,
+            requires_approval: false,
+            definition_digest: "sha256:00".into(),
+        }
+    }
+
+    fn server(name: &str, prefix: &str, tools: &[&str]) -> ServerGrants {
+        let mut tools: Vec<GrantedTool> = tools.iter().map(|t| tool(prefix, t)).collect();
+        tools.sort_by(|a, b| a.qualified_name.cmp(&b.qualified_name));
+        ServerGrants {
+            name: name.into(),
+            prefix: prefix.into(),
+            optional: false,
+            available: true,
+            deferred: false,
+            endpoint: None,
+            tools,
+        }
+    }
+
+    #[test]
+    fn permits_finds_granted_tools_only() {
+        let doc = GrantsDocument::new(vec![
+            server("gh", "gh", &["get_issue", "list_issues"]),
+            server("gh2", "gh_", &["x"]),
+        ]);
+        assert_eq!(permits(&doc, "gh__get_issue").unwrap().name, "get_issue");
+        assert_eq!(permits(&doc, "gh___x").unwrap().name, "x");
+        assert!(permits(&doc, "gh__delete_repo").is_none());
+        assert!(permits(&doc, "get_issue").is_none());
+        assert!(
+            permits(&doc, "gh2__x").is_none(),
+            "the prefix, not the server name"
+        );
+        assert!(permits(&doc, "").is_none());
+        let (server, _) = doc.find("gh__list_issues").unwrap();
+        assert_eq!(server.name, "gh");
+        assert_eq!(doc.tool_count(), 3);
+    }
+
+    #[test]
+    fn serialises_camel_case_with_schema_version_and_a_stable_digest() {
+        let doc = GrantsDocument::new(vec![server("gh", "gh", &["get_issue"])]);
+        let value = serde_json::to_value(&doc).unwrap();
+        assert_eq!(value["schemaVersion"], json!(SCHEMA_VERSION));
+        assert_eq!(
+            value["servers"][0]["tools"][0]["qualifiedName"],
+            json!("gh__get_issue")
+        );
+        assert_eq!(
+            value["servers"][0]["tools"][0]["requiresApproval"],
+            json!(false)
+        );
+        assert!(value["servers"][0].get("endpoint").is_none());
+        let back: GrantsDocument = serde_json::from_value(value).unwrap();
+        assert_eq!(back, doc);
+        assert_eq!(back.digest(), doc.digest());
+        assert!(doc.digest().starts_with("sha256:"));
+
+        let mut changed = doc.clone();
+        changed.servers[0].tools[0].requires_approval = true;
+        assert_ne!(changed.digest(), doc.digest());
+    }
+
+    #[test]
+    fn the_endpoint_never_holds_a_secret_value() {
+        let mut doc = GrantsDocument::new(vec![server("gh", "gh", &["get_issue"])]);
+        doc.servers[0].endpoint = Some(Endpoint {
+            url: "https://mcp.example.com/mcp".into(),
+            transport: Transport::StreamableHttp,
+            era: Some(Era::Legacy),
+            protocol_version: Some("2025-11-25".into()),
+            bearer_token: Some(SecretKeySelector {
+                name: "gh-token".into(),
+                key: "token".into(),
+            }),
+            headers: vec![],
+            tls: None,
+            connect_timeout_ms: 10_000,
+            call_timeout_ms: 30_000,
+            retry: 2,
+        });
+        let value = serde_json::to_value(&doc).unwrap();
+        let endpoint = &value["servers"][0]["endpoint"];
+        assert_eq!(endpoint["transport"], json!("streamable-http"));
+        assert_eq!(endpoint["era"], json!("legacy"));
+        assert_eq!(
+            endpoint["bearerToken"],
+            json!({"name": "gh-token", "key": "token"})
+        );
+        let back: GrantsDocument = serde_json::from_value(value).unwrap();
+        assert_eq!(back, doc);
+    }
+}

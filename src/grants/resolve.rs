@@ -1,0 +1,624 @@
+//! [`resolve`]: the one function that intersects the three planes for one AgentSpec. The
+//! AgentSpec reconciler calls it on every change of the AgentSpec, a referenced McpServer or a
+//! tenant policy; tests call it with hand-built inputs.
+//!
+//! ```text
+//!  catalogue ──server allow/deny──► offered ──every selecting policy──► permitted ──spec allow/deny──► granted
+//!                 withheldByServer            withheldByPolicy                 withheldBySpec
+//! ```
+//!
+//! Rules the design left open, decided here:
+//!
+//! - Within one policy, a tool on server S is permitted when some rule picking S allows it
+//!   (its allow list, and access ≤ its maxAccess) and **no** rule picking S denies it: deny wins
+//!   across the rules of a policy, as it does everywhere else. A policy none of whose rules
+//!   picks S permits none of S's tools (the safe default; an empty rule list permits nothing).
+//! - A rule's `requireApprovalFor` applies to every granted tool of every server the rule picks,
+//!   whether or not that rule is the one permitting the tool.
+//! - A server that is missing, not Ready, or has no catalogue grants nothing (a stale catalogue
+//!   is not used) and is listed as unavailable. A missing server's `optional` is unknown, so it
+//!   is treated as required.
+//! - Grant patterns and requireApproval names are checked against what the server *offers*
+//!   (its catalogue after its own allow/deny); a pattern that matches only hidden tools is
+//!   reported too, with a message saying so.
+//! - Withheld counts are taken in plane order: a tool is counted against the first plane that
+//!   drops it, so granted + the three withheld counts = the catalogue's size.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Serialize;
+
+use super::document::{GrantedTool, GrantsDocument, ServerGrants, qualified_name};
+use super::input::{
+    AgentServerInput, Approval, McpServerInput, PolicyInput, ResolveInput, TenantDefault,
+};
+use super::pattern::PatternSet;
+use crate::mcp::catalog::{Access, Catalog, CatalogTool};
+
+/// The outcome of one resolution.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Resolution {
+    /// The grants to publish; None when qualified names collide (nothing is published then).
+    /// Every server's `endpoint` is empty: the controller fills it.
+    pub document: Option<GrantsDocument>,
+    /// Per server, sorted by name: what the AgentSpec's status reports.
+    pub servers: Vec<ServerOutcome>,
+    /// Granted tools sharing a qualified name.
+    pub collisions: Vec<Collision>,
+    /// Everything a person should hear about, sorted by reason, server and message.
+    pub findings: Vec<Finding>,
+    /// True when there is no collision and every required server is available.
+    pub ready: bool,
+}
+
+impl Resolution {
+    /// True when qualified names are unique, i.e. a document was produced.
+    pub fn resolved(&self) -> bool {
+        self.collisions.is_empty()
+    }
+
+    /// The distinct reasons among the findings, in [`Reason`] order.
+    pub fn reasons(&self) -> Vec<Reason> {
+        let set: BTreeSet<Reason> = self.findings.iter().map(|f| f.reason).collect();
+        set.into_iter().collect()
+    }
+
+    /// The findings that keep the AgentSpec from being ready.
+    pub fn blocking(&self) -> impl Iterator<Item = &Finding> {
+        self.findings.iter().filter(|f| f.blocking)
+    }
+}
+
+/// The grant outcome for one server, field for field what `AgentServerStatus` reports.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ServerOutcome {
+    pub name: String,
+    pub prefix: String,
+    /// The server exists, is Ready and has a catalogue.
+    pub available: bool,
+    /// From the McpServer; false when it does not exist.
+    pub optional: bool,
+    /// The granted tools' schemas exceed the preload budget.
+    pub deferred: bool,
+    pub granted_tools: u32,
+    /// Dropped by the McpServer's own allow/deny.
+    pub withheld_by_server: u32,
+    /// Offered but not permitted by the tenant's policies (or the tenant default).
+    pub withheld_by_policy: u32,
+    /// Permitted but not asked for by the AgentSpec's allow/deny.
+    pub withheld_by_spec: u32,
+    /// Sum of the granted tools' schema sizes, compared with the preload budget.
+    pub granted_schema_bytes: u64,
+}
+
+/// Granted tools that share one qualified name.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Collision {
+    pub qualified_name: String,
+    /// Two or more, sorted.
+    pub tools: Vec<ToolRef>,
+}
+
+/// A tool of a server.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct ToolRef {
+    pub server: String,
+    pub tool: String,
+}
+
+/// Why a finding was raised. The words are the condition reasons the controller writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub enum Reason {
+    /// Two granted tools have the same qualified name; nothing is published.
+    NameCollision,
+    /// A referenced McpServer does not exist.
+    ServerNotFound,
+    /// A referenced McpServer is not Ready or has no catalogue yet.
+    ServerNotReady,
+    /// The tenant's policies withhold a tool asked for by name, or a whole server.
+    DeniedByPolicy,
+    /// An AgentSpec allow pattern matches no tool the server offers.
+    PatternMatchesNothing,
+    /// An AgentSpec requireApproval name is not a tool the server offers.
+    RequireApprovalNotOffered,
+}
+
+impl Reason {
+    /// The reason word, as conditions, metrics and logs spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::NameCollision => "NameCollision",
+            Reason::ServerNotFound => "ServerNotFound",
+            Reason::ServerNotReady => "ServerNotReady",
+            Reason::DeniedByPolicy => "DeniedByPolicy",
+            Reason::PatternMatchesNothing => "PatternMatchesNothing",
+            Reason::RequireApprovalNotOffered => "RequireApprovalNotOffered",
+        }
+    }
+}
+
+impl std::fmt::Display for Reason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Something a person should hear about.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Finding {
+    pub reason: Reason,
+    /// The server concerned; None for a collision, which names its servers in the message.
+    pub server: Option<String>,
+    /// A sentence a person can act on.
+    pub message: String,
+    /// It keeps the AgentSpec from being ready.
+    pub blocking: bool,
+}
+
+impl Finding {
+    fn new(reason: Reason, server: Option<&str>, message: String, blocking: bool) -> Self {
+        Finding {
+            reason,
+            server: server.map(str::to_string),
+            message,
+            blocking,
+        }
+    }
+}
+
+/// Intersects the planes for one AgentSpec. Pure and deterministic: the order of servers,
+/// patterns, policies and rules in the input never changes the result.
+pub fn resolve(input: &ResolveInput<'_>) -> Resolution {
+    let policies = PolicyPlane::new(&input.policies, input.tenant_default);
+    let mut entries: Vec<&AgentServerInput<'_>> = input.servers.iter().collect();
+    entries.sort_by(|a, b| (&a.name, prefix_of(a)).cmp(&(&b.name, prefix_of(b))));
+
+    let mut findings = Vec::new();
+    let mut servers = Vec::with_capacity(entries.len());
+    let mut outcomes = Vec::with_capacity(entries.len());
+    for entry in entries {
+        let (grants, outcome) = resolve_server(entry, input, &policies, &mut findings);
+        servers.push(grants);
+        outcomes.push(outcome);
+    }
+
+    let collisions = collisions(&servers);
+    for c in &collisions {
+        let named: Vec<String> = c
+            .tools
+            .iter()
+            .map(|t| format!("tool {} of McpServer {}", t.tool, t.server))
+            .collect();
+        findings.push(Finding::new(
+            Reason::NameCollision,
+            None,
+            format!(
+                "{} would all be published as {}; give one of these servers another prefix or \
+                 deny one of the tools",
+                named.join(" and "),
+                c.qualified_name
+            ),
+            true,
+        ));
+    }
+
+    findings.sort();
+    findings.dedup();
+    let ready = !findings.iter().any(|f| f.blocking);
+    Resolution {
+        document: collisions.is_empty().then(|| GrantsDocument::new(servers)),
+        servers: outcomes,
+        collisions,
+        findings,
+        ready,
+    }
+}
+
+fn prefix_of<'e>(entry: &'e AgentServerInput<'_>) -> &'e str {
+    entry.prefix.as_deref().unwrap_or(&entry.name)
+}
+
+fn resolve_server(
+    entry: &AgentServerInput<'_>,
+    input: &ResolveInput<'_>,
+    policies: &PolicyPlane,
+    findings: &mut Vec<Finding>,
+) -> (ServerGrants, ServerOutcome) {
+    let name = entry.name.as_str();
+    let prefix = prefix_of(entry).to_string();
+    let optional = entry.server.as_ref().is_some_and(|s| s.optional);
+    let mut outcome = ServerOutcome {
+        name: name.to_string(),
+        prefix: prefix.clone(),
+        available: false,
+        optional,
+        deferred: false,
+        granted_tools: 0,
+        withheld_by_server: 0,
+        withheld_by_policy: 0,
+        withheld_by_spec: 0,
+        granted_schema_bytes: 0,
+    };
+    let mut grants = ServerGrants {
+        name: name.to_string(),
+        prefix: prefix.clone(),
+        optional,
+        available: false,
+        deferred: false,
+        endpoint: None,
+        tools: Vec::new(),
+    };
+
+    let (server, catalog) = match &entry.server {
+        None => {
+            findings.push(Finding::new(
+                Reason::ServerNotFound,
+                Some(name),
+                format!(
+                    "McpServer {name} does not exist in this namespace; create it or remove it \
+                     from spec.servers"
+                ),
+                true,
+            ));
+            return (grants, outcome);
+        }
+        Some(server) => match (server.ready, server.catalog) {
+            (true, Some(catalog)) => (server, catalog),
+            _ => {
+                findings.push(not_ready(name, server));
+                return (grants, outcome);
+            }
+        },
+    };
+
+    outcome.available = true;
+    grants.available = true;
+    let server_plane = PatternSet::new(&server.allow, &server.deny);
+    let spec_plane = PatternSet::new(&entry.allow, &entry.deny);
+    let asked_by_name: BTreeSet<&str> = spec_plane
+        .allow()
+        .iter()
+        .filter(|p| p.is_literal())
+        .map(|p| p.as_str())
+        .collect();
+    let rules = policies.for_server(name);
+    let approval_names: BTreeSet<&str> = server
+        .require_approval
+        .iter()
+        .chain(&entry.require_approval)
+        .map(String::as_str)
+        .collect();
+
+    let mut offered: Vec<&str> = Vec::new();
+    for tool in &catalog.tools {
+        if !server_plane.permits(&tool.name) {
+            outcome.withheld_by_server += 1;
+            continue;
+        }
+        offered.push(&tool.name);
+        let denying = rules.denying(tool);
+        if !denying.is_empty() {
+            outcome.withheld_by_policy += 1;
+            if asked_by_name.contains(tool.name.as_str()) && spec_plane.permits(&tool.name) {
+                findings.push(Finding::new(
+                    Reason::DeniedByPolicy,
+                    Some(name),
+                    format!(
+                        "tool {} of McpServer {name} is asked for by name, but {}",
+                        tool.name,
+                        denying.describe()
+                    ),
+                    false,
+                ));
+            }
+            continue;
+        }
+        if !spec_plane.permits(&tool.name) {
+            outcome.withheld_by_spec += 1;
+            continue;
+        }
+        let requires_approval = input_approval(input.approval, tool.access)
+            || approval_names.contains(tool.name.as_str())
+            || rules.require_approval(tool.access);
+        outcome.granted_schema_bytes = outcome
+            .granted_schema_bytes
+            .saturating_add(tool.schema_bytes);
+        grants.tools.push(GrantedTool {
+            qualified_name: qualified_name(&prefix, &tool.name),
+            name: tool.name.clone(),
+            access: tool.access,
+            idempotent: tool.idempotent,
+            requires_approval,
+            definition_digest: tool.definition_digest.clone(),
+        });
+    }
+    grants
+        .tools
+        .sort_by(|a, b| a.qualified_name.cmp(&b.qualified_name));
+    outcome.granted_tools = grants.tools.len() as u32;
+    outcome.deferred = outcome.granted_schema_bytes > input.preload_budget;
+    grants.deferred = outcome.deferred;
+
+    if !offered.is_empty()
+        && outcome.withheld_by_policy as usize == offered.len()
+        && let Some(why) = rules.whole_server_denied()
+    {
+        findings.push(Finding::new(
+            Reason::DeniedByPolicy,
+            Some(name),
+            format!("no tool of McpServer {name} is granted: {why}"),
+            false,
+        ));
+    }
+    pattern_findings(name, catalog, &offered, &spec_plane, findings);
+    let offered: BTreeSet<&str> = offered.into_iter().collect();
+    for wanted in entry.require_approval.iter().collect::<BTreeSet<_>>() {
+        if !offered.contains(wanted.as_str()) {
+            findings.push(Finding::new(
+                Reason::RequireApprovalNotOffered,
+                Some(name),
+                format!(
+                    "requireApproval names {wanted}, which McpServer {name} does not offer; \
+                     check the spelling against the server's catalogue"
+                ),
+                false,
+            ));
+        }
+    }
+    (grants, outcome)
+}
+
+fn not_ready(name: &str, server: &McpServerInput<'_>) -> Finding {
+    let state = match (server.ready, &server.not_ready_reason) {
+        (true, _) => "has no tool catalogue yet".to_string(),
+        (false, Some(reason)) if !reason.is_empty() => format!("is not ready ({reason})"),
+        (false, _) => "is not ready".to_string(),
+    };
+    let consequence = if server.optional {
+        "it is optional, so its tools are left out until it is"
+    } else {
+        "the agent is not ready until it is, or until the McpServer is marked optional"
+    };
+    Finding::new(
+        Reason::ServerNotReady,
+        Some(name),
+        format!("McpServer {name} {state}; {consequence}"),
+        !server.optional,
+    )
+}
+
+fn input_approval(level: Approval, access: Access) -> bool {
+    match level {
+        Approval::None => false,
+        Approval::Destructive => access >= Access::Destructive,
+        Approval::Writes => access >= Access::Write,
+        Approval::All => true,
+    }
+}
+
+fn pattern_findings(
+    name: &str,
+    catalog: &Catalog,
+    offered: &[&str],
+    spec_plane: &PatternSet,
+    findings: &mut Vec<Finding>,
+) {
+    let nothing_offered = spec_plane.matching_nothing(offered.iter().copied()).allow;
+    if nothing_offered.is_empty() {
+        return;
+    }
+    let nothing_at_all: BTreeSet<String> = spec_plane
+        .matching_nothing(catalog.tools.iter().map(|t| t.name.as_str()))
+        .allow
+        .into_iter()
+        .collect();
+    for pattern in nothing_offered {
+        let message = if nothing_at_all.contains(&pattern) {
+            format!("allow pattern {pattern} matches no tool of McpServer {name}")
+        } else {
+            format!(
+                "allow pattern {pattern} matches only tools that McpServer {name} hides \
+                 (its spec.tools allow/deny)"
+            )
+        };
+        findings.push(Finding::new(
+            Reason::PatternMatchesNothing,
+            Some(name),
+            message,
+            false,
+        ));
+    }
+}
+
+/// The tenant plane, compiled once per resolution.
+struct PolicyPlane {
+    tenant_default: TenantDefault,
+    policies: Vec<CompiledPolicy>,
+}
+
+struct CompiledPolicy {
+    name: String,
+    rules: Vec<CompiledRule>,
+}
+
+struct CompiledRule {
+    servers: BTreeSet<String>,
+    patterns: PatternSet,
+    max_access: Access,
+    require_approval_for: Option<Access>,
+}
+
+impl PolicyPlane {
+    fn new(policies: &[PolicyInput], tenant_default: TenantDefault) -> Self {
+        let mut policies: Vec<CompiledPolicy> = policies
+            .iter()
+            .map(|p| CompiledPolicy {
+                name: p.name.clone(),
+                rules: p
+                    .rules
+                    .iter()
+                    .map(|r| CompiledRule {
+                        servers: r.servers.clone(),
+                        patterns: PatternSet::new(&r.allow, &r.deny),
+                        max_access: r.max_access.unwrap_or(Access::Destructive),
+                        require_approval_for: r.require_approval_for,
+                    })
+                    .collect(),
+            })
+            .collect();
+        // Names are quoted in findings; sorted, the input's order cannot show through.
+        policies.sort_by(|a, b| a.name.cmp(&b.name));
+        PolicyPlane {
+            tenant_default,
+            policies,
+        }
+    }
+
+    /// The policies' rules that pick one server.
+    fn for_server(&self, server: &str) -> ServerRules<'_> {
+        ServerRules {
+            tenant_default: self.tenant_default,
+            policies: self
+                .policies
+                .iter()
+                .map(|p| {
+                    let rules = p
+                        .rules
+                        .iter()
+                        .filter(|r| r.servers.contains(server))
+                        .collect();
+                    (p.name.as_str(), rules)
+                })
+                .collect(),
+        }
+    }
+}
+
+/// The tenant plane as it applies to one server: for every selecting policy, its rules that pick
+/// the server (possibly none).
+struct ServerRules<'p> {
+    tenant_default: TenantDefault,
+    policies: Vec<(&'p str, Vec<&'p CompiledRule>)>,
+}
+
+/// Who, on the tenant plane, withholds a tool.
+enum Denial<'p> {
+    Nobody,
+    TenantDefault,
+    Policies(Vec<&'p str>),
+}
+
+impl Denial<'_> {
+    fn is_empty(&self) -> bool {
+        matches!(self, Denial::Nobody)
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Denial::Nobody => String::new(),
+            Denial::TenantDefault => NO_POLICY_DENY.to_string(),
+            Denial::Policies(names) if names.len() == 1 => {
+                format!("McpTenantPolicy {} does not permit it", names[0])
+            }
+            Denial::Policies(names) => {
+                format!("McpTenantPolicies {} do not permit it", names.join(", "))
+            }
+        }
+    }
+}
+
+const NO_POLICY_DENY: &str =
+    "no McpTenantPolicy selects this namespace and the controller's tenant default is deny";
+
+impl<'p> ServerRules<'p> {
+    fn denying(&self, tool: &CatalogTool) -> Denial<'p> {
+        if self.policies.is_empty() {
+            return match self.tenant_default {
+                TenantDefault::Allow => Denial::Nobody,
+                TenantDefault::Deny => Denial::TenantDefault,
+            };
+        }
+        let names: Vec<&str> = self
+            .policies
+            .iter()
+            .filter(|(_, rules)| !permits(rules, tool))
+            .map(|(name, _)| *name)
+            .collect();
+        if names.is_empty() {
+            Denial::Nobody
+        } else {
+            Denial::Policies(names)
+        }
+    }
+
+    fn require_approval(&self, access: Access) -> bool {
+        self.policies
+            .iter()
+            .flat_map(|(_, rules)| rules)
+            .any(|r| r.require_approval_for.is_some_and(|level| level <= access))
+    }
+
+    /// Why the whole server is withheld regardless of tool, if it is.
+    fn whole_server_denied(&self) -> Option<String> {
+        if self.policies.is_empty() {
+            return (self.tenant_default == TenantDefault::Deny).then(|| NO_POLICY_DENY.into());
+        }
+        let without_rule: Vec<&str> = self
+            .policies
+            .iter()
+            .filter(|(_, rules)| rules.is_empty())
+            .map(|(name, _)| *name)
+            .collect();
+        match without_rule.as_slice() {
+            [] => None,
+            [one] => Some(format!("McpTenantPolicy {one} has no rule that picks it")),
+            many => Some(format!(
+                "McpTenantPolicies {} have no rule that picks it",
+                many.join(", ")
+            )),
+        }
+    }
+}
+
+/// One policy's verdict: some rule allows the tool within its ceiling and no rule denies it.
+fn permits(rules: &[&CompiledRule], tool: &CatalogTool) -> bool {
+    !rules.iter().any(|r| r.patterns.denies(&tool.name))
+        && rules
+            .iter()
+            .any(|r| r.patterns.allows(&tool.name) && tool.access <= r.max_access)
+}
+
+fn collisions(servers: &[ServerGrants]) -> Vec<Collision> {
+    let mut by_name: BTreeMap<&str, Vec<ToolRef>> = BTreeMap::new();
+    for server in servers {
+        for tool in &server.tools {
+            by_name
+                .entry(&tool.qualified_name)
+                .or_default()
+                .push(ToolRef {
+                    server: server.name.clone(),
+                    tool: tool.name.clone(),
+                });
+        }
+    }
+    by_name
+        .into_iter()
+        .filter(|(_, tools)| tools.len() > 1)
+        .map(|(name, mut tools)| {
+            tools.sort();
+            Collision {
+                qualified_name: name.to_string(),
+                tools,
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;
+
+#[cfg(test)]
+mod properties;

@@ -1,0 +1,613 @@
+//! Unit tests of [`super::resolve`]: one test per rule, hand-built inputs.
+
+use std::collections::BTreeSet;
+
+use super::*;
+use crate::grants::document::permits;
+use crate::grants::input::{RuleInput, TenantDefault};
+use crate::mcp::catalog::{Access, Catalog, CatalogTool};
+
+use Access::{Destructive, Read, Write};
+
+fn tool(name: &str, access: Access) -> CatalogTool {
+    CatalogTool {
+        name: name.into(),
+        title: None,
+        description: None,
+        access,
+        idempotent: access == Read,
+        annotations: None,
+        schema_bytes: 100,
+        definition_digest: format!("sha256:{name}"),
+    }
+}
+
+fn catalog(tools: &[(&str, Access)]) -> Catalog {
+    let tools: Vec<CatalogTool> = tools.iter().map(|(n, a)| tool(n, *a)).collect();
+    Catalog {
+        tool_count: tools.len() as u32,
+        digest: "sha256:cat".into(),
+        pages_read: 1,
+        tools,
+    }
+}
+
+/// A GitHub-like server: reads, writes, destructive tools.
+fn github() -> Catalog {
+    catalog(&[
+        ("get_issue", Read),
+        ("list_issues", Read),
+        ("create_issue", Write),
+        ("update_issue", Write),
+        ("delete_repo", Destructive),
+    ])
+}
+
+fn mcp_server(catalog: &Catalog) -> McpServerInput<'_> {
+    McpServerInput {
+        ready: true,
+        not_ready_reason: None,
+        optional: false,
+        catalog: Some(catalog),
+        allow: vec![],
+        deny: vec![],
+        require_approval: vec![],
+    }
+}
+
+fn entry<'a>(name: &str, catalog: &'a Catalog) -> AgentServerInput<'a> {
+    AgentServerInput {
+        name: name.into(),
+        prefix: None,
+        allow: vec![],
+        deny: vec![],
+        require_approval: vec![],
+        server: Some(mcp_server(catalog)),
+    }
+}
+
+fn input(servers: Vec<AgentServerInput<'_>>) -> ResolveInput<'_> {
+    ResolveInput {
+        servers,
+        approval: Approval::None,
+        policies: vec![],
+        tenant_default: TenantDefault::Allow,
+        preload_budget: u64::MAX,
+    }
+}
+
+fn rule(servers: &[&str]) -> RuleInput {
+    RuleInput {
+        servers: servers.iter().map(|s| s.to_string()).collect(),
+        ..Default::default()
+    }
+}
+
+fn policy(name: &str, rules: Vec<RuleInput>) -> PolicyInput {
+    PolicyInput {
+        name: name.into(),
+        rules,
+    }
+}
+
+fn strings(items: &[&str]) -> Vec<String> {
+    items.iter().map(|s| s.to_string()).collect()
+}
+
+/// The granted tool names of one server.
+fn granted(res: &Resolution, server: &str) -> Vec<String> {
+    let doc = res.document.as_ref().expect("resolved");
+    let s = doc.servers.iter().find(|s| s.name == server).unwrap();
+    let mut names: Vec<String> = s.tools.iter().map(|t| t.name.clone()).collect();
+    names.sort();
+    names
+}
+
+fn outcome<'r>(res: &'r Resolution, server: &str) -> &'r ServerOutcome {
+    res.servers.iter().find(|s| s.name == server).unwrap()
+}
+
+fn with_reason(res: &Resolution, reason: Reason) -> Vec<&Finding> {
+    res.findings.iter().filter(|f| f.reason == reason).collect()
+}
+
+#[test]
+fn everything_passes_when_no_plane_narrows() {
+    let gh = github();
+    let res = resolve(&input(vec![entry("github", &gh)]));
+    assert!(res.ready && res.resolved());
+    assert!(res.findings.is_empty(), "{:?}", res.findings);
+    assert_eq!(granted(&res, "github").len(), 5);
+    let o = outcome(&res, "github");
+    assert!(o.available && !o.deferred);
+    assert_eq!(o.granted_tools, 5);
+    assert_eq!(o.granted_schema_bytes, 500);
+}
+
+#[test]
+fn the_servers_own_allow_and_deny_narrow_first_and_deny_wins() {
+    let gh = github();
+    let mut e = entry("github", &gh);
+    let s = e.server.as_mut().unwrap();
+    s.allow = strings(&["*_issue*", "delete_repo"]);
+    s.deny = strings(&["delete_*", "update_issue"]);
+    let res = resolve(&input(vec![e]));
+    assert_eq!(
+        granted(&res, "github"),
+        ["create_issue", "get_issue", "list_issues"]
+    );
+    assert_eq!(outcome(&res, "github").withheld_by_server, 2);
+}
+
+#[test]
+fn the_specs_allow_and_deny_narrow_and_empty_allow_means_all() {
+    let gh = github();
+    let mut e = entry("github", &gh);
+    e.deny = strings(&["delete_repo"]);
+    let res = resolve(&input(vec![e.clone()]));
+    assert_eq!(granted(&res, "github").len(), 4);
+
+    e.allow = strings(&["get_?ssue", "list_*"]);
+    e.deny = strings(&["list_*"]);
+    let res = resolve(&input(vec![e]));
+    assert_eq!(granted(&res, "github"), ["get_issue"]);
+    let o = outcome(&res, "github");
+    assert_eq!(
+        (
+            o.withheld_by_server,
+            o.withheld_by_policy,
+            o.withheld_by_spec
+        ),
+        (0, 0, 4)
+    );
+}
+
+#[test]
+fn qualified_names_use_the_prefix_defaulting_to_the_server_name() {
+    let gh = github();
+    let mut e = entry("github", &gh);
+    e.allow = strings(&["get_issue"]);
+    let mut other = entry("github-enterprise", &gh);
+    other.prefix = Some("ghe".into());
+    other.allow = strings(&["get_issue"]);
+    let res = resolve(&input(vec![other, e]));
+    let doc = res.document.unwrap();
+    let names: Vec<&str> = doc
+        .servers
+        .iter()
+        .flat_map(|s| s.tools.iter().map(|t| t.qualified_name.as_str()))
+        .collect();
+    assert_eq!(names, ["github__get_issue", "ghe__get_issue"]);
+    assert_eq!(doc.servers[0].name, "github", "servers sorted by name");
+    assert_eq!(doc.servers[1].prefix, "ghe");
+    let tool = permits(&doc, "ghe__get_issue").unwrap();
+    assert_eq!((tool.name.as_str(), tool.access), ("get_issue", Read));
+    assert_eq!(tool.definition_digest, "sha256:get_issue");
+    assert!(tool.idempotent);
+    assert!(permits(&doc, "github__delete_repo").is_none());
+}
+
+#[test]
+fn max_access_is_a_ceiling() {
+    let gh = github();
+    for (ceiling, expected) in [
+        (Some(Read), 2usize),
+        (Some(Write), 4),
+        (Some(Destructive), 5),
+        (None, 5),
+    ] {
+        let mut i = input(vec![entry("github", &gh)]);
+        let mut r = rule(&["github"]);
+        r.max_access = ceiling;
+        i.policies = vec![policy("p", vec![r])];
+        let res = resolve(&i);
+        assert_eq!(granted(&res, "github").len(), expected, "{ceiling:?}");
+        assert_eq!(
+            outcome(&res, "github").withheld_by_policy as usize,
+            5 - expected
+        );
+    }
+}
+
+#[test]
+fn approval_levels_follow_access() {
+    let gh = github();
+    for (level, expected) in [
+        (Approval::None, vec![]),
+        (Approval::Destructive, vec!["delete_repo"]),
+        (
+            Approval::Writes,
+            vec!["create_issue", "delete_repo", "update_issue"],
+        ),
+        (
+            Approval::All,
+            vec![
+                "create_issue",
+                "delete_repo",
+                "get_issue",
+                "list_issues",
+                "update_issue",
+            ],
+        ),
+    ] {
+        let mut i = input(vec![entry("github", &gh)]);
+        i.approval = level;
+        assert_eq!(approval_required(&resolve(&i)), expected, "{level:?}");
+    }
+}
+
+fn approval_required(res: &Resolution) -> Vec<String> {
+    let mut names: Vec<String> = res
+        .document
+        .as_ref()
+        .unwrap()
+        .servers
+        .iter()
+        .flat_map(|s| s.tools.iter())
+        .filter(|t| t.requires_approval)
+        .map(|t| t.name.clone())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn approval_is_also_required_by_name_and_by_policy() {
+    let gh = github();
+    let mut e = entry("github", &gh);
+    e.server.as_mut().unwrap().require_approval = strings(&["get_issue"]);
+    e.require_approval = strings(&["list_issues"]);
+    let res = resolve(&input(vec![e.clone()]));
+    assert_eq!(approval_required(&res), ["get_issue", "list_issues"]);
+
+    // A rule's requireApprovalFor covers every tool of the servers it picks, even those another
+    // rule permits.
+    let mut i = input(vec![e]);
+    let mut bound = rule(&["github"]);
+    bound.allow = strings(&["nothing-here"]);
+    bound.require_approval_for = Some(Write);
+    i.policies = vec![policy("p", vec![rule(&["github"]), bound])];
+    let res = resolve(&i);
+    assert_eq!(
+        approval_required(&res),
+        [
+            "create_issue",
+            "delete_repo",
+            "get_issue",
+            "list_issues",
+            "update_issue"
+        ]
+    );
+}
+
+#[test]
+fn colliding_qualified_names_fail_the_resolution_naming_both() {
+    let one = catalog(&[("b__c", Read), ("x", Read)]);
+    let two = catalog(&[("c", Read)]);
+    let mut a = entry("srv-a", &one);
+    a.prefix = Some("a".into());
+    let mut ab = entry("srv-ab", &two);
+    ab.prefix = Some("a__b".into());
+    let res = resolve(&input(vec![a, ab]));
+    assert!(res.document.is_none(), "nothing is published");
+    assert!(!res.resolved() && !res.ready);
+    assert_eq!(res.collisions.len(), 1);
+    let c = &res.collisions[0];
+    assert_eq!(c.qualified_name, "a__b__c");
+    assert_eq!(
+        c.tools,
+        [
+            ToolRef {
+                server: "srv-a".into(),
+                tool: "b__c".into()
+            },
+            ToolRef {
+                server: "srv-ab".into(),
+                tool: "c".into()
+            }
+        ]
+    );
+    let f = with_reason(&res, Reason::NameCollision);
+    assert_eq!(f.len(), 1);
+    assert!(f[0].blocking);
+    for part in ["b__c", "srv-a", "srv-ab", "a__b__c"] {
+        assert!(f[0].message.contains(part), "{}", f[0].message);
+    }
+    // The per-server counts are still there for status.
+    assert_eq!(outcome(&res, "srv-a").granted_tools, 2);
+}
+
+#[test]
+fn a_collision_is_only_between_granted_tools() {
+    let one = catalog(&[("_b", Read)]);
+    let two = catalog(&[("b", Read)]);
+    let mut a = entry("x", &one);
+    a.prefix = Some("a".into());
+    let mut b = entry("y", &two);
+    b.prefix = Some("a_".into());
+    let res = resolve(&input(vec![a.clone(), b.clone()]));
+    assert_eq!(res.collisions[0].qualified_name, "a___b");
+    b.deny = strings(&["b"]);
+    let res = resolve(&input(vec![a, b]));
+    assert!(res.resolved() && res.ready);
+}
+
+#[test]
+fn grant_patterns_matching_nothing_are_reported() {
+    let gh = github();
+    let mut e = entry("github", &gh);
+    e.server.as_mut().unwrap().deny = strings(&["delete_*"]);
+    e.allow = strings(&["get_*", "gett_*", "delete_repo", "gett_*"]);
+    e.deny = strings(&["nothing-to-deny"]);
+    let res = resolve(&input(vec![e]));
+    assert!(res.ready, "a finding, not a failure");
+    let f = with_reason(&res, Reason::PatternMatchesNothing);
+    assert_eq!(f.len(), 2, "{f:?}");
+    assert!(f.iter().all(|f| !f.blocking));
+    assert!(f.iter().any(|f| f.message.contains("gett_*")
+        && f.message.contains("matches no tool of McpServer github")));
+    assert!(
+        f.iter()
+            .any(|f| f.message.contains("delete_repo") && f.message.contains("hides"))
+    );
+}
+
+#[test]
+fn require_approval_names_the_server_does_not_offer_are_reported() {
+    let gh = github();
+    let mut e = entry("github", &gh);
+    e.server.as_mut().unwrap().deny = strings(&["delete_repo"]);
+    e.require_approval = strings(&["delete_repo", "get_isue", "get_issue"]);
+    let res = resolve(&input(vec![e]));
+    let f = with_reason(&res, Reason::RequireApprovalNotOffered);
+    assert_eq!(f.len(), 2);
+    assert!(f[0].message.contains("delete_repo"));
+    assert!(f[1].message.contains("get_isue"));
+    assert!(res.ready);
+}
+
+#[test]
+fn tenant_default_applies_only_when_no_policy_selects_the_tenant() {
+    let gh = github();
+    let mut i = input(vec![entry("github", &gh)]);
+    i.tenant_default = TenantDefault::Allow;
+    assert_eq!(granted(&resolve(&i), "github").len(), 5);
+
+    i.tenant_default = TenantDefault::Deny;
+    let res = resolve(&i);
+    assert!(granted(&res, "github").is_empty());
+    assert_eq!(outcome(&res, "github").withheld_by_policy, 5);
+    let f = with_reason(&res, Reason::DeniedByPolicy);
+    assert_eq!(f.len(), 1);
+    assert!(f[0].message.contains("tenant default is deny"));
+
+    // A policy replaces the default, whichever it is.
+    i.policies = vec![policy("p", vec![rule(&["github"])])];
+    assert_eq!(granted(&resolve(&i), "github").len(), 5);
+    i.tenant_default = TenantDefault::Allow;
+    let mut r = rule(&["github"]);
+    r.max_access = Some(Read);
+    i.policies = vec![policy("p", vec![r])];
+    assert_eq!(granted(&resolve(&i), "github").len(), 2);
+}
+
+#[test]
+fn every_selecting_policy_must_permit() {
+    let gh = github();
+    let mut i = input(vec![entry("github", &gh)]);
+    let mut reads = rule(&["github"]);
+    reads.max_access = Some(Read);
+    let mut no_list = rule(&["github"]);
+    no_list.deny = strings(&["list_*"]);
+    i.policies = vec![
+        policy("reads", vec![reads]),
+        policy("no-list", vec![no_list]),
+    ];
+    let res = resolve(&i);
+    assert_eq!(granted(&res, "github"), ["get_issue"]);
+    assert_eq!(outcome(&res, "github").withheld_by_policy, 4);
+}
+
+#[test]
+fn a_policy_with_no_rule_for_the_server_permits_none_of_its_tools() {
+    let gh = github();
+    let other = catalog(&[("ping", Read)]);
+    let mut i = input(vec![entry("github", &gh), entry("other", &other)]);
+    i.policies = vec![policy("only-other", vec![rule(&["other"])])];
+    let res = resolve(&i);
+    assert!(granted(&res, "github").is_empty());
+    assert_eq!(granted(&res, "other"), ["ping"]);
+    let f = with_reason(&res, Reason::DeniedByPolicy);
+    assert_eq!(f.len(), 1);
+    assert_eq!(f[0].server.as_deref(), Some("github"));
+    assert!(f[0].message.contains("only-other has no rule"));
+
+    // An empty rule list permits nothing.
+    i.policies = vec![policy("empty", vec![])];
+    let res = resolve(&i);
+    assert_eq!(res.document.unwrap().tool_count(), 0);
+}
+
+#[test]
+fn within_a_policy_rules_add_permissions_but_any_deny_wins() {
+    let gh = github();
+    let mut i = input(vec![entry("github", &gh)]);
+    let mut reads = rule(&["github"]);
+    reads.max_access = Some(Read);
+    let mut create = rule(&["github", "elsewhere"]);
+    create.allow = strings(&["create_*"]);
+    create.max_access = Some(Write);
+    i.policies = vec![policy("p", vec![reads.clone(), create.clone()])];
+    assert_eq!(
+        granted(&resolve(&i), "github"),
+        ["create_issue", "get_issue", "list_issues"]
+    );
+
+    // A rule that permits little but denies list_issues takes it away from the rule that
+    // permits every read.
+    let mut no_list = rule(&["github"]);
+    no_list.allow = strings(&["get_issue"]);
+    no_list.deny = strings(&["list_issues"]);
+    i.policies = vec![policy("p", vec![reads, create, no_list])];
+    assert_eq!(
+        granted(&resolve(&i), "github"),
+        ["create_issue", "get_issue"]
+    );
+}
+
+#[test]
+fn a_tool_asked_for_by_name_but_denied_by_policy_is_reported() {
+    let gh = github();
+    let mut e = entry("github", &gh);
+    e.allow = strings(&["delete_repo", "update_*", "get_issue"]);
+    let mut i = input(vec![e]);
+    let mut writes = rule(&["github"]);
+    writes.max_access = Some(Write);
+    let mut reads = rule(&["github"]);
+    reads.max_access = Some(Read);
+    i.policies = vec![policy("writes", vec![writes]), policy("reads", vec![reads])];
+    let res = resolve(&i);
+    assert_eq!(granted(&res, "github"), ["get_issue"]);
+    let f = with_reason(&res, Reason::DeniedByPolicy);
+    assert_eq!(
+        f.len(),
+        1,
+        "update_* is a wildcard: counted, not named: {f:?}"
+    );
+    assert!(f[0].message.contains("delete_repo"));
+    assert!(
+        f[0].message
+            .contains("McpTenantPolicies reads, writes do not permit it")
+    );
+    assert!(!f[0].blocking && res.ready);
+}
+
+#[test]
+fn deferred_when_granted_schemas_exceed_the_budget() {
+    let gh = github(); // 5 tools × 100 bytes
+    let mut i = input(vec![entry("github", &gh)]);
+    i.preload_budget = 500;
+    let res = resolve(&i);
+    assert!(!outcome(&res, "github").deferred);
+    assert!(!res.document.unwrap().servers[0].deferred);
+    i.preload_budget = 499;
+    let res = resolve(&i);
+    assert!(outcome(&res, "github").deferred);
+    assert!(res.document.unwrap().servers[0].deferred);
+    // Only granted tools count.
+    i.servers[0].deny = strings(&["delete_repo"]);
+    assert!(!outcome(&resolve(&i), "github").deferred);
+}
+
+#[test]
+fn a_missing_server_is_reported_and_blocks_readiness() {
+    let gh = github();
+    let mut missing = entry("gone", &gh);
+    missing.server = None;
+    let res = resolve(&input(vec![missing, entry("github", &gh)]));
+    assert!(!res.ready && res.resolved());
+    assert_eq!(res.reasons(), [Reason::ServerNotFound]);
+    let doc = res.document.as_ref().unwrap();
+    assert_eq!(doc.servers[0].name, "github");
+    assert!(!doc.servers[1].available && doc.servers[1].tools.is_empty());
+    assert_eq!(res.blocking().count(), 1);
+}
+
+#[test]
+fn an_unready_server_blocks_readiness_unless_optional() {
+    let gh = github();
+    let mut e = entry("github", &gh);
+    {
+        let s = e.server.as_mut().unwrap();
+        s.ready = false;
+        s.not_ready_reason = Some("Unauthorized".into());
+    }
+    let res = resolve(&input(vec![e.clone()]));
+    assert!(!res.ready);
+    let f = with_reason(&res, Reason::ServerNotReady);
+    assert!(f[0].blocking && f[0].message.contains("Unauthorized"));
+    assert!(!outcome(&res, "github").available);
+    assert_eq!(
+        res.document.as_ref().unwrap().tool_count(),
+        0,
+        "no stale grants"
+    );
+
+    e.server.as_mut().unwrap().optional = true;
+    let res = resolve(&input(vec![e.clone()]));
+    assert!(res.ready);
+    let doc = res.document.as_ref().unwrap();
+    assert!(doc.servers[0].optional && !doc.servers[0].available);
+    assert_eq!(with_reason(&res, Reason::ServerNotReady).len(), 1);
+
+    // Ready but no catalogue yet.
+    let s = e.server.as_mut().unwrap();
+    s.optional = false;
+    s.ready = true;
+    s.catalog = None;
+    let res = resolve(&input(vec![e]));
+    assert!(!res.ready);
+    assert!(res.findings[0].message.contains("no tool catalogue yet"));
+}
+
+#[test]
+fn withheld_counts_add_up_to_the_catalogue() {
+    let gh = github();
+    let mut e = entry("github", &gh);
+    e.server.as_mut().unwrap().deny = strings(&["delete_repo"]);
+    e.deny = strings(&["get_issue"]);
+    let mut i = input(vec![e]);
+    let mut r = rule(&["github"]);
+    r.max_access = Some(Read);
+    i.policies = vec![policy("p", vec![r])];
+    let o = resolve(&i).servers[0].clone();
+    assert_eq!(
+        (
+            o.granted_tools,
+            o.withheld_by_server,
+            o.withheld_by_policy,
+            o.withheld_by_spec
+        ),
+        (1, 1, 2, 1)
+    );
+}
+
+#[test]
+fn findings_and_document_are_deterministic() {
+    let gh = github();
+    let other = catalog(&[("ping", Read)]);
+    let mut a = entry("github", &gh);
+    a.allow = strings(&["zzz", "aaa", "get_*"]);
+    let b = entry("other", &other);
+    let mut i = input(vec![a.clone(), b.clone()]);
+    let res1 = resolve(&i);
+    i.servers = vec![b, a];
+    let res2 = resolve(&i);
+    assert_eq!(res1, res2);
+    let d = res1.document.unwrap().digest();
+    assert_eq!(d, res2.document.unwrap().digest());
+    let patterns: BTreeSet<&str> = res1
+        .findings
+        .iter()
+        .map(|f| f.message.split(' ').nth(2).unwrap())
+        .collect();
+    assert_eq!(patterns, BTreeSet::from(["aaa", "zzz"]));
+}
+
+#[test]
+fn reason_words_are_the_condition_reasons() {
+    for (reason, word) in [
+        (Reason::ServerNotFound, "ServerNotFound"),
+        (Reason::ServerNotReady, "ServerNotReady"),
+        (Reason::NameCollision, "NameCollision"),
+        (Reason::PatternMatchesNothing, "PatternMatchesNothing"),
+        (Reason::DeniedByPolicy, "DeniedByPolicy"),
+        (
+            Reason::RequireApprovalNotOffered,
+            "RequireApprovalNotOffered",
+        ),
+    ] {
+        assert_eq!(reason.to_string(), word);
+        assert_eq!(serde_json::to_value(reason).unwrap(), word);
+    }
+}

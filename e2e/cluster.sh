@@ -10,6 +10,7 @@
 #   e2e/cluster.sh down DIR       stop it; removes DIR's state unless KEEP_LOGS=1
 #                                 (then DIR/logs is kept)
 #   e2e/cluster.sh paths          print the cached binary paths (KEY=path)
+#   e2e/cluster.sh free-ports N   print N loopback TCP ports that are free now
 #
 # Environment:
 #   MCP_OPERATOR_CACHE   cache root (default ~/.cache/mcp-operator); binaries go
@@ -461,6 +462,7 @@ main() {
   case "$sub" in
     build) cmd_build ;;
     paths) cmd_paths ;;
+    free-ports) [[ $# -eq 1 && $1 =~ ^[1-9][0-9]*$ ]] || usage; free_ports "$1" ;;
     up) [[ $# -eq 1 ]] || usage; cmd_up "$1" ;;
     down) [[ $# -eq 1 ]] || usage; cmd_down "$1" ;;
     *) usage ;;

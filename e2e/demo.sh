@@ -5,7 +5,8 @@
 #                            controller, apply examples/; prints how to look around
 #   e2e/demo.sh down [DIR]   stop everything the demo started
 #
-# DIR defaults to ${MCP_OPERATOR_CACHE:-~/.cache/mcp-operator}/demo. Needs: cargo, and what e2e/cluster.sh needs.
+# DIR defaults to ${MCP_OPERATOR_CACHE:-~/.cache/mcp-operator}/demo. Needs: cargo (or
+# MCP_OPERATOR_BIN=path/to/mcp-operator), and what e2e/cluster.sh needs.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -14,24 +15,59 @@ CLUSTER="$HERE/cluster.sh"
 
 say() { printf '[demo %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
+# start_fixture NAME DIR PORT ARGS...: an sdk_server.py on 127.0.0.1:PORT in the
+# background; returns once it printed its READY line.
+start_fixture() {
+  local name="$1" dir="$2" port="$3"; shift 3
+  local out="$dir/logs/$name.ready"
+  : >"$out"
+  "$MCP_FIXTURES_PYTHON" "$MCP_FIXTURES_SDK_SERVER" --port "$port" "$@" >"$out" 2>>"$dir/logs/$name.log" </dev/null &
+  local pid=$!
+  echo "$name $pid" >>"$dir/demo.pids"
+  local deadline=$((SECONDS + 30))
+  until grep -q '^READY ' "$out"; do
+    kill -0 "$pid" 2>/dev/null || { say "$name exited (is 127.0.0.1:$port free?):"; tail -n 3 "$dir/logs/$name.log" >&2; exit 1; }
+    ((SECONDS < deadline)) || { say "$name did not become ready"; exit 1; }
+    sleep 0.1
+  done
+  say "$name: $(sed -n 's/^READY //p' "$out")"
+}
+
 demo_up() {
   local dir="$1"
   "$CLUSTER" build >/dev/null
   "$CLUSTER" up "$dir"
   dir="$(cd "$dir" && pwd)"
+  # Whatever fails from here on: stop what was started.
+  trap 'rc=$?; if ((rc != 0)); then say "failed; stopping what was started"; demo_down "$dir"; fi' EXIT
   set -a; . "$dir/env"; set +a
   k() { "$KUBECTL" --kubeconfig "$KUBECONFIG" "$@"; }
 
-  say "building mcp-operator"
-  (cd "$ROOT" && cargo build --quiet --bin mcp-operator)
-  local op="$ROOT/target/debug/mcp-operator"
+  local op="${MCP_OPERATOR_BIN:-}"
+  if [[ -z $op ]]; then
+    say "building mcp-operator"
+    (cd "$ROOT" && cargo build --quiet --bin mcp-operator)
+    op="$ROOT/target/debug/mcp-operator"
+  fi
 
   say "installing the CRDs"
   "$op" crds | k apply -f -
   k wait --for=condition=Established crd --all --timeout=60s >/dev/null
 
-  say "starting the controller (log: $dir/logs/mcp-operator.log)"
-  KUBECONFIG="$KUBECONFIG" "$op" controller >>"$dir/logs/mcp-operator.log" 2>&1 </dev/null &
+  # The examples' local McpServers: the official-SDK fixture server on the
+  # fixed ports examples/ names (18080 open, 18081 with a bearer token).
+  if [[ -x "$ROOT/tests/fixtures/install.sh" ]]; then
+    say "starting the example MCP servers on 127.0.0.1:18080 and :18081"
+    eval "$("$ROOT/tests/fixtures/install.sh")"
+    start_fixture files "$dir" 18080
+    start_fixture files-admin "$dir" 18081 --bearer demo-token
+  fi
+
+  local metrics
+  metrics="$("$CLUSTER" free-ports 1)"
+  say "starting the controller (metrics on 127.0.0.1:$metrics, log: $dir/logs/mcp-operator.log)"
+  KUBECONFIG="$KUBECONFIG" "$op" controller --allow-loopback --metrics-addr "127.0.0.1:$metrics" \
+    >>"$dir/logs/mcp-operator.log" 2>&1 </dev/null &
   echo "mcp-operator $!" >>"$dir/demo.pids"
 
   if [[ -d "$ROOT/examples" ]]; then
@@ -39,12 +75,13 @@ demo_up() {
     k apply -R -f "$ROOT/examples"
   fi
 
+  trap - EXIT
   cat >&2 <<EOF
 
 The demo is running. Look around with:
 
   export KUBECONFIG=$KUBECONFIG PATH=$dir/bin:\$PATH
-  kubectl get mcpservers,agentspecs -A
+  kubectl get mcp -n mcp-demo
   kubectl get mcptenantpolicies
   tail -f $dir/logs/mcp-operator.log
 

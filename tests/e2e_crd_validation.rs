@@ -113,7 +113,7 @@ impl Refused {
         self
     }
 
-    fn from_apply(&mut self, code: u16, expect: &[&str]) -> &mut Self {
+    fn when_applied(&mut self, code: u16, expect: &[&str]) -> &mut Self {
         self.expect_from_apply = Some((code, expect.iter().map(|s| s.to_string()).collect()));
         self
     }
@@ -450,7 +450,7 @@ fn refused_cases() -> Vec<Refused> {
         json!({"tls": {"insecureSkipVerify": "yes"}}),
         &["spec.tls.insecureSkipVerify", "must be of type boolean"],
     )
-    .from_apply(
+    .when_applied(
         500,
         &[
             TYPED_PATCH,
@@ -566,7 +566,7 @@ fn refused_cases() -> Vec<Refused> {
         json!({"optional": "yes"}),
         &["spec.optional", "must be of type boolean"],
     )
-    .from_apply(500, &[TYPED_PATCH, ".spec.optional: expected boolean"]);
+    .when_applied(500, &[TYPED_PATCH, ".spec.optional: expected boolean"]);
 
     // --- McpServer: durations
     for (field, bounds_message) in [
@@ -611,7 +611,7 @@ fn refused_cases() -> Vec<Refused> {
             json!({"timeouts": {field: 10}}),
             &[&format!("spec.timeouts.{field}"), "must be of type string"],
         )
-        .from_apply(
+        .when_applied(
             500,
             &[
                 TYPED_PATCH,
@@ -732,7 +732,7 @@ fn refused_cases() -> Vec<Refused> {
         json!({"discovery": {"maxToolPages": "100"}}),
         &["spec.discovery.maxToolPages", "must be of type integer"],
     )
-    .from_apply(
+    .when_applied(
         500,
         &[
             TYPED_PATCH,
@@ -760,7 +760,7 @@ fn refused_cases() -> Vec<Refused> {
         json!({"discovery": {"maxResponseBytes": "4Mi"}}),
         &["spec.discovery.maxResponseBytes", "must be of type integer"],
     )
-    .from_apply(
+    .when_applied(
         500,
         &[
             TYPED_PATCH,
@@ -785,7 +785,7 @@ fn refused_cases() -> Vec<Refused> {
         &["unknown field \"spec.urll\""],
     )
     .code(400)
-    .from_apply(
+    .when_applied(
         500,
         &[TYPED_PATCH, ".spec.urll: field not declared in schema"],
     );
@@ -817,7 +817,7 @@ fn refused_cases() -> Vec<Refused> {
         &["spec.servers[1]", "Duplicate value", "\"files\""],
     )
     // A server-side apply cannot even build its merge of a list map with a key twice.
-    .from_apply(
+    .when_applied(
         500,
         &[
             TYPED_PATCH,
@@ -830,7 +830,7 @@ fn refused_cases() -> Vec<Refused> {
         &["spec.servers[0].name", "Required value"],
     )
     // An apply patch needs the list map's key to merge by.
-    .from_apply(500, &[TYPED_PATCH, ".spec.servers", "name"]);
+    .when_applied(500, &[TYPED_PATCH, ".spec.servers", "name"]);
     c.agent(
         "server-name-empty",
         json!({"servers": [{"name": "", "prefix": "files"}]}),

@@ -216,3 +216,85 @@ async fn the_handshake_keeps_the_connection_rules() {
     sdk_control(&guarded.url, "add-tool", "behind_a_token").await;
     assert_eq!(next_event(&mut watch).await, WatchEvent::ToolsChanged);
 }
+
+/// A minimal modern server whose `subscriptions/listen` stream is scripted: after the
+/// acknowledgement it sends `tail` and then holds the stream open.
+async fn scripted_listen_server(tail: Vec<Vec<u8>>) -> (String, tokio::task::JoinHandle<()>) {
+    use axum::body::Body;
+    use axum::http::Response;
+    use futures::StreamExt;
+
+    let handler = move |body: axum::body::Bytes| {
+        let tail = tail.clone();
+        async move {
+            let request: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            let id = request["id"].clone();
+            match request["method"].as_str() {
+                Some("server/discover") => {
+                    let answer = serde_json::json!({"jsonrpc": "2.0", "id": id, "result": {
+                        "resultType": "complete", "supportedVersions": ["2026-07-28"],
+                        "capabilities": {"tools": {"listChanged": true}},
+                        "_meta": {"io.modelcontextprotocol/serverInfo": {"name": "scripted", "version": "1"}}}});
+                    Response::builder()
+                        .header("content-type", "application/json")
+                        .body(Body::from(answer.to_string()))
+                        .unwrap()
+                }
+                _ => {
+                    let ack = serde_json::json!({"jsonrpc": "2.0",
+                        "method": "notifications/subscriptions/acknowledged",
+                        "params": {"_meta": {"io.modelcontextprotocol/subscriptionId": id},
+                                   "notifications": {"toolsListChanged": true}}});
+                    let mut frames = vec![format!("event: message\ndata: {ack}\n\n").into_bytes()];
+                    frames.extend(tail);
+                    let frames = futures::stream::iter(
+                        frames
+                            .into_iter()
+                            .map(|f| Ok::<_, std::io::Error>(bytes::Bytes::from(f))),
+                    )
+                    .chain(futures::stream::pending());
+                    Response::builder()
+                        .header("content-type", "text/event-stream")
+                        .body(Body::from_stream(frames))
+                        .unwrap()
+                }
+            }
+        }
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    let app = axum::Router::new().route("/mcp", axum::routing::post(handler));
+    let task = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (url, task)
+}
+
+const LIST_CHANGED_EVENT: &[u8] = b"event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/tools/list_changed\"}\n\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keep_alives_cost_nothing_but_one_event_over_the_cap_ends_the_watch() {
+    // 50 KB of keep-alive comments against a 4 KiB cap, then a change: still watching.
+    let mut tail = vec![b": ping\r\n\r\n".to_vec(); 5_000];
+    tail.push(LIST_CHANGED_EVENT.to_vec());
+    let (url, server) = scripted_listen_server(tail).await;
+    let mut conn = connection(&url);
+    conn.limits.max_response_bytes = 4096;
+    let mut watch = watch_tool_changes(&conn).await.expect("a scripted watch");
+    assert_eq!(next_event(&mut watch).await, WatchEvent::ToolsChanged);
+    assert_quiet(&mut watch).await;
+    server.abort();
+
+    // One event of 100 KB, sent in pieces: the watch ends instead of buffering it.
+    let mut tail = vec![b"event: message\ndata: ".to_vec()];
+    tail.extend(vec![vec![b'x'; 1000]; 100]);
+    let (url, server) = scripted_listen_server(tail).await;
+    let mut conn = connection(&url);
+    conn.limits.max_response_bytes = 4096;
+    let mut watch = watch_tool_changes(&conn).await.expect("a scripted watch");
+    match next_event(&mut watch).await {
+        WatchEvent::Ended(reason) => assert!(reason.contains("4096 bytes"), "{reason}"),
+        other => panic!("expected Ended, got {other:?}"),
+    }
+    server.abort();
+}

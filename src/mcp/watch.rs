@@ -82,20 +82,18 @@ pub struct ToolChangeWatch {
 enum Feed {
     /// A Streamable HTTP event stream: a legacy session's GET stream, or the response stream of
     /// a modern `subscriptions/listen` (whose request id is `listen_id`).
-    Stream {
-        stream: EventStream,
-        listen_id: Option<u64>,
-        /// Kept to delete a legacy session when the watch ends; `None` once closed.
-        wire: Option<StreamableHttp>,
-    },
+    Stream(Box<StreamFeed>),
     /// The old transport's one event stream (its reader task ends when this is dropped).
     Sse(HttpSse),
 }
 
-struct EventStream {
+struct StreamFeed {
     response: reqwest::Response,
     parser: SseParser,
     budget: EventBudget,
+    listen_id: Option<u64>,
+    /// Kept to delete a legacy session when the watch ends; `None` once closed.
+    wire: Option<StreamableHttp>,
 }
 
 /// What the messages seen so far amount to. Updated synchronously after each read, so
@@ -147,8 +145,8 @@ impl ToolChangeWatch {
 
     /// Closes the connection, deleting a legacy session (waits at most 2 s for that).
     pub async fn close(mut self) {
-        if let Feed::Stream { wire, .. } = &mut self.feed
-            && let Some(mut wire) = wire.take()
+        if let Feed::Stream(feed) = &mut self.feed
+            && let Some(mut wire) = feed.wire.take()
         {
             wire.close().await;
         }
@@ -158,22 +156,18 @@ impl ToolChangeWatch {
     async fn read_more(&mut self) {
         let state = &mut self.state;
         match &mut self.feed {
-            Feed::Stream {
-                stream,
-                listen_id,
-                wire,
-            } => match stream.response.chunk().await {
+            Feed::Stream(feed) => match feed.response.chunk().await {
                 Ok(Some(chunk)) => {
-                    if let Err(e) = stream.budget.feed(&chunk) {
+                    if let Err(e) = feed.budget.feed(&chunk) {
                         state.end(e.to_string());
                         return;
                     }
-                    for event in stream.parser.feed(&chunk) {
+                    for event in feed.parser.feed(&chunk) {
                         if event.event != "message" || event.data.is_empty() {
                             continue;
                         }
                         match serde_json::from_str::<Value>(&event.data) {
-                            Ok(value) => state.absorb(&value, *listen_id),
+                            Ok(value) => state.absorb(&value, feed.listen_id),
                             Err(_) => {
                                 state.end("an event on the notification stream is not JSON".into());
                                 return;
@@ -182,7 +176,7 @@ impl ToolChangeWatch {
                     }
                 }
                 Ok(None) => state.end("the server closed the notification stream".into()),
-                Err(e) => state.end(match wire {
+                Err(e) => state.end(match &feed.wire {
                     Some(wire) => format!(
                         "the notification stream broke: {}",
                         wire.http.transport_error(&e)
@@ -224,8 +218,8 @@ impl Drop for ToolChangeWatch {
     fn drop(&mut self) {
         // The event stream closes with its response; a legacy session is deleted in the
         // background (best effort, bounded by StreamableHttp::close).
-        if let Feed::Stream { wire, .. } = &mut self.feed
-            && let Some(mut wire) = wire.take()
+        if let Feed::Stream(feed) = &mut self.feed
+            && let Some(mut wire) = feed.wire.take()
             && wire.session_id.is_some()
             && let Ok(runtime) = tokio::runtime::Handle::try_current()
         {
@@ -350,11 +344,6 @@ async fn open(conn: &ServerConnection, url: &url::Url) -> Result<ToolChangeWatch
             "it does not declare capabilities.tools.listChanged",
         ));
     }
-    let stream = |response| EventStream {
-        response,
-        parser: SseParser::default(),
-        budget: EventBudget::new(max_event_bytes),
-    };
     let feed = match (conn.transport, era) {
         (TransportKind::Sse, _) => match session.into_wire() {
             Wire::Sse(sse) => Feed::Sse(sse),
@@ -393,7 +382,7 @@ async fn open(conn: &ServerConnection, url: &url::Url) -> Result<ToolChangeWatch
                     return Err(e.into());
                 }
             };
-            streamable_feed(session.into_wire(), stream(response), None)?
+            streamable_feed(session.into_wire(), response, None, max_event_bytes)?
         }
         (TransportKind::StreamableHttp, Era::Modern) => {
             let (id, opened) = session
@@ -404,7 +393,7 @@ async fn open(conn: &ServerConnection, url: &url::Url) -> Result<ToolChangeWatch
                 )
                 .await?;
             let response = opened.map_err(refused_listen)?;
-            streamable_feed(session.into_wire(), stream(response), Some(id))?
+            streamable_feed(session.into_wire(), response, Some(id), max_event_bytes)?
         }
     };
     let mut watch = ToolChangeWatch {
@@ -412,13 +401,7 @@ async fn open(conn: &ServerConnection, url: &url::Url) -> Result<ToolChangeWatch
         feed,
         state: State::default(),
     };
-    if matches!(
-        watch.feed,
-        Feed::Stream {
-            listen_id: Some(_),
-            ..
-        }
-    ) {
+    if matches!(&watch.feed, Feed::Stream(feed) if feed.listen_id.is_some()) {
         watch.acknowledged().await?;
     }
     Ok(watch)
@@ -426,15 +409,18 @@ async fn open(conn: &ServerConnection, url: &url::Url) -> Result<ToolChangeWatch
 
 fn streamable_feed(
     wire: Wire,
-    stream: EventStream,
+    response: reqwest::Response,
     listen_id: Option<u64>,
+    max_event_bytes: u64,
 ) -> Result<Feed, WatchError> {
     match wire {
-        Wire::Streamable(wire) => Ok(Feed::Stream {
-            stream,
+        Wire::Streamable(wire) => Ok(Feed::Stream(Box::new(StreamFeed {
+            response,
+            parser: SseParser::default(),
+            budget: EventBudget::new(max_event_bytes),
             listen_id,
             wire: Some(wire),
-        }),
+        }))),
         Wire::Sse(_) => Err(WatchError::Failed(McpError::ProtocolError(
             "a Streamable HTTP session turned out to be the old SSE transport".into(),
         ))),

@@ -508,6 +508,14 @@ impl EventBudget {
 mod tests {
     use super::*;
 
+    /// The controller runs each watch in its own task: the watch and its futures must be Send.
+    #[allow(dead_code)]
+    fn watches_can_live_in_spawned_tasks(conn: &ServerConnection, watch: &mut ToolChangeWatch) {
+        fn send<T: Send>(_: T) {}
+        send(watch_tool_changes(conn));
+        send(watch.next());
+    }
+
     #[test]
     fn listen_asks_for_tool_list_changes_only() {
         assert_eq!(

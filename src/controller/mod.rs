@@ -56,7 +56,8 @@ pub struct ControllerArgs {
     /// Name of the Lease used for leader election.
     #[arg(long, default_value = "mcp-operator")]
     pub lease_name: String,
-    /// Namespace of the Lease (defaults to the pod's namespace, then `default`).
+    /// Namespace of the Lease (defaults to the pod's namespace, then --watch-namespace, then
+    /// `default`).
     #[arg(long, env = "POD_NAMESPACE")]
     pub lease_namespace: Option<String>,
     /// This replica's identity in the Lease (defaults to the pod name, then host name and pid).
@@ -65,6 +66,9 @@ pub struct ControllerArgs {
     /// Reconciles running at once: a hanging server occupies one slot, never the others.
     #[arg(long, default_value_t = 32)]
     pub concurrency: u16,
+    /// Watch only this namespace (default: every namespace).
+    #[arg(long)]
+    pub watch_namespace: Option<String>,
     /// Longest wait before re-probing a server that failed.
     #[arg(long, default_value = "60s", value_parser = crate::probe::parse_duration)]
     pub max_failure_backoff: Duration,
@@ -73,7 +77,7 @@ pub struct ControllerArgs {
 /// Runs the controller until SIGTERM or SIGINT.
 pub async fn run(args: ControllerArgs) -> Result<(), Error> {
     let client = Client::try_default().await?;
-    check_crds(&client).await?;
+    check_crds(&client, args.watch_namespace.as_deref()).await?;
     let identity = args.identity.clone().unwrap_or_else(default_identity);
     let metrics = Arc::new(Metrics::default());
     let ready = Arc::new(AtomicBool::new(false));
@@ -103,13 +107,14 @@ pub async fn run(args: ControllerArgs) -> Result<(), Error> {
 
     if !args.leader_election {
         ready.store(true, Ordering::Relaxed);
-        run_controllers(ctx, args.concurrency, stop_rx).await;
+        run_controllers(ctx, &args, stop_rx).await;
         return Ok(());
     }
 
     let namespace = args
         .lease_namespace
         .clone()
+        .or_else(|| args.watch_namespace.clone())
         .unwrap_or_else(|| "default".into());
     let manager = kube_lease_manager::LeaseManagerBuilder::new(client.clone(), &args.lease_name)
         .with_namespace(&namespace)
@@ -139,11 +144,8 @@ pub async fn run(args: ControllerArgs) -> Result<(), Error> {
         }
         info!(lease = %args.lease_name, %namespace, "became the leader: reconciling");
         let (lost_tx, lost_rx) = watch::channel(false);
-        let controllers = run_controllers(
-            ctx.clone(),
-            args.concurrency,
-            merge_stops(stop_rx.clone(), lost_rx),
-        );
+        let controllers =
+            run_controllers(ctx.clone(), &args, merge_stops(stop_rx.clone(), lost_rx));
         tokio::pin!(controllers);
         loop {
             tokio::select! {
@@ -188,19 +190,36 @@ fn merge_stops(
     rx
 }
 
-async fn run_controllers(ctx: Arc<Context>, concurrency: u16, mut stop: watch::Receiver<bool>) {
+/// An Api over every namespace, or the one the controller is limited to.
+fn scoped<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+    K::DynamicType: Default,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+async fn run_controllers(
+    ctx: Arc<Context>,
+    args: &ControllerArgs,
+    mut stop: watch::Receiver<bool>,
+) {
     let client = ctx.client.clone();
-    let servers: Api<McpServer> = Api::all(client.clone());
+    let ns = args.watch_namespace.as_deref();
+    let servers: Api<McpServer> = scoped(&client, ns);
     let controller = Controller::new(servers, watcher::Config::default().any_semantic())
-        .with_config(controller::Config::default().concurrency(concurrency));
+        .with_config(controller::Config::default().concurrency(args.concurrency));
     let store = controller.store();
     let secrets = watcher(
-        Api::<PartialObjectMeta<Secret>>::all(client.clone()),
+        scoped::<PartialObjectMeta<Secret>>(&client, ns),
         watcher::Config::default(),
     )
     .touched_objects();
     let config_maps = watcher(
-        Api::<PartialObjectMeta<ConfigMap>>::all(client.clone()),
+        scoped::<PartialObjectMeta<ConfigMap>>(&client, ns),
         watcher::Config::default(),
     )
     .touched_objects();
@@ -246,8 +265,8 @@ fn referencing<K: kube::Resource>(
 }
 
 /// Fails early, with the fix, when the CRDs are not installed.
-async fn check_crds(client: &Client) -> Result<(), Error> {
-    let api: Api<McpServer> = Api::all(client.clone());
+async fn check_crds(client: &Client, namespace: Option<&str>) -> Result<(), Error> {
+    let api: Api<McpServer> = scoped(client, namespace);
     match api.list(&ListParams::default().limit(1)).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(s)) if s.code == 404 => Err(Error::CrdsMissing(

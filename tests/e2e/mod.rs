@@ -48,7 +48,7 @@ pub const NAMESPACE_LABEL: &str = "mcp-operator.dev/e2e";
 
 /// The control plane of this test binary, or why there is none. Every test that asks after a
 /// failure gets the same message instead of starting another control plane.
-static CLUSTER: OnceCell<Result<Config, String>> = OnceCell::const_new();
+static CLUSTER: OnceCell<Result<(Config, PathBuf), String>> = OnceCell::const_new();
 
 fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -57,12 +57,21 @@ fn repo() -> &'static Path {
 /// A client for the shared control plane, on the calling test's runtime. Starts the control
 /// plane and installs the CRDs on first use.
 pub async fn client() -> Client {
-    let config = CLUSTER
+    let (config, _) = cluster().await;
+    Client::try_from(config.clone()).expect("a client from the e2e kubeconfig")
+}
+
+/// The kubeconfig file of the shared control plane, for processes a test starts (the controller).
+pub async fn kubeconfig_path() -> PathBuf {
+    cluster().await.1.clone()
+}
+
+async fn cluster() -> &'static (Config, PathBuf) {
+    CLUSTER
         .get_or_init(|| async { prepare().await })
         .await
         .as_ref()
-        .unwrap_or_else(|e| panic!("no e2e control plane: {e}"));
-    Client::try_from(config.clone()).expect("a client from the e2e kubeconfig")
+        .unwrap_or_else(|e| panic!("no e2e control plane: {e}"))
 }
 
 /// A client and a fresh namespace for one test; `test` names the namespace.
@@ -72,7 +81,7 @@ pub async fn setup(test: &str) -> (Client, TestNamespace) {
     (client, namespace)
 }
 
-async fn prepare() -> Result<Config, String> {
+async fn prepare() -> Result<(Config, PathBuf), String> {
     mcp_operator::install_crypto_provider();
     let kubeconfig = match std::env::var_os("MCP_E2E_KUBECONFIG") {
         Some(path) => PathBuf::from(path),
@@ -87,7 +96,7 @@ async fn prepare() -> Result<Config, String> {
         .map_err(|e| format!("loading {}: {e}", kubeconfig.display()))?;
     let client = Client::try_from(config.clone()).map_err(|e| e.to_string())?;
     install_crds(&client).await?;
-    Ok(config)
+    Ok((config, kubeconfig))
 }
 
 /// Runs `e2e/cluster.sh up` in `target/tmp/e2e-cluster-<pid>`, owned by this process: the
@@ -242,6 +251,7 @@ impl TestNamespace {
             .get()
             .and_then(|c| c.as_ref().ok())
             .expect("the control plane is prepared")
+            .0
             .clone();
         TestNamespace {
             name,

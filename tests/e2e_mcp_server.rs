@@ -1,0 +1,430 @@
+//! The McpServer controller on the real control plane against real MCP servers: what a platform
+//! engineer sees with `kubectl get mcp` and `kubectl describe`.
+
+mod e2e;
+mod operator;
+mod support;
+
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Secret};
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use mcp_operator::api::mcp_server::McpServer;
+use operator::{Operator, apply_server, condition, eventually, server_manifest, wait_condition};
+use serde_json::json;
+use support::Fixtures;
+
+const SOON: Duration = Duration::from_secs(30);
+
+fn secret(name: &str, key: &str, value: &str) -> Secret {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": name},
+        "stringData": {key: value},
+    }))
+    .unwrap()
+}
+
+async fn put_secret(client: &kube::Client, ns: &str, s: &Secret) {
+    Api::<Secret>::namespaced(client.clone(), ns)
+        .patch(
+            s.metadata.name.as_ref().unwrap(),
+            &PatchParams::apply("mcp-operator-e2e").force(),
+            &Patch::Apply(s),
+        )
+        .await
+        .unwrap();
+}
+
+fn tool_count(s: &McpServer) -> u32 {
+    s.status
+        .as_ref()
+        .and_then(|s| s.catalog.as_ref())
+        .map_or(0, |c| c.catalog.tool_count)
+}
+
+#[tokio::test]
+async fn paged_modern_and_legacy_servers_become_ready_with_complete_catalogues() {
+    let (client, ns) = e2e::setup("ready").await;
+    let fixtures = Fixtures::load();
+    let paged = fixtures.sdk_server(&["--tools", "30", "--page-size", "4"]);
+    let everything = fixtures.everything_server();
+    let _op = Operator::start(&e2e::kubeconfig_path().await, ns.name(), "op-ready");
+    apply_server(
+        &client,
+        ns.name(),
+        server_manifest("paged", &paged.url, json!({})),
+    )
+    .await;
+    apply_server(
+        &client,
+        ns.name(),
+        server_manifest("everything", &everything.url, json!({})),
+    )
+    .await;
+    let api: Api<McpServer> = Api::namespaced(client.clone(), ns.name());
+
+    let s = wait_condition(&api, "paged", "Ready", "True", Some("Ready"), SOON).await;
+    let st = s.status.as_ref().unwrap();
+    assert_eq!(tool_count(&s), 34, "4 named + 30 generated tools");
+    let catalog = &st.catalog.as_ref().unwrap().catalog;
+    assert_eq!(catalog.pages_read, 9);
+    assert_eq!(catalog.tools.len(), 34);
+    assert_eq!(st.protocol_version.as_deref(), Some("2026-07-28"));
+    assert!(st.catalog.as_ref().unwrap().last_sync_time.is_some());
+    for type_ in ["CredentialsResolved", "Reachable", "CatalogSynced", "Ready"] {
+        let c = condition(&s, type_).unwrap();
+        assert_eq!(c["status"], "True", "{type_}: {c}");
+        assert_eq!(c["observedGeneration"], 1, "{type_}: {c}");
+    }
+
+    let s = wait_condition(&api, "everything", "Ready", "True", None, SOON).await;
+    assert_eq!(
+        s.status.as_ref().unwrap().protocol_version.as_deref(),
+        Some("2025-11-25")
+    );
+    assert!(tool_count(&s) >= 10);
+}
+
+#[tokio::test]
+async fn secrets_are_resolved_watched_and_never_leaked() {
+    let (client, ns) = e2e::setup("secrets").await;
+    let token = "tok-7c1e-e2e-secret-value";
+    let server = Fixtures::load().sdk_server(&["--bearer", token]);
+    let op = Operator::start(&e2e::kubeconfig_path().await, ns.name(), "op-secrets");
+    let api: Api<McpServer> = Api::namespaced(client.clone(), ns.name());
+    apply_server(
+        &client,
+        ns.name(),
+        server_manifest(
+            "guarded",
+            &server.url,
+            json!({"credentials": {"bearerToken": {"secretKeyRef": {"name": "guarded-token", "key": "token"}}}}),
+        ),
+    )
+    .await;
+
+    // No Secret yet: the condition names Secret and key; the server is not contacted.
+    let s = wait_condition(
+        &api,
+        "guarded",
+        "CredentialsResolved",
+        "False",
+        Some("SecretNotFound"),
+        SOON,
+    )
+    .await;
+    let msg = condition(&s, "CredentialsResolved").unwrap()["message"].to_string();
+    assert!(msg.contains("guarded-token"), "{msg}");
+    assert_eq!(condition(&s, "Ready").unwrap()["reason"], "SecretNotFound");
+
+    // The Secret appears with the wrong key: SecretKeyNotFound, naming the key.
+    put_secret(&client, ns.name(), &secret("guarded-token", "other", token)).await;
+    let s = wait_condition(
+        &api,
+        "guarded",
+        "CredentialsResolved",
+        "False",
+        Some("SecretKeyNotFound"),
+        SOON,
+    )
+    .await;
+    assert!(
+        condition(&s, "CredentialsResolved").unwrap()["message"]
+            .to_string()
+            .contains("token")
+    );
+
+    // The right key: Ready without touching the McpServer.
+    let generation = s.metadata.generation;
+    Api::<Secret>::namespaced(client.clone(), ns.name())
+        .delete("guarded-token", &Default::default())
+        .await
+        .unwrap();
+    put_secret(&client, ns.name(), &secret("guarded-token", "token", token)).await;
+    let s = wait_condition(&api, "guarded", "Ready", "True", None, SOON).await;
+    assert_eq!(s.metadata.generation, generation);
+    assert_eq!(tool_count(&s), 4);
+
+    // Rotating to a wrong token re-probes: Unauthorized. Rotating back: Ready.
+    put_secret(
+        &client,
+        ns.name(),
+        &secret("guarded-token", "token", "tok-wrong-value"),
+    )
+    .await;
+    wait_condition(
+        &api,
+        "guarded",
+        "Ready",
+        "False",
+        Some("Unauthorized"),
+        SOON,
+    )
+    .await;
+    put_secret(&client, ns.name(), &secret("guarded-token", "token", token)).await;
+    let s = wait_condition(&api, "guarded", "Ready", "True", None, SOON).await;
+
+    // The token appears nowhere a person (or a log pipeline) can read.
+    let status = serde_json::to_string(&s.status).unwrap();
+    let events = Api::<Event>::namespaced(client.clone(), ns.name())
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    let events = serde_json::to_string(&events).unwrap();
+    let log = op.log_text();
+    for (what, text) in [
+        ("status", &status),
+        ("events", &events),
+        ("controller log", &log),
+    ] {
+        assert!(!text.contains(token), "the token leaked into {what}");
+        assert!(
+            !text.contains("tok-wrong-value"),
+            "a token leaked into {what}"
+        );
+    }
+    assert!(
+        events.contains("Unauthorized"),
+        "an event on the transition: {events}"
+    );
+}
+
+#[tokio::test]
+async fn a_stopped_server_keeps_its_stale_catalogue_and_recovers_on_its_own() {
+    let (client, ns) = e2e::setup("outage").await;
+    let fixtures = Fixtures::load();
+    let port = support::free_port();
+    let port_arg = port.to_string();
+    let server = fixtures.sdk_server(&["--tools", "3", "--port", &port_arg]);
+    let _op = Operator::start(&e2e::kubeconfig_path().await, ns.name(), "op-outage");
+    let api: Api<McpServer> = Api::namespaced(client.clone(), ns.name());
+    apply_server(
+        &client,
+        ns.name(),
+        server_manifest("flaky", &server.url, json!({})),
+    )
+    .await;
+    let ready = wait_condition(&api, "flaky", "Ready", "True", None, SOON).await;
+    let synced_at = ready
+        .status
+        .as_ref()
+        .unwrap()
+        .catalog
+        .as_ref()
+        .unwrap()
+        .last_sync_time
+        .clone();
+
+    // Stop it and ask for a refresh: Reachable=False, the catalogue kept and marked stale.
+    drop(server);
+    api.patch(
+        "flaky",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"annotations": {"mcp-operator.dev/refresh": "1"}}})),
+    )
+    .await
+    .unwrap();
+    let s = wait_condition(
+        &api,
+        "flaky",
+        "Reachable",
+        "False",
+        Some("ConnectionRefused"),
+        SOON,
+    )
+    .await;
+    let st = s.status.as_ref().unwrap();
+    assert_eq!(tool_count(&s), 7, "the last catalogue is kept");
+    assert_eq!(st.catalog.as_ref().unwrap().last_sync_time, synced_at);
+    let synced = condition(&s, "CatalogSynced").unwrap();
+    assert_eq!(synced["status"], "False");
+    assert!(
+        synced["message"].as_str().unwrap().contains("stale"),
+        "{synced}"
+    );
+
+    // Start it again on the same port: Ready again without anyone touching anything.
+    let _again = fixtures.sdk_server(&["--tools", "3", "--port", &port_arg]);
+    wait_condition(&api, "flaky", "Ready", "True", None, SOON).await;
+}
+
+#[tokio::test]
+async fn a_server_answering_401_is_unauthorized() {
+    let (client, ns) = e2e::setup("unauthorized").await;
+    let server = Fixtures::load().sdk_server(&["--bearer", "needed"]);
+    let _op = Operator::start(&e2e::kubeconfig_path().await, ns.name(), "op-401");
+    let api: Api<McpServer> = Api::namespaced(client.clone(), ns.name());
+    apply_server(
+        &client,
+        ns.name(),
+        server_manifest("locked", &server.url, json!({})),
+    )
+    .await;
+    let s = wait_condition(&api, "locked", "Ready", "False", Some("Unauthorized"), SOON).await;
+    let reachable = condition(&s, "Reachable").unwrap();
+    assert_eq!(reachable["reason"], "Unauthorized");
+    assert!(reachable["message"].as_str().unwrap().contains("401"));
+}
+
+#[tokio::test]
+async fn an_idle_namespace_sees_no_writes() {
+    let (client, ns) = e2e::setup("idle").await;
+    let fixtures = Fixtures::load();
+    let a = fixtures.sdk_server(&["--tools", "5"]);
+    let hostile = fixtures.hostile_server();
+    let op = Operator::start(&e2e::kubeconfig_path().await, ns.name(), "op-idle");
+    let api: Api<McpServer> = Api::namespaced(client.clone(), ns.name());
+    // One healthy server refreshed every 30s, one failing one, one whose catalogue spills into
+    // a ConfigMap: none of them may write while nothing changes.
+    let fast = json!({"discovery": {"refreshInterval": "30s"}});
+    apply_server(
+        &client,
+        ns.name(),
+        server_manifest("healthy", &a.url, fast.clone()),
+    )
+    .await;
+    apply_server(
+        &client,
+        ns.name(),
+        server_manifest(
+            "broken",
+            &format!("{}/cursor-loop/mcp", hostile.url),
+            fast.clone(),
+        ),
+    )
+    .await;
+    apply_server(
+        &client,
+        ns.name(),
+        server_manifest(
+            "big",
+            &format!("{}/bulk/mcp?tools=10000&pages=100", hostile.url),
+            json!({"discovery": {"refreshInterval": "30s"}, "timeouts": {"connect": "60s"}}),
+        ),
+    )
+    .await;
+    wait_condition(&api, "healthy", "Ready", "True", None, SOON).await;
+    wait_condition(
+        &api,
+        "broken",
+        "Ready",
+        "False",
+        Some("RepeatedCursor"),
+        SOON,
+    )
+    .await;
+    let big = wait_condition(&api, "big", "Ready", "True", None, Duration::from_secs(90)).await;
+    assert_eq!(tool_count(&big), 10_000);
+    let cm_name = big
+        .status
+        .as_ref()
+        .unwrap()
+        .catalog_config_map
+        .clone()
+        .expect("spilled");
+    assert!(
+        big.status
+            .as_ref()
+            .unwrap()
+            .catalog
+            .as_ref()
+            .unwrap()
+            .catalog
+            .tools
+            .is_empty()
+    );
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns.name());
+    let cm = cms.get(&cm_name).await.unwrap();
+    let gz = &cm.binary_data.as_ref().unwrap()["catalog.json.gz"].0;
+    let full = mcp_operator::controller::catalog_spill::decompress(gz).unwrap();
+    assert_eq!(full.tools.len(), 10_000);
+
+    let snapshot = || async {
+        let mut v = Vec::new();
+        for s in api.list(&ListParams::default()).await.unwrap() {
+            v.push((
+                s.metadata.name.clone().unwrap(),
+                s.metadata.resource_version.clone().unwrap(),
+            ));
+        }
+        for c in cms.list(&ListParams::default()).await.unwrap() {
+            v.push((
+                c.metadata.name.clone().unwrap(),
+                c.metadata.resource_version.clone().unwrap(),
+            ));
+        }
+        v.sort();
+        v
+    };
+    // Let the first failure backoffs settle, then watch a window longer than refreshInterval.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let before = snapshot().await;
+    tokio::time::sleep(Duration::from_secs(40)).await;
+    let after = snapshot().await;
+    assert_eq!(before, after, "resourceVersions changed while idle");
+    let metrics = op.metrics();
+    assert!(
+        metrics.contains("mcp_operator_mcpservers{reason=\"Ready\"} 2"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("mcp_operator_mcpservers{reason=\"RepeatedCursor\"} 1"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn one_of_two_controllers_leads_and_a_standby_takes_over() {
+    let (client, ns) = e2e::setup("leader").await;
+    let server = Fixtures::load().sdk_server(&["--tools", "1"]);
+    let kubeconfig = e2e::kubeconfig_path().await;
+    let mut first = Operator::start(&kubeconfig, ns.name(), "op-first");
+    let leases: Api<Lease> = Api::namespaced(client.clone(), ns.name());
+    let holder = || async {
+        leases
+            .get("mcp-operator")
+            .await
+            .ok()
+            .and_then(|l| l.spec?.holder_identity)
+            .ok_or_else(|| "no holder".to_string())
+    };
+    let leader = eventually(SOON, "a lease holder", holder).await;
+    assert_eq!(leader, "op-first");
+    let second = Operator::start(&kubeconfig, ns.name(), "op-second");
+    let api: Api<McpServer> = Api::namespaced(client.clone(), ns.name());
+    apply_server(
+        &client,
+        ns.name(),
+        server_manifest("one", &server.url, json!({})),
+    )
+    .await;
+    wait_condition(&api, "one", "Ready", "True", None, SOON).await;
+    assert!(
+        !second.log_text().contains("became the leader"),
+        "the standby must not reconcile while the leader lives"
+    );
+
+    // Kill the leader without a goodbye: the standby takes over once the lease expires.
+    first.kill();
+    eventually(
+        Duration::from_secs(60),
+        "op-second to hold the lease",
+        || async {
+            match holder().await? {
+                h if h == "op-second" => Ok(()),
+                h => Err(h),
+            }
+        },
+    )
+    .await;
+    apply_server(
+        &client,
+        ns.name(),
+        server_manifest("two", &server.url, json!({})),
+    )
+    .await;
+    wait_condition(&api, "two", "Ready", "True", None, SOON).await;
+    assert!(second.log_text().contains("became the leader"));
+}

@@ -1,0 +1,184 @@
+//! Runs the real `mcp-operator controller` binary against the e2e control plane, limited to one
+//! test's namespace (so tests in parallel never see each other's controller), with its log in a
+//! file the test can read.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use kube::api::{Api, Patch, PatchParams};
+use kube::{Client, ResourceExt};
+use mcp_operator::api::mcp_server::McpServer;
+use serde_json::Value;
+
+/// A running controller process; killed when dropped.
+pub struct Operator {
+    child: Option<Child>,
+    pub log: PathBuf,
+    pub metrics_port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Operator {
+    /// Starts `mcp-operator controller` for `namespace` with a short failure backoff.
+    pub fn start(kubeconfig: &Path, namespace: &str, identity: &str) -> Operator {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let log = dir.path().join(format!("{identity}.log"));
+        let metrics_port = free_port();
+        let child = Command::new(env!("CARGO_BIN_EXE_mcp-operator"))
+            .args([
+                "controller",
+                "--allow-loopback",
+                "--watch-namespace",
+                namespace,
+                "--identity",
+                identity,
+                "--max-failure-backoff",
+                "4s",
+                "--metrics-addr",
+            ])
+            .arg(format!("127.0.0.1:{metrics_port}"))
+            .env("KUBECONFIG", kubeconfig)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log file"))
+            .spawn()
+            .expect("the controller starts");
+        Operator {
+            child: Some(child),
+            log,
+            metrics_port,
+            _dir: dir,
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// SIGKILL: no lease release, the standby must wait the lease out.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
+    pub fn metrics(&self) -> String {
+        http_get(self.metrics_port, "/metrics")
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// A tiny HTTP/1.0 GET, enough for /metrics.
+pub fn http_get(port: u16, path: &str) -> String {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return String::new();
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+    let _ = write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n");
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out
+}
+
+/// Polls `check` every 250 ms until it returns Some, or panics after `limit` with `what` and the
+/// last McpServer seen.
+pub async fn eventually<T, F, Fut>(limit: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        match check().await {
+            Ok(v) => return v,
+            Err(last) => {
+                if tokio::time::Instant::now() > deadline {
+                    panic!("timed out after {limit:?} waiting for {what}; last seen: {last}");
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// The condition of one type on an McpServer, as JSON.
+pub fn condition(server: &McpServer, type_: &str) -> Option<Value> {
+    let status = serde_json::to_value(server.status.as_ref()?).ok()?;
+    status["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+        .cloned()
+}
+
+/// Waits until the McpServer's condition `type_` has `status` (and `reason`, when given).
+pub async fn wait_condition(
+    api: &Api<McpServer>,
+    name: &str,
+    type_: &str,
+    status: &str,
+    reason: Option<&str>,
+    limit: Duration,
+) -> McpServer {
+    let what = format!("{name}: {type_}={status} {reason:?}");
+    eventually(limit, &what, || async {
+        let server = api.get(name).await.map_err(|e| e.to_string())?;
+        match condition(&server, type_) {
+            Some(c) if c["status"] == status && reason.is_none_or(|r| c["reason"] == r) => {
+                Ok(server)
+            }
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await
+}
+
+/// Applies an McpServer from JSON (server-side apply).
+pub async fn apply_server(client: &Client, namespace: &str, manifest: Value) -> McpServer {
+    let api: Api<McpServer> = Api::namespaced(client.clone(), namespace);
+    let server: McpServer = serde_json::from_value(manifest).expect("a valid McpServer manifest");
+    api.patch(
+        &server.name_any(),
+        &PatchParams::apply("mcp-operator-e2e").force(),
+        &Patch::Apply(&server),
+    )
+    .await
+    .expect("the McpServer is accepted")
+}
+
+pub fn server_manifest(name: &str, url: &str, spec_extra: Value) -> Value {
+    let mut spec = serde_json::json!({"url": url});
+    if let (Some(spec), Some(extra)) = (spec.as_object_mut(), spec_extra.as_object()) {
+        for (k, v) in extra {
+            spec.insert(k.clone(), v.clone());
+        }
+    }
+    serde_json::json!({
+        "apiVersion": "mcp-operator.dev/v1alpha1",
+        "kind": "McpServer",
+        "metadata": {"name": name},
+        "spec": spec,
+    })
+}

@@ -428,3 +428,60 @@ async fn one_of_two_controllers_leads_and_a_standby_takes_over() {
     wait_condition(&api, "two", "Ready", "True", None, SOON).await;
     assert!(second.log_text().contains("became the leader"));
 }
+
+#[tokio::test]
+async fn a_pushed_tool_change_reaches_status_within_seconds() {
+    let (client, ns) = e2e::setup("pushed").await;
+    let server = Fixtures::load().sdk_server(&["--tools", "2"]);
+    let op = Operator::start(&e2e::kubeconfig_path().await, ns.name(), "op-pushed");
+    let api: Api<McpServer> = Api::namespaced(client.clone(), ns.name());
+    // The default refreshInterval is 5m: only the push can explain a change within seconds.
+    apply_server(
+        &client,
+        ns.name(),
+        server_manifest("pushy", &server.url, json!({})),
+    )
+    .await;
+    let s = wait_condition(&api, "pushy", "Ready", "True", None, SOON).await;
+    assert_eq!(tool_count(&s), 6);
+    eventually(SOON, "an open subscription", || async {
+        let m = op.metrics();
+        if m.contains("mcp_operator_subscriptions_open 1") {
+            Ok(())
+        } else {
+            Err(m)
+        }
+    })
+    .await;
+
+    support::sdk_control(&server.url, "add-tool", "fresh_tool").await;
+    let s = eventually(Duration::from_secs(15), "fresh_tool in status", || async {
+        let s = api.get("pushy").await.map_err(|e| e.to_string())?;
+        let names: Vec<String> = s
+            .status
+            .as_ref()
+            .and_then(|s| s.catalog.as_ref())
+            .map_or(vec![], |c| {
+                c.catalog.tools.iter().map(|t| t.name.clone()).collect()
+            });
+        if names.iter().any(|n| n == "fresh_tool") {
+            Ok(s)
+        } else {
+            Err(format!("{names:?}"))
+        }
+    })
+    .await;
+    assert_eq!(tool_count(&s), 7);
+    let events = Api::<Event>::namespaced(client.clone(), ns.name())
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    assert!(
+        events
+            .items
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("CatalogChanged")
+                && e.message.as_deref().unwrap_or("").contains("fresh_tool")),
+        "a CatalogChanged event names the new tool"
+    );
+}

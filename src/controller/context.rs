@@ -10,6 +10,7 @@ use kube::Client;
 use kube::runtime::events::Recorder;
 
 use super::metrics::Metrics;
+use super::subscriptions::Subscriptions;
 
 /// Settings from the command line.
 #[derive(Debug, Clone)]
@@ -49,7 +50,8 @@ pub struct Context {
     pub settings: Settings,
     pub metrics: Arc<Metrics>,
     pub recorder: Recorder,
-    pub schedule: ProbeSchedule,
+    pub schedule: Arc<ProbeSchedule>,
+    pub subscriptions: Subscriptions,
 }
 
 impl Context {
@@ -59,13 +61,14 @@ impl Context {
         metrics: Arc<Metrics>,
         recorder: Recorder,
     ) -> Self {
-        let schedule = ProbeSchedule::new(settings.max_failure_backoff);
+        let schedule = Arc::new(ProbeSchedule::new(settings.max_failure_backoff));
         Context {
             client,
             settings,
             metrics,
             recorder,
             schedule,
+            subscriptions: Subscriptions::default(),
         }
     }
 }

@@ -65,6 +65,7 @@ async fn reconcile_inner(server: &McpServer, ctx: &Context) -> Result<Action, Er
     let key = key_of(server);
     if server.meta().deletion_timestamp.is_some() {
         ctx.schedule.forget(&key);
+        ctx.subscriptions.remove(&key);
         ctx.metrics.set_server(&key.0, &key.1, None);
         return Ok(Action::await_change());
     }
@@ -99,6 +100,7 @@ async fn reconcile_inner(server: &McpServer, ctx: &Context) -> Result<Action, Er
                     allow_loopback: ctx.settings.allow_loopback,
                 },
             };
+            let identity = format!("{}\0{:?}\0{}", spec.url, spec.transport, resolved.digest);
             let probe_started = Instant::now();
             let outcome = mcp::read_server(&conn).await;
             ctx.metrics
@@ -115,6 +117,17 @@ async fn reconcile_inner(server: &McpServer, ctx: &Context) -> Result<Action, Er
                         })
                         .unwrap_or(refresh);
                     let wait = ctx.schedule.probed(&key, inputs, true, refresh);
+                    if report.pushes_tool_changes {
+                        ctx.subscriptions.ensure(
+                            &key,
+                            &identity,
+                            conn.clone(),
+                            ctx.schedule.clone(),
+                            ctx.metrics.clone(),
+                        );
+                    } else {
+                        ctx.subscriptions.remove(&key);
+                    }
                     let overrides = spec
                         .tools
                         .as_ref()

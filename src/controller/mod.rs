@@ -17,6 +17,7 @@ mod health;
 pub mod mcp_server;
 pub mod metrics;
 pub mod server_status;
+pub mod subscriptions;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -223,6 +224,12 @@ async fn run_controllers(
         watcher::Config::default(),
     )
     .touched_objects();
+    // Servers that push tools/list_changed trigger their own reconcile through this channel.
+    let (trigger_tx, trigger_rx) = tokio::sync::mpsc::channel(1024);
+    ctx.subscriptions.attach(trigger_tx);
+    let pushed = futures::stream::unfold(trigger_rx, |mut rx| async move {
+        rx.recv().await.map(|r| (r, rx))
+    });
     let secret_store = store.clone();
     let cm_store = store.clone();
     controller
@@ -232,10 +239,11 @@ async fn run_controllers(
         .watches_stream(config_maps, move |cm| {
             referencing(&cm_store, &cm, credentials::referenced_config_maps)
         })
+        .reconcile_on(pushed)
         .graceful_shutdown_on(async move {
             let _ = stop.wait_for(|s| *s).await;
         })
-        .run(mcp_server::reconcile, mcp_server::error_policy, ctx)
+        .run(mcp_server::reconcile, mcp_server::error_policy, ctx.clone())
         .for_each(|result| async move {
             if let Err(e) = result {
                 match e {
@@ -245,6 +253,7 @@ async fn run_controllers(
             }
         })
         .await;
+    ctx.subscriptions.detach();
     info!("reconcilers stopped");
 }
 

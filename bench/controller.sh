@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Benchmark: the McpServer controller (release build) on a real local control plane against real
+# local MCP servers. For each size N (default "100 1000"): apply N McpServers, time until all are
+# Ready, count writes per server from the controller's own metrics, then watch an idle window and
+# report its writes (the expectation is zero). Prints figures; asserts nothing about time.
+#   bash bench/controller.sh            # sizes 100 and 1000
+#   SIZES="100" IDLE=60 bash bench/controller.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+SIZES=${SIZES:-"100 1000"}
+IDLE=${IDLE:-60}
+CACHE="${MCP_OPERATOR_CACHE:-$HOME/.cache/mcp-operator}"
+
+bash tests/fixtures/install.sh >/dev/null
+# shellcheck disable=SC1091
+. "$CACHE/fixtures.env"
+bash e2e/cluster.sh build >/dev/null
+cargo build --release --quiet
+BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/mcp-operator
+
+DIR=$(mktemp -d "${TMPDIR:-/tmp}/mcp-bench.XXXXXX")
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  bash e2e/cluster.sh down "$DIR/cluster" >/dev/null 2>&1 || true
+  rm -rf "$DIR"
+}
+trap cleanup EXIT
+E2E_OWNER_PID=$$ bash e2e/cluster.sh up "$DIR/cluster" >/dev/null
+set -a; . "$DIR/cluster/env"; set +a
+k() { "$KUBECTL" --kubeconfig "$KUBECONFIG" "$@"; }
+"$BIN" crds | k apply -f - >/dev/null
+k wait --for=condition=Established crd --all --timeout=60s >/dev/null
+
+start_fixture() { # log-name command... ; prints the READY url
+  local log="$DIR/$1.out"; shift
+  "$@" >"$log" 2>/dev/null &
+  PIDS+=($!)
+  for _ in $(seq 200); do grep -q READY "$log" && break; sleep 0.1; done
+  awk '/READY/{print $2}' "$log"
+}
+# Four official-SDK servers (modern era, they push tools/list_changed, so each McpServer on them
+# also holds a subscription) and the hostile fixture's bulk mode (legacy era, 50 tools, 2 pages).
+SDK=()
+for i in 1 2 3 4; do SDK+=("$(start_fixture "sdk$i" "$MCP_FIXTURES_PYTHON" "$MCP_FIXTURES_SDK_SERVER" --port 0 --tools 20 --page-size 10)"); done
+BULK="$(start_fixture bulk "$MCP_FIXTURES_PYTHON" "$MCP_FIXTURES_HOSTILE_SERVER" --port 0)/bulk/mcp?tools=50&pages=2"
+
+METRICS_PORT=$(bash e2e/cluster.sh free-ports 1)
+"$BIN" controller --allow-loopback --leader-election=false --metrics-addr "127.0.0.1:$METRICS_PORT" \
+  >"$DIR/controller.log" 2>&1 &
+CTL=$!
+PIDS+=("$CTL")
+for _ in $(seq 100); do curl -sf "http://127.0.0.1:$METRICS_PORT/readyz" >/dev/null && break; sleep 0.1; done
+
+writes() { curl -s "http://127.0.0.1:$METRICS_PORT/metrics" | awk '/^mcp_operator_writes_total/{s+=$2} END{print s+0}'; }
+ready_count() { k get mcps -n "$1" -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' | grep -c True || true; }
+versions() { k get mcps,configmaps -n "$1" -o jsonpath='{range .items[*]}{.metadata.name}={.metadata.resourceVersion}{"\n"}{end}' | sort; }
+
+for N in $SIZES; do
+  NS="bench-$N"
+  k create namespace "$NS" >/dev/null
+  {
+    for i in $(seq 1 "$N"); do
+      if (( i % 10 == 0 )); then url=${SDK[$(( (i / 10) % 4 ))]}; else url=$BULK; fi
+      printf -- '---\napiVersion: mcp-operator.dev/v1alpha1\nkind: McpServer\nmetadata: {name: s%05d, namespace: %s}\nspec: {url: "%s"}\n' "$i" "$NS" "$url"
+    done
+  } >"$DIR/servers-$N.yaml"
+  w0=$(writes)
+  t0=$(date +%s.%N)
+  k apply -f "$DIR/servers-$N.yaml" >/dev/null
+  t_applied=$(date +%s.%N)
+  until [ "$(ready_count "$NS")" -ge "$N" ]; do sleep 0.5; done
+  t1=$(date +%s.%N)
+  w1=$(writes)
+  sleep 5   # let the last writes land before the idle window starts
+  before=$(versions "$NS"); wi0=$(writes)
+  sleep "$IDLE"
+  after=$(versions "$NS"); wi1=$(writes)
+  changed=$(diff <(echo "$before") <(echo "$after") | grep -c '^>' || true)
+  rss=$(awk '/VmHWM/{print $2/1024}' "/proc/$CTL/status")
+  printf '%5d McpServers: all Ready %.1f s after apply (kubectl apply took %.1f s); %.2f writes per server; idle %ss: %d writes, %d resourceVersions changed; controller peak RSS %.0f MiB\n' \
+    "$N" "$(echo "$t1 - $t0" | bc)" "$(echo "$t_applied - $t0" | bc)" "$(echo "($w1 - $w0) / $N" | bc -l)" \
+    "$IDLE" "$(( wi1 - wi0 ))" "$changed" "$rss"
+done
+echo "open subscriptions: $(curl -s "http://127.0.0.1:$METRICS_PORT/metrics" | awk '/^mcp_operator_subscriptions_open /{print $2}')"

@@ -9,15 +9,22 @@
 //!
 //! Only the leader (a Lease) runs the reconcilers; followers serve health and metrics and wait.
 
+pub mod agent_spec;
 pub mod catalog_spill;
 pub mod context;
 pub mod credentials;
 pub mod error;
+pub mod grants_controllers;
+pub mod grants_input;
+pub mod grants_publish;
+pub mod grants_selector;
+pub mod grants_status;
 mod health;
 pub mod mcp_server;
 pub mod metrics;
 pub mod server_status;
 pub mod subscriptions;
+pub mod tenant_policy;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -73,6 +80,15 @@ pub struct ControllerArgs {
     /// Longest wait before re-probing a server that failed.
     #[arg(long, default_value = "60s", value_parser = crate::probe::parse_duration)]
     pub max_failure_backoff: Duration,
+    /// What a namespace that no McpTenantPolicy selects may be granted: `allow` (the default:
+    /// the McpServer's and the AgentSpec's narrowing alone decide, so a cluster without
+    /// policies works out of the box) or `deny` (nothing until a policy selects it).
+    #[arg(long, default_value = "allow")]
+    pub tenant_default: crate::grants::TenantDefault,
+    /// Characters of granted tool schemas per server above which the server is marked deferred
+    /// in the grants and the sidecar offers discovery tools instead of every schema.
+    #[arg(long, default_value_t = 100_000)]
+    pub preload_budget: u64,
 }
 
 /// Runs the controller until SIGTERM or SIGINT.
@@ -210,6 +226,11 @@ async fn run_controllers(
 ) {
     let client = ctx.client.clone();
     let ns = args.watch_namespace.as_deref();
+    let grants = tokio::spawn(grants_controllers::run(
+        ctx.clone(),
+        args.clone(),
+        stop.clone(),
+    ));
     let servers: Api<McpServer> = scoped(&client, ns);
     let controller = Controller::new(servers, watcher::Config::default().any_semantic())
         .with_config(controller::Config::default().concurrency(args.concurrency));
@@ -254,6 +275,9 @@ async fn run_controllers(
         })
         .await;
     ctx.subscriptions.detach();
+    if let Err(e) = grants.await {
+        warn!("the AgentSpec and McpTenantPolicy reconcilers failed: {e}");
+    }
     info!("reconcilers stopped");
 }
 

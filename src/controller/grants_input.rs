@@ -1,0 +1,516 @@
+//! Kubernetes objects → the plain inputs of `grants::resolve`, and the grants document's
+//! endpoints ← the McpServers. Pure: the AgentSpec reconciler reads the objects from its stores
+//! and calls these; tests build the objects by hand.
+//!
+//! ```text
+//! [ Namespace ].labels ──namespaceSelector──► selecting [ McpTenantPolicy ]s ──rules──► PolicyInput
+//!                                                         names / selector vs McpServer labels
+//! [ AgentSpec ].servers[] ──name──► [ McpServer ] (spec + status.catalog) ──► AgentServerInput
+//!                                          └──► Endpoint (URL, transport, era, Secret *references*)
+//! ```
+//!
+//! Invalid label selectors fail closed: a policy whose namespaceSelector cannot be evaluated
+//! selects every namespace (it can only take tools away, and its status says why); a rule whose
+//! server selector cannot be evaluated picks servers by name only.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use kube::ResourceExt;
+
+use crate::api::agent_spec::AgentSpec;
+use crate::api::conditions::{READY, TRUE, find};
+use crate::api::mcp_server::McpServer;
+use crate::api::tenant_policy::McpTenantPolicy;
+use crate::grants::{
+    AgentServerInput, Collision, Endpoint, GrantsDocument, HeaderReference, McpServerInput,
+    PolicyInput, ResolveInput, RuleInput, TenantDefault, TlsReference,
+};
+use crate::mcp::catalog::Catalog;
+
+use super::grants_selector;
+
+/// Whether a policy applies to a namespace with these labels. An invalid namespaceSelector
+/// selects every namespace (fail closed).
+pub fn policy_selects(
+    policy: &McpTenantPolicy,
+    namespace_labels: &BTreeMap<String, String>,
+) -> bool {
+    grants_selector::matches(&policy.spec.namespace_selector, namespace_labels).unwrap_or(true)
+}
+
+/// One policy as the core sees it, for an AgentSpec using `servers` (its referenced McpServers
+/// that exist, by name; `referenced` are all the names it references). A rule picks a server by
+/// name, or by labels when the server exists.
+pub fn policy_input(
+    policy: &McpTenantPolicy,
+    referenced: &BTreeSet<String>,
+    servers: &BTreeMap<String, &McpServer>,
+) -> PolicyInput {
+    let rules = policy
+        .spec
+        .rules
+        .iter()
+        .map(|rule| {
+            let mut picked: BTreeSet<String> = rule
+                .servers
+                .names
+                .iter()
+                .filter(|n| referenced.contains(*n))
+                .cloned()
+                .collect();
+            if let Some(selector) = &rule.servers.selector {
+                for (name, server) in servers {
+                    if grants_selector::matches(selector, server.labels()).unwrap_or(false) {
+                        picked.insert(name.clone());
+                    }
+                }
+            }
+            RuleInput {
+                servers: picked,
+                allow: rule.allow.clone(),
+                deny: rule.deny.clone(),
+                max_access: rule.max_access,
+                require_approval_for: rule.require_approval_for,
+            }
+        })
+        .collect();
+    PolicyInput {
+        name: policy.name_any(),
+        rules,
+    }
+}
+
+/// What an McpServer says about itself. `catalog` is its catalogue (from status, or read back
+/// from the companion ConfigMap when spilled); None when there is none.
+pub fn server_input<'a>(server: &McpServer, catalog: Option<&'a Catalog>) -> McpServerInput<'a> {
+    let ready = server
+        .status
+        .as_ref()
+        .and_then(|s| find(&s.conditions, READY));
+    let tools = server.spec.tools.as_ref();
+    McpServerInput {
+        ready: ready.is_some_and(|c| c.status == TRUE),
+        not_ready_reason: ready.filter(|c| c.status != TRUE).map(|c| c.reason.clone()),
+        optional: server.spec.optional,
+        catalog,
+        allow: tools.map(|t| t.allow.clone()).unwrap_or_default(),
+        deny: tools.map(|t| t.deny.clone()).unwrap_or_default(),
+        require_approval: tools
+            .map(|t| t.require_approval.clone())
+            .unwrap_or_default(),
+    }
+}
+
+/// The catalogue in an McpServer's status, unless it was spilled to a ConfigMap (then the
+/// caller reads it from there).
+pub fn status_catalog(server: &McpServer) -> Option<&Catalog> {
+    let status = server.status.as_ref()?;
+    if status.catalog_config_map.is_some() {
+        return None;
+    }
+    status.catalog.as_ref().map(|c| &c.catalog)
+}
+
+/// The input of one resolution. `servers` maps the names the AgentSpec references to the
+/// McpServers that exist and their catalogues; `policies` are those selecting its namespace.
+pub fn resolve_input<'a>(
+    agent: &AgentSpec,
+    servers: &BTreeMap<String, (&McpServer, Option<&'a Catalog>)>,
+    policies: Vec<PolicyInput>,
+    tenant_default: TenantDefault,
+    preload_budget: u64,
+) -> ResolveInput<'a> {
+    ResolveInput {
+        servers: agent
+            .spec
+            .servers
+            .iter()
+            .map(|s| AgentServerInput {
+                name: s.name.clone(),
+                prefix: s.prefix.clone(),
+                allow: s.allow.clone(),
+                deny: s.deny.clone(),
+                require_approval: s.require_approval.clone(),
+                server: servers
+                    .get(&s.name)
+                    .map(|(server, catalog)| server_input(server, *catalog)),
+            })
+            .collect(),
+        approval: agent.spec.approval,
+        policies,
+        tenant_default,
+        preload_budget,
+    }
+}
+
+/// The same input with every colliding tool denied on the AgentSpec plane: resolving it gives
+/// the grants minus the tools whose qualified names collide — a subset of the intersection that
+/// chooses neither of the colliding tools.
+pub fn without_collisions<'a>(
+    input: &ResolveInput<'a>,
+    collisions: &[Collision],
+) -> ResolveInput<'a> {
+    let mut input = input.clone();
+    for collision in collisions {
+        for tool in &collision.tools {
+            for entry in input.servers.iter_mut().filter(|e| e.name == tool.server) {
+                entry.deny.push(tool.tool.clone());
+            }
+        }
+    }
+    input
+}
+
+/// How the sidecar reaches an McpServer: everything from its spec and the negotiated protocol
+/// from its status. Credentials and CA bundles are references to Secret/ConfigMap keys.
+pub fn endpoint(server: &McpServer) -> Endpoint {
+    let spec = &server.spec;
+    let status = server.status.as_ref();
+    let credentials = spec.credentials.as_ref();
+    Endpoint {
+        url: spec.url.clone(),
+        transport: spec.transport,
+        era: status.and_then(|s| s.era),
+        protocol_version: status.and_then(|s| s.protocol_version.clone()),
+        bearer_token: credentials
+            .and_then(|c| c.bearer_token.as_ref())
+            .map(|b| b.secret_key_ref.clone()),
+        headers: credentials
+            .map(|c| {
+                c.headers
+                    .iter()
+                    .map(|h| HeaderReference {
+                        name: h.name.clone(),
+                        secret_key_ref: h.value_from.secret_key_ref.clone(),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
+        tls: spec.tls.as_ref().map(|tls| TlsReference {
+            ca_bundle_secret: tls
+                .ca_bundle
+                .as_ref()
+                .and_then(|c| c.secret_key_ref.clone()),
+            ca_bundle_config_map: tls
+                .ca_bundle
+                .as_ref()
+                .and_then(|c| c.config_map_key_ref.clone()),
+            insecure_skip_verify: tls.insecure_skip_verify,
+        }),
+        connect_timeout_ms: millis(spec.timeouts.connect.as_std()),
+        call_timeout_ms: millis(spec.timeouts.call.as_std()),
+        retry: spec.retry,
+    }
+}
+
+fn millis(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Fills the endpoint of every server of the document that exists.
+pub fn fill_endpoints(doc: &mut GrantsDocument, servers: &BTreeMap<String, &McpServer>) {
+    for grants in &mut doc.servers {
+        grants.endpoint = servers.get(&grants.name).map(|s| endpoint(s));
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::api::tenant_policy::McpTenantPolicySpec;
+    use crate::grants::resolve;
+    use crate::mcp::catalog::{Access, build};
+    use serde_json::{Value, json};
+
+    pub fn server(name: &str, labels: Value, spec: Value, status: Value) -> McpServer {
+        let mut s: McpServer = serde_json::from_value(json!({
+            "apiVersion": "mcp-operator.dev/v1alpha1", "kind": "McpServer",
+            "metadata": {"name": name, "namespace": "team-a", "labels": labels},
+            "spec": spec,
+        }))
+        .unwrap();
+        if !status.is_null() {
+            s.status = Some(serde_json::from_value(status).unwrap());
+        }
+        s
+    }
+
+    pub fn ready_status(catalog: &Catalog) -> Value {
+        json!({
+            "era": "legacy", "protocolVersion": "2025-11-25",
+            "catalog": serde_json::to_value(catalog).unwrap(),
+            "conditions": [{"type": "Ready", "status": "True", "reason": "Ready", "message": "",
+                            "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+        })
+    }
+
+    /// read_file (read), write_file (write), put_object (idempotent write), delete_file
+    /// (destructive): the SDK fixture's named tools.
+    pub fn catalog() -> Catalog {
+        let tools: Vec<_> = [
+            json!({"name": "read_file", "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": true}}),
+            json!({"name": "write_file", "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": false, "destructiveHint": false}}),
+            json!({"name": "put_object", "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": false, "destructiveHint": false, "idempotentHint": true}}),
+            json!({"name": "delete_file", "inputSchema": {"type": "object"}}),
+        ]
+        .into_iter()
+        .map(|v| v.as_object().unwrap().clone())
+        .collect();
+        build(&tools, &BTreeMap::new(), 1)
+    }
+
+    pub fn agent(spec: Value) -> AgentSpec {
+        serde_json::from_value(json!({
+            "apiVersion": "mcp-operator.dev/v1alpha1", "kind": "AgentSpec",
+            "metadata": {"name": "bot", "namespace": "team-a", "uid": "u-1", "generation": 3},
+            "spec": spec,
+        }))
+        .unwrap()
+    }
+
+    pub fn policy(name: &str, spec: Value) -> McpTenantPolicy {
+        McpTenantPolicy::new(
+            name,
+            serde_json::from_value::<McpTenantPolicySpec>(spec).unwrap(),
+        )
+    }
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn policies_select_namespaces_and_invalid_selectors_fail_closed() {
+        let team_a = policy(
+            "p",
+            json!({"namespaceSelector": {"matchLabels": {"team": "a"}}, "rules": []}),
+        );
+        assert!(policy_selects(&team_a, &labels(&[("team", "a")])));
+        assert!(!policy_selects(&team_a, &labels(&[("team", "b")])));
+        let broken = policy(
+            "p",
+            json!({"namespaceSelector": {"matchExpressions": [{"key": "team", "operator": "in", "values": ["a"]}]}, "rules": []}),
+        );
+        assert!(policy_selects(&broken, &labels(&[("team", "b")])));
+    }
+
+    #[test]
+    fn rules_pick_referenced_servers_by_name_or_labels() {
+        let cat = catalog();
+        let gh = server(
+            "gh",
+            json!({"tier": "prod"}),
+            json!({"url": "https://gh.example/mcp"}),
+            ready_status(&cat),
+        );
+        let fs = server(
+            "fs",
+            json!({"tier": "dev"}),
+            json!({"url": "https://fs.example/mcp"}),
+            ready_status(&cat),
+        );
+        let servers = BTreeMap::from([("gh".to_string(), &gh), ("fs".to_string(), &fs)]);
+        let referenced: BTreeSet<String> =
+            ["gh", "fs", "gone"].iter().map(|s| s.to_string()).collect();
+        let p = policy(
+            "p",
+            json!({"namespaceSelector": {}, "rules": [
+                {"servers": {"names": ["gone", "elsewhere"]}, "maxAccess": "read"},
+                {"servers": {"selector": {"matchLabels": {"tier": "prod"}}}, "deny": ["delete_*"]},
+                {"servers": {"names": ["fs"], "selector": {"matchExpressions": [{"key": "tier", "operator": "Bogus"}]}}},
+                {"servers": {"selector": {}}, "requireApprovalFor": "write"},
+            ]}),
+        );
+        let input = policy_input(&p, &referenced, &servers);
+        assert_eq!(input.name, "p");
+        let picked: Vec<Vec<&str>> = input
+            .rules
+            .iter()
+            .map(|r| r.servers.iter().map(String::as_str).collect())
+            .collect();
+        assert_eq!(
+            picked,
+            vec![vec!["gone"], vec!["gh"], vec!["fs"], vec!["fs", "gh"]]
+        );
+        assert_eq!(input.rules[0].max_access, Some(Access::Read));
+        assert_eq!(input.rules[1].deny, vec!["delete_*".to_string()]);
+        assert_eq!(input.rules[3].require_approval_for, Some(Access::Write));
+    }
+
+    #[test]
+    fn server_input_reads_readiness_curation_and_optional() {
+        let cat = catalog();
+        let s = server(
+            "gh",
+            json!({}),
+            json!({"url": "https://gh.example/mcp", "optional": true,
+                   "tools": {"allow": ["*_file"], "deny": ["delete_*"], "requireApproval": ["write_file"]}}),
+            ready_status(&cat),
+        );
+        let input = server_input(&s, status_catalog(&s));
+        assert!(input.ready && input.optional);
+        assert_eq!(input.not_ready_reason, None);
+        assert_eq!(input.catalog.unwrap().tool_count, 4);
+        assert_eq!(input.allow, vec!["*_file".to_string()]);
+        assert_eq!(input.deny, vec!["delete_*".to_string()]);
+        assert_eq!(input.require_approval, vec!["write_file".to_string()]);
+
+        let mut down = s.clone();
+        down.status.as_mut().unwrap().conditions[0].status = "False".into();
+        down.status.as_mut().unwrap().conditions[0].reason = "Unauthorized".into();
+        let input = server_input(&down, None);
+        assert!(!input.ready);
+        assert_eq!(input.not_ready_reason.as_deref(), Some("Unauthorized"));
+
+        let fresh = server(
+            "new",
+            json!({}),
+            json!({"url": "https://x.example/mcp"}),
+            Value::Null,
+        );
+        let input = server_input(&fresh, status_catalog(&fresh));
+        assert!(!input.ready && input.catalog.is_none() && input.not_ready_reason.is_none());
+
+        let mut spilled = s.clone();
+        spilled.status.as_mut().unwrap().catalog_config_map = Some("gh-mcp-catalog".into());
+        assert!(
+            status_catalog(&spilled).is_none(),
+            "read from the ConfigMap instead"
+        );
+    }
+
+    pub fn full_server() -> McpServer {
+        server(
+            "gh",
+            json!({}),
+            json!({
+                "url": "https://gh.example/mcp", "transport": "sse", "retry": 4,
+                "timeouts": {"connect": "5s", "call": "1m"},
+                "credentials": {
+                    "bearerToken": {"secretKeyRef": {"name": "gh-token", "key": "token"}},
+                    "headers": [{"name": "X-Tenant", "valueFrom": {"secretKeyRef": {"name": "gh-tenant", "key": "id"}}}],
+                },
+                "tls": {"caBundle": {"configMapKeyRef": {"name": "ca", "key": "ca.crt"}}},
+            }),
+            ready_status(&catalog()),
+        )
+    }
+
+    #[test]
+    fn endpoints_carry_references_and_limits_never_values() {
+        let e = endpoint(&full_server());
+        let v = serde_json::to_value(&e).unwrap();
+        assert_eq!(
+            v,
+            json!({
+                "url": "https://gh.example/mcp", "transport": "sse",
+                "era": "legacy", "protocolVersion": "2025-11-25",
+                "bearerToken": {"name": "gh-token", "key": "token"},
+                "headers": [{"name": "X-Tenant", "secretKeyRef": {"name": "gh-tenant", "key": "id"}}],
+                "tls": {"caBundleConfigMap": {"name": "ca", "key": "ca.crt"}, "insecureSkipVerify": false},
+                "connectTimeoutMs": 5000, "callTimeoutMs": 60000, "retry": 4,
+            })
+        );
+        let plain = server(
+            "p",
+            json!({}),
+            json!({"url": "http://p.example/mcp"}),
+            Value::Null,
+        );
+        let e = endpoint(&plain);
+        assert_eq!(
+            (e.connect_timeout_ms, e.call_timeout_ms, e.retry),
+            (10_000, 30_000, 2)
+        );
+        assert!(e.era.is_none() && e.bearer_token.is_none() && e.tls.is_none());
+    }
+
+    #[test]
+    fn a_collision_is_resolved_by_withholding_both_tools_and_nothing_else() {
+        let cat = catalog();
+        let a = server(
+            "a",
+            json!({}),
+            json!({"url": "https://a.example/mcp"}),
+            ready_status(&cat),
+        );
+        let b = server(
+            "b",
+            json!({}),
+            json!({"url": "https://b.example/mcp"}),
+            ready_status(&cat),
+        );
+        // "x" + "__" + "_read_file" and "x_" + "__" + "read_file" are both x___read_file.
+        let agent = agent(json!({"servers": [
+            {"name": "a", "prefix": "x"},
+            {"name": "b", "prefix": "x_"},
+        ]}));
+        // Server a (prefix x) also offers _read_file.
+        let mut cat_b = cat.clone();
+        let extra = build(
+            &[json!({"name": "_read_file", "inputSchema": {}, "annotations": {"readOnlyHint": true}})
+                .as_object()
+                .unwrap()
+                .clone()],
+            &BTreeMap::new(),
+            1,
+        );
+        cat_b = Catalog {
+            tools: [cat_b.tools, extra.tools].concat(),
+            tool_count: 5,
+            ..cat_b
+        };
+        cat_b.tools.sort_by(|x, y| x.name.cmp(&y.name));
+        let servers = BTreeMap::from([
+            ("a".to_string(), (&a, Some(&cat_b))),
+            ("b".to_string(), (&b, Some(&cat))),
+        ]);
+        let input = resolve_input(&agent, &servers, vec![], TenantDefault::Allow, u64::MAX);
+        let first = resolve(&input);
+        assert!(
+            first.document.is_none(),
+            "a collision publishes nothing by itself"
+        );
+        assert_eq!(first.collisions.len(), 1);
+        let second = resolve(&without_collisions(&input, &first.collisions));
+        assert!(second.collisions.is_empty());
+        let doc = second.document.unwrap();
+        let names: Vec<&str> = doc
+            .servers
+            .iter()
+            .flat_map(|s| s.tools.iter().map(|t| t.qualified_name.as_str()))
+            .collect();
+        assert!(!names.contains(&"x___read_file"), "{names:?}");
+        assert_eq!(doc.tool_count(), 4 + 5 - 2);
+    }
+
+    #[test]
+    fn fill_endpoints_skips_missing_servers() {
+        let gh = full_server();
+        let agent = agent(json!({"servers": [{"name": "gh"}, {"name": "gone"}]}));
+        let cat = catalog();
+        let servers = BTreeMap::from([("gh".to_string(), (&gh, Some(&cat)))]);
+        let input = resolve_input(&agent, &servers, vec![], TenantDefault::Allow, u64::MAX);
+        let mut doc = resolve(&input).document.unwrap();
+        fill_endpoints(&mut doc, &BTreeMap::from([("gh".to_string(), &gh)]));
+        assert!(
+            doc.servers
+                .iter()
+                .find(|s| s.name == "gh")
+                .unwrap()
+                .endpoint
+                .is_some()
+        );
+        assert!(
+            doc.servers
+                .iter()
+                .find(|s| s.name == "gone")
+                .unwrap()
+                .endpoint
+                .is_none()
+        );
+    }
+}

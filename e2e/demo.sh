@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # The demo: a real local control plane with mcp-operator running against it.
 #
-#   e2e/demo.sh up [DIR]     start the control plane, install the CRDs, start the
-#                            controller, apply examples/; prints how to look around
-#   e2e/demo.sh down [DIR]   stop everything the demo started
+#   e2e/demo.sh [DIR]          build what is needed, start the control plane, install the CRDs,
+#                              start the example MCP servers and the controller, apply examples/,
+#                              wait, print `kubectl get mcp -A` and the resulting status, then
+#                              stop everything
+#   e2e/demo.sh --keep [DIR]   the same, but leave it all running and print how to reach it
+#   e2e/demo.sh down [DIR]     stop a kept demo
 #
 # DIR defaults to ${MCP_OPERATOR_CACHE:-~/.cache/mcp-operator}/demo. Needs: cargo (or
 # MCP_OPERATOR_BIN=path/to/mcp-operator), and what e2e/cluster.sh needs.
@@ -75,18 +78,50 @@ demo_up() {
     k apply -R -f "$ROOT/examples"
   fi
 
-  trap - EXIT
-  cat >&2 <<EOF
+  say "waiting for every McpServer to report Ready (True or False)"
+  local deadline=$((SECONDS + 90)) pending
+  while :; do
+    pending=$(k get mcpservers -A -o jsonpath='{range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' | grep -c '=$' || true)
+    ((pending == 0)) && break
+    ((SECONDS < deadline)) || { say "$pending McpServer(s) still without a Ready condition after 90s"; break; }
+    sleep 1
+  done
 
-The demo is running. Look around with:
+  echo
+  echo "\$ kubectl get mcp -A"
+  k get mcp -A
+  echo
+  echo "\$ kubectl get mcpservers -A   (the Ready condition's message)"
+  k get mcpservers -A -o custom-columns='NAMESPACE:.metadata.namespace,NAME:.metadata.name,READY:.status.conditions[?(@.type=="Ready")].status,REASON:.status.conditions[?(@.type=="Ready")].reason,MESSAGE:.status.conditions[?(@.type=="Ready")].message'
+  echo
+  echo "\$ kubectl get mcpserver files -n mcp-demo -o jsonpath='{.status.catalog.tools[*].name}'"
+  k get mcpserver files -n mcp-demo -o jsonpath='{.status.catalog.tools[*].name}{"\n"}'
+  echo
+  echo "\$ kubectl describe mcpserver files-admin -n mcp-demo   (conditions and events)"
+  k describe mcpserver files-admin -n mcp-demo | sed -n '/^  Conditions:/,$p'
+  if k get agentspecs -n mcp-demo >/dev/null 2>&1; then
+    echo
+    echo "\$ kubectl get configmap research-assistant-mcp-grants -n mcp-demo -o jsonpath='{.data.grants\.json}'"
+    k get configmap research-assistant-mcp-grants -n mcp-demo -o jsonpath='{.data.grants\.json}{"\n"}' 2>/dev/null || echo "(not published)"
+  fi
+
+  trap - EXIT
+  if ((KEEP)); then
+    cat >&2 <<MSG
+
+The demo keeps running. Reach the cluster with:
 
   export KUBECONFIG=$KUBECONFIG PATH=$dir/bin:\$PATH
-  kubectl get mcp -n mcp-demo
-  kubectl get mcptenantpolicies
+  kubectl get mcp -A
+  kubectl --kubeconfig $KUBECONFIG get crd
   tail -f $dir/logs/mcp-operator.log
 
 Stop it with: $0 down $dir
-EOF
+MSG
+  else
+    say "stopping everything (run with --keep to leave it running)"
+    demo_down "$dir" >/dev/null 2>&1
+  fi
 }
 
 demo_down() {
@@ -104,8 +139,12 @@ demo_down() {
 }
 
 DEFAULT_DIR="${MCP_OPERATOR_CACHE:-$HOME/.cache/mcp-operator}/demo"
+usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//' >&2; }
+KEEP=0
 case "${1:-}" in
-  up) demo_up "${2:-$DEFAULT_DIR}" ;;
   down) demo_down "${2:-$DEFAULT_DIR}" ;;
-  *) sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//' >&2; exit 2 ;;
+  --keep) KEEP=1; demo_up "${2:-$DEFAULT_DIR}" ;;
+  -h|--help) usage ;;
+  -*) usage; exit 2 ;;
+  *) demo_up "${1:-$DEFAULT_DIR}" ;;
 esac

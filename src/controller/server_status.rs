@@ -89,6 +89,14 @@ pub fn next_status(
     let cond = |type_: &str, ok: bool, reason: &str, message: String| {
         condition(type_, ok, reason, message, generation, now.clone())
     };
+    let resolved = || {
+        cond(
+            CREDENTIALS_RESOLVED,
+            true,
+            "Resolved",
+            "Every referenced Secret and key was read.".into(),
+        )
+    };
     let unknown = |type_: &str, reason: &str, message: &str| {
         let mut c = condition(type_, false, reason, message, generation, now.clone());
         c.status = UNKNOWN.into();
@@ -134,15 +142,7 @@ pub fn next_status(
         Finding::Failed(failure) => {
             let e = &failure.error;
             let stale = stale_note(&status);
-            set_condition(
-                &mut status.conditions,
-                cond(
-                    CREDENTIALS_RESOLVED,
-                    true,
-                    "Resolved",
-                    "Every referenced Secret and key was read.".into(),
-                ),
-            );
+            set_condition(&mut status.conditions, resolved());
             let message = capitalised(&e.to_string());
             match failure.stage {
                 Stage::Connect => set_condition(
@@ -176,15 +176,7 @@ pub fn next_status(
             server_info,
             catalog,
         } => {
-            set_condition(
-                &mut status.conditions,
-                cond(
-                    CREDENTIALS_RESOLVED,
-                    true,
-                    "Resolved",
-                    "Every referenced Secret and key was read.".into(),
-                ),
-            );
+            set_condition(&mut status.conditions, resolved());
             let mut reach = format!(
                 "Connected with MCP {protocol_version} ({} era).",
                 serde_json::to_value(era)

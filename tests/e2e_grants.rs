@@ -1,0 +1,607 @@
+//! AgentSpecs and McpTenantPolicies on the real control plane, against the official Python SDK
+//! server: what a platform engineer sees in the grants ConfigMap and with `kubectl get ags`.
+//!
+//! Policies are cluster-scoped and the control plane is shared by tests running in parallel:
+//! each test labels its namespace `mcp-operator.dev/e2e-tenant=<namespace>`, and its policies
+//! select that label only and are named after the namespace.
+
+mod e2e;
+mod operator;
+mod support;
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use kube::api::{Api, ApiResource, DeleteParams, Patch, PatchParams};
+use kube::{Client, Resource, ResourceExt};
+use mcp_operator::api::agent_spec::AgentSpec;
+use mcp_operator::api::mcp_server::McpServer;
+use mcp_operator::api::tenant_policy::McpTenantPolicy;
+use operator::{Operator, apply_server, eventually, server_manifest, wait_condition};
+use serde_json::{Value, json};
+use support::Fixtures;
+
+const SOON: Duration = Duration::from_secs(30);
+const TENANT_LABEL: &str = "mcp-operator.dev/e2e-tenant";
+const SCHEMA: &str = include_str!("../schemas/grants.v1.json");
+
+/// Labels the test's namespace so that only its own policies select it.
+async fn label_tenant(client: &Client, namespace: &str) {
+    Api::<Namespace>::all(client.clone())
+        .patch(
+            namespace,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {TENANT_LABEL: namespace}}})),
+        )
+        .await
+        .unwrap();
+}
+
+async fn apply_agent(client: &Client, namespace: &str, name: &str, spec: Value) {
+    let agent: AgentSpec = serde_json::from_value(json!({
+        "apiVersion": "mcp-operator.dev/v1alpha1", "kind": "AgentSpec",
+        "metadata": {"name": name}, "spec": spec,
+    }))
+    .unwrap();
+    Api::<AgentSpec>::namespaced(client.clone(), namespace)
+        .patch(
+            name,
+            &PatchParams::apply("mcp-operator-e2e").force(),
+            &Patch::Apply(&agent),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("AgentSpec {name}: {}", e2e::describe(&e)));
+}
+
+/// Applies a policy selecting only this test's namespace; deleted with the namespace.
+async fn apply_policy(
+    client: &Client,
+    ns: &e2e::TestNamespace,
+    name: &str,
+    rules: Value,
+) -> String {
+    let name = ns.scoped_name(name);
+    let policy: McpTenantPolicy = serde_json::from_value(json!({
+        "apiVersion": "mcp-operator.dev/v1alpha1", "kind": "McpTenantPolicy",
+        "metadata": {"name": name},
+        "spec": {"namespaceSelector": {"matchLabels": {TENANT_LABEL: ns.name()}}, "rules": rules},
+    }))
+    .unwrap();
+    Api::<McpTenantPolicy>::all(client.clone())
+        .patch(
+            &name,
+            &PatchParams::apply("mcp-operator-e2e").force(),
+            &Patch::Apply(&policy),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("McpTenantPolicy {name}: {}", e2e::describe(&e)));
+    ns.delete_later(ApiResource::erase::<McpTenantPolicy>(&()), &name);
+    name
+}
+
+fn agent_condition(agent: &AgentSpec, type_: &str) -> Option<Value> {
+    let status = serde_json::to_value(agent.status.as_ref()?).ok()?;
+    status["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+        .cloned()
+}
+
+/// Waits until the AgentSpec's condition `type_` has `status` (and `reason`, when given).
+async fn wait_agent(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    type_: &str,
+    status: &str,
+    reason: Option<&str>,
+) -> AgentSpec {
+    let api: Api<AgentSpec> = Api::namespaced(client.clone(), namespace);
+    eventually(
+        SOON,
+        &format!("AgentSpec {name}: {type_}={status} {reason:?}"),
+        || async {
+            let agent = api.get(name).await.map_err(|e| e.to_string())?;
+            match agent_condition(&agent, type_) {
+                Some(c) if c["status"] == status && reason.is_none_or(|r| c["reason"] == r) => {
+                    Ok(agent)
+                }
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await
+}
+
+/// The grants document in an AgentSpec's ConfigMap, checked against the schema.
+async fn grants(client: &Client, namespace: &str, agent: &str) -> Option<(ConfigMap, Value)> {
+    let cm = Api::<ConfigMap>::namespaced(client.clone(), namespace)
+        .get_opt(&format!("{agent}-mcp-grants"))
+        .await
+        .unwrap()?;
+    let text = cm.data.as_ref()?.get("grants.json")?.clone();
+    let doc: Value = serde_json::from_str(&text).unwrap();
+    assert_valid(&doc);
+    Some((cm, doc))
+}
+
+fn assert_valid(doc: &Value) {
+    let schema: Value = serde_json::from_str(SCHEMA).unwrap();
+    let validator = jsonschema::draft202012::new(&schema).unwrap();
+    let errors: Vec<String> = validator
+        .iter_errors(doc)
+        .map(|e| format!("{e} at {}", e.instance_path()))
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "grants.json does not match schemas/grants.v1.json: {errors:?}\n{doc:#}"
+    );
+}
+
+/// Qualified names of the granted tools of one server.
+fn tool_names(doc: &Value, server: &str) -> Vec<String> {
+    doc["servers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["name"] == server)
+        .flat_map(|s| s["tools"].as_array().unwrap().iter())
+        .map(|t| t["qualifiedName"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Waits until the server's granted tools in the ConfigMap are exactly `expected`.
+async fn wait_tools(
+    client: &Client,
+    namespace: &str,
+    agent: &str,
+    server: &str,
+    expected: &[&str],
+) -> Value {
+    let mut expected: Vec<String> = expected.iter().map(|s| s.to_string()).collect();
+    expected.sort();
+    eventually(
+        SOON,
+        &format!("{agent}'s grants of {server}: {expected:?}"),
+        || async {
+            let (_, doc) = grants(client, namespace, agent)
+                .await
+                .ok_or("no ConfigMap")?;
+            let got = tool_names(&doc, server);
+            if got == expected {
+                Ok(doc)
+            } else {
+                Err(format!("{got:?}"))
+            }
+        },
+    )
+    .await
+}
+
+/// POST to a fixture's control endpoint (`/control/...` beside `/mcp`).
+fn control(server_url: &str, path_and_query: &str) {
+    use std::io::{Read, Write};
+    let authority = server_url
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap()
+        .to_string();
+    let mut s = std::net::TcpStream::connect(&authority).unwrap();
+    write!(
+        s,
+        "POST {path_and_query} HTTP/1.0\r\nHost: {authority}\r\nContent-Length: 0\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    assert!(
+        out.starts_with("HTTP/1.1 200") || out.starts_with("HTTP/1.0 200"),
+        "{out}"
+    );
+}
+
+const ALL_TOOLS: [&str; 12] = [
+    "files__delete_file",
+    "files__put_object",
+    "files__read_file",
+    "files__tool_0000",
+    "files__tool_0001",
+    "files__tool_0002",
+    "files__tool_0003",
+    "files__tool_0004",
+    "files__tool_0005",
+    "files__tool_0006",
+    "files__tool_0007",
+    "files__write_file",
+];
+const READ_TOOLS: [&str; 3] = ["files__read_file", "files__tool_0000", "files__tool_0004"];
+
+#[tokio::test]
+async fn a_read_only_policy_narrows_the_grants_within_seconds_and_removing_it_restores_them() {
+    let (client, ns) = e2e::setup("grants-policy").await;
+    label_tenant(&client, ns.name()).await;
+    let fixture = Fixtures::load().sdk_server(&["--tools", "8"]);
+    let _op = Operator::start(&e2e::kubeconfig_path().await, ns.name(), "op-grants-policy");
+    apply_server(
+        &client,
+        ns.name(),
+        server_manifest("files", &fixture.url, json!({})),
+    )
+    .await;
+    apply_agent(
+        &client,
+        ns.name(),
+        "bot",
+        json!({"servers": [{"name": "files"}]}),
+    )
+    .await;
+
+    let doc = wait_tools(&client, ns.name(), "bot", "files", &ALL_TOOLS).await;
+    let agent = wait_agent(&client, ns.name(), "bot", "Ready", "True", Some("Ready")).await;
+    let status = agent.status.as_ref().unwrap();
+    assert_eq!(status.granted_tools, Some(12));
+    assert_eq!(status.grants_config_map.as_deref(), Some("bot-mcp-grants"));
+    let server = &doc["servers"][0];
+    assert_eq!(server["available"], true);
+    assert_eq!(server["endpoint"]["url"], json!(fixture.url));
+    assert_eq!(server["endpoint"]["protocolVersion"], "2026-07-28");
+    let delete = server["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "delete_file")
+        .unwrap();
+    assert_eq!(
+        (&delete["access"], &delete["requiresApproval"]),
+        (&json!("destructive"), &json!(true))
+    );
+    assert_eq!(
+        agent_condition(&agent, "Resolved").unwrap()["status"],
+        "True"
+    );
+
+    // The platform team caps this tenant at read.
+    let applied = Instant::now();
+    let policy = apply_policy(
+        &client,
+        &ns,
+        "read-only",
+        json!([{"servers": {"names": ["files"]}, "maxAccess": "read"}]),
+    )
+    .await;
+    wait_tools(&client, ns.name(), "bot", "files", &READ_TOOLS).await;
+    let narrowed_in = applied.elapsed();
+    eprintln!(
+        "policy applied → write and destructive tools gone from the ConfigMap in {narrowed_in:?}"
+    );
+    assert!(narrowed_in < Duration::from_secs(10), "{narrowed_in:?}");
+    let agent = wait_agent(&client, ns.name(), "bot", "Ready", "True", None).await;
+    let counts = &agent.status.as_ref().unwrap().servers[0];
+    assert_eq!(
+        (
+            counts.granted_tools,
+            counts.withheld_by_policy,
+            counts.withheld_by_server,
+            counts.withheld_by_spec
+        ),
+        (3, 9, 0, 0)
+    );
+    let p = Api::<McpTenantPolicy>::all(client.clone());
+    let selected = eventually(SOON, "the policy's status", || async {
+        let p = p.get(&policy).await.map_err(|e| e.to_string())?;
+        p.status
+            .as_ref()
+            .and_then(|s| s.selected_namespaces)
+            .ok_or_else(|| format!("{:?}", p.status))
+    })
+    .await;
+    assert_eq!(selected, 1);
+
+    // Removing it restores every tool.
+    let removed = Instant::now();
+    p.delete(&policy, &DeleteParams::default()).await.unwrap();
+    wait_tools(&client, ns.name(), "bot", "files", &ALL_TOOLS).await;
+    eprintln!("policy removed → tools restored in {:?}", removed.elapsed());
+    assert!(removed.elapsed() < Duration::from_secs(10));
+}
+
+#[tokio::test]
+async fn collisions_missing_servers_and_empty_patterns_are_reported() {
+    let (client, ns) = e2e::setup("grants-findings").await;
+    label_tenant(&client, ns.name()).await;
+    let fixtures = Fixtures::load();
+    let one = fixtures.sdk_server(&[]);
+    control(&one.url, "/control/add-tool?name=_read_file&access=read");
+    let two = fixtures.sdk_server(&[]);
+    let _op = Operator::start(
+        &e2e::kubeconfig_path().await,
+        ns.name(),
+        "op-grants-findings",
+    );
+    apply_server(
+        &client,
+        ns.name(),
+        server_manifest("one", &one.url, json!({})),
+    )
+    .await;
+    apply_server(
+        &client,
+        ns.name(),
+        server_manifest("two", &two.url, json!({})),
+    )
+    .await;
+    // Nothing listens on port 9 of loopback.
+    apply_server(
+        &client,
+        ns.name(),
+        server_manifest("flaky", "http://127.0.0.1:9/mcp", json!({"optional": true})),
+    )
+    .await;
+    let servers: Api<McpServer> = Api::namespaced(client.clone(), ns.name());
+    wait_condition(&servers, "one", "Ready", "True", None, SOON).await;
+    wait_condition(&servers, "two", "Ready", "True", None, SOON).await;
+
+    // one's _read_file and two's read_file are both x___read_file.
+    apply_agent(
+        &client,
+        ns.name(),
+        "clash",
+        json!({"servers": [
+            {"name": "one", "prefix": "x"}, {"name": "two", "prefix": "x_"},
+        ]}),
+    )
+    .await;
+    let agent = wait_agent(
+        &client,
+        ns.name(),
+        "clash",
+        "Ready",
+        "False",
+        Some("NameCollision"),
+    )
+    .await;
+    let message = agent_condition(&agent, "Ready").unwrap()["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        message.contains("ool _read_file of McpServer one"),
+        "{message}"
+    );
+    assert!(
+        message.contains("tool read_file of McpServer two"),
+        "{message}"
+    );
+    assert!(message.contains("x___read_file"), "{message}");
+    assert_eq!(
+        agent_condition(&agent, "Resolved").unwrap()["reason"],
+        "NameCollision"
+    );
+    // Neither colliding tool is published; the others are.
+    let (_, doc) = grants(&client, ns.name(), "clash").await.unwrap();
+    let published: Vec<String> = ["one", "two"]
+        .iter()
+        .flat_map(|s| tool_names(&doc, s))
+        .collect();
+    assert!(
+        !published.contains(&"x___read_file".to_string()),
+        "{published:?}"
+    );
+    assert!(
+        published.contains(&"x__write_file".to_string()),
+        "{published:?}"
+    );
+    assert!(
+        published.contains(&"x___write_file".to_string()),
+        "{published:?}"
+    );
+
+    // A pattern matching nothing: reported, the agent stays Ready.
+    apply_agent(
+        &client,
+        ns.name(),
+        "picky",
+        json!({"servers": [
+            {"name": "two", "allow": ["read_*", "nope_*"]},
+        ]}),
+    )
+    .await;
+    let agent = wait_agent(
+        &client,
+        ns.name(),
+        "picky",
+        "Resolved",
+        "False",
+        Some("PatternMatchesNothing"),
+    )
+    .await;
+    let message = agent_condition(&agent, "Resolved").unwrap()["message"].to_string();
+    assert!(message.contains("nope_*"), "{message}");
+    wait_agent(&client, ns.name(), "picky", "Ready", "True", None).await;
+    wait_tools(&client, ns.name(), "picky", "two", &["two__read_file"]).await;
+
+    // A missing required server makes the agent not Ready; an optional unavailable one is
+    // published as unavailable and leaves it Ready.
+    apply_agent(
+        &client,
+        ns.name(),
+        "ghostly",
+        json!({"servers": [{"name": "two"}, {"name": "ghost"}]}),
+    )
+    .await;
+    let agent = wait_agent(
+        &client,
+        ns.name(),
+        "ghostly",
+        "Ready",
+        "False",
+        Some("ServerNotFound"),
+    )
+    .await;
+    assert!(
+        agent_condition(&agent, "Ready").unwrap()["message"]
+            .to_string()
+            .contains("ghost")
+    );
+    apply_agent(
+        &client,
+        ns.name(),
+        "hopeful",
+        json!({"servers": [{"name": "two"}, {"name": "flaky"}]}),
+    )
+    .await;
+    wait_condition(&servers, "flaky", "Ready", "False", None, SOON).await;
+    let agent = wait_agent(
+        &client,
+        ns.name(),
+        "hopeful",
+        "Resolved",
+        "False",
+        Some("ServerNotReady"),
+    )
+    .await;
+    assert_eq!(agent_condition(&agent, "Ready").unwrap()["status"], "True");
+    let (_, doc) = grants(&client, ns.name(), "hopeful").await.unwrap();
+    let flaky = doc["servers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "flaky")
+        .unwrap();
+    assert_eq!(
+        (&flaky["available"], &flaky["optional"]),
+        (&json!(false), &json!(true))
+    );
+    assert_eq!(flaky["tools"], json!([]));
+}
+
+#[tokio::test]
+async fn the_grants_config_map_stays_idle_is_recreated_and_is_garbage_collected() {
+    let (client, ns) = e2e::setup("grants-lifecycle").await;
+    label_tenant(&client, ns.name()).await;
+    let fixture = Fixtures::load().sdk_server(&["--tools", "2"]);
+    let op = Operator::start(
+        &e2e::kubeconfig_path().await,
+        ns.name(),
+        "op-grants-lifecycle",
+    );
+    apply_server(
+        &client,
+        ns.name(),
+        server_manifest("files", &fixture.url, json!({})),
+    )
+    .await;
+    let policy = apply_policy(
+        &client,
+        &ns,
+        "no-delete",
+        json!([{"servers": {"selector": {}}, "deny": ["delete_*"]}]),
+    )
+    .await;
+    apply_agent(
+        &client,
+        ns.name(),
+        "bot",
+        json!({"servers": [{"name": "files"}]}),
+    )
+    .await;
+    wait_tools(
+        &client,
+        ns.name(),
+        "bot",
+        "files",
+        &[
+            "files__put_object",
+            "files__read_file",
+            "files__tool_0000",
+            "files__tool_0001",
+            "files__write_file",
+        ],
+    )
+    .await;
+    wait_agent(&client, ns.name(), "bot", "Ready", "True", None).await;
+
+    // Idle: no write to the ConfigMap, the AgentSpec or the policy over a window.
+    let agents: Api<AgentSpec> = Api::namespaced(client.clone(), ns.name());
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns.name());
+    let policies = Api::<McpTenantPolicy>::all(client.clone());
+    let snapshot = || async {
+        (
+            agents.get("bot").await.unwrap().resource_version(),
+            cms.get("bot-mcp-grants").await.unwrap().resource_version(),
+            policies.get(&policy).await.unwrap().resource_version(),
+        )
+    };
+    // Let the policy's status land first.
+    eventually(SOON, "the policy's status", || async {
+        let p = policies.get(&policy).await.map_err(|e| e.to_string())?;
+        p.status.ok_or("none".to_string())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let writes = |m: &str| {
+        m.lines()
+            .filter(|l| {
+                l.starts_with("mcp_operator_writes_total{kind=\"AgentSpec\"}")
+                    || l.starts_with("mcp_operator_writes_total{kind=\"ConfigMap\"}")
+            })
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    let before = (snapshot().await, writes(&op.metrics()));
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let after = (snapshot().await, writes(&op.metrics()));
+    assert_eq!(before, after, "writes while idle");
+
+    // Deleted by hand: written again.
+    let old = cms.get("bot-mcp-grants").await.unwrap();
+    cms.delete("bot-mcp-grants", &DeleteParams::default())
+        .await
+        .unwrap();
+    let new = eventually(SOON, "the ConfigMap to be recreated", || async {
+        match cms
+            .get_opt("bot-mcp-grants")
+            .await
+            .map_err(|e| e.to_string())?
+        {
+            Some(cm) if cm.uid() != old.uid() => Ok(cm),
+            other => Err(format!("{:?}", other.map(|c| c.uid()))),
+        }
+    })
+    .await;
+    assert_eq!(new.data, old.data);
+    let owner = &new.owner_references()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.name.as_str(), owner.controller),
+        ("AgentSpec", "bot", Some(true))
+    );
+    assert_eq!(new.labels()["app.kubernetes.io/managed-by"], "mcp-operator");
+    assert_eq!(new.labels()["mcp-operator.dev/agentspec"], "bot");
+
+    // The AgentSpec goes: kube-controller-manager's garbage collector takes the ConfigMap.
+    let uid = agents.get("bot").await.unwrap().meta().uid.clone();
+    agents
+        .delete("bot", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(
+        Duration::from_secs(90),
+        "the garbage collector to delete the ConfigMap",
+        || async {
+            match cms
+                .get_opt("bot-mcp-grants")
+                .await
+                .map_err(|e| e.to_string())?
+            {
+                None => Ok(()),
+                Some(cm) => Err(format!(
+                    "still there, owned by {:?} (AgentSpec uid {uid:?})",
+                    cm.owner_references()
+                )),
+            }
+        },
+    )
+    .await;
+}

@@ -485,3 +485,64 @@ async fn a_pushed_tool_change_reaches_status_within_seconds() {
         "a CatalogChanged event names the new tool"
     );
 }
+
+#[tokio::test]
+async fn sigterm_stops_cleanly_and_releases_the_lease() {
+    let (client, ns) = e2e::setup("sigterm").await;
+    let server = Fixtures::load().sdk_server(&["--tools", "1"]);
+    let kubeconfig = e2e::kubeconfig_path().await;
+    let mut first = Operator::start(&kubeconfig, ns.name(), "op-term-first");
+    let leases: Api<Lease> = Api::namespaced(client.clone(), ns.name());
+    let holder = || async {
+        leases
+            .get("mcp-operator")
+            .await
+            .ok()
+            .and_then(|l| l.spec?.holder_identity)
+            .ok_or_else(|| "no holder".to_string())
+    };
+    let leader = eventually(SOON, "a lease holder", holder).await;
+    assert_eq!(leader, "op-term-first");
+    let second = Operator::start(&kubeconfig, ns.name(), "op-term-second");
+    eventually(SOON, "the standby to wait", || async {
+        if second.log_text().contains("waiting to become the leader") {
+            Ok(())
+        } else {
+            Err(second.log_text())
+        }
+    })
+    .await;
+
+    let code = first.terminate(Duration::from_secs(15));
+    assert_eq!(code, Some(0), "SIGTERM ends the controller cleanly");
+    assert!(
+        first.log_text().contains("released the lease"),
+        "{}",
+        first.log_text()
+    );
+    // Released, not expired: the standby needs far less than the 15s lease duration.
+    let handed_over = std::time::Instant::now();
+    eventually(
+        Duration::from_secs(30),
+        "op-term-second to hold the lease",
+        || async {
+            match holder().await? {
+                h if h == "op-term-second" => Ok(()),
+                h => Err(h),
+            }
+        },
+    )
+    .await;
+    eprintln!(
+        "lease handed over {:?} after SIGTERM",
+        handed_over.elapsed()
+    );
+    let api: Api<McpServer> = Api::namespaced(client.clone(), ns.name());
+    apply_server(
+        &client,
+        ns.name(),
+        server_manifest("after", &server.url, json!({})),
+    )
+    .await;
+    wait_condition(&api, "after", "Ready", "True", None, SOON).await;
+}

@@ -299,7 +299,19 @@ async fn a_read_only_policy_narrows_the_grants_within_seconds_and_removing_it_re
     .await;
     assert_eq!(selected, 1);
 
-    // Removing it restores every tool.
+    // The namespace leaves the policy's selection (its label goes): every tool is back; it
+    // returns: capped again.
+    let namespaces = Api::<Namespace>::all(client.clone());
+    let unlabel = json!({"metadata": {"labels": {TENANT_LABEL: null}}});
+    namespaces
+        .patch(ns.name(), &PatchParams::default(), &Patch::Merge(&unlabel))
+        .await
+        .unwrap();
+    wait_tools(&client, ns.name(), "bot", "files", &ALL_TOOLS).await;
+    label_tenant(&client, ns.name()).await;
+    wait_tools(&client, ns.name(), "bot", "files", &READ_TOOLS).await;
+
+    // Removing the policy restores every tool.
     let removed = Instant::now();
     p.delete(&policy, &DeleteParams::default()).await.unwrap();
     wait_tools(&client, ns.name(), "bot", "files", &ALL_TOOLS).await;

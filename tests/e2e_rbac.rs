@@ -1,0 +1,1002 @@
+//! The Helm chart's RBAC on the real control plane, with RBAC on: the chart is rendered with
+//! `helm template` (helm built from its Go module by `e2e/helm.sh`), its ServiceAccount, roles
+//! and bindings are applied, the controller runs with a token of that ServiceAccount and the
+//! chart's own arguments, and does its whole job — while everything it does not need is refused.
+//!
+//! ```text
+//! helm template ──► ServiceAccount, ClusterRole(+Binding), Role(+Binding) in <release ns>
+//!                       │ TokenRequest
+//!                       ▼
+//!           kubeconfig (admin's server + CA, the token) ──► mcp-operator controller
+//!                                                           (the Deployment's args)
+//!   <tenant ns>: Secret, McpServers (bearer, spill), AgentSpec ─► status, ConfigMaps, Events
+//!   McpTenantPolicy (cluster) ─► status, an Event in `default`; Lease in <release ns>
+//! ```
+//!
+//! Also here, without a cluster: the chart's CRDs are the repository's, the chart lints and
+//! renders with its options, and the Dockerfile's toolchain satisfies `rust-version`.
+
+mod e2e;
+mod operator;
+mod support;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use k8s_openapi::api::authentication::v1::TokenRequest;
+use k8s_openapi::api::authorization::v1::{SelfSubjectAccessReview, SubjectAccessReview};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, ServiceAccount};
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use kube::api::{Api, ApiResource, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, Config};
+use mcp_operator::api::agent_spec::AgentSpec;
+use mcp_operator::api::mcp_server::McpServer;
+use mcp_operator::api::tenant_policy::McpTenantPolicy;
+use operator::{apply_server, eventually, server_manifest, wait_condition};
+use serde_json::{Value, json};
+use support::Fixtures;
+
+const SOON: Duration = Duration::from_secs(45);
+const CHART: &str = "charts/mcp-operator";
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+// ------------------------------------------------------------------------------ rendering
+
+/// Runs helm through `e2e/helm.sh` (which builds it once from its Go module).
+fn helm(args: &[&str]) -> String {
+    let out = Command::new("bash")
+        .arg(repo().join("e2e/helm.sh"))
+        .args(args)
+        .current_dir(repo())
+        .stdin(Stdio::null())
+        .output()
+        .expect("bash runs e2e/helm.sh");
+    assert!(
+        out.status.success(),
+        "helm {args:?} failed ({}):\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("helm prints UTF-8")
+}
+
+/// `helm template RELEASE charts/mcp-operator -n NAMESPACE [--set ...]`: every object, CRDs
+/// left out.
+fn render(release: &str, namespace: &str, sets: &[&str]) -> Vec<Value> {
+    let mut args = vec![
+        "template",
+        release,
+        CHART,
+        "--namespace",
+        namespace,
+        "--skip-crds",
+    ];
+    for set in sets {
+        args.extend(["--set", set]);
+    }
+    let text = helm(&args);
+    serde_saphyr::from_multiple::<Value>(&text)
+        .unwrap_or_else(|e| panic!("helm's output is YAML: {e}\n{text}"))
+        .into_iter()
+        .filter(|d| !d.is_null())
+        .collect()
+}
+
+fn of_kind<'a>(objects: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    objects.iter().filter(|o| o["kind"] == kind).collect()
+}
+
+fn one<'a>(objects: &'a [Value], kind: &str) -> &'a Value {
+    match of_kind(objects, kind).as_slice() {
+        [o] => o,
+        other => panic!("expected one {kind}, rendered {}", other.len()),
+    }
+}
+
+/// Each rule flattened to `group/resource verb` (`@name` when limited to names).
+fn permissions(role: &Value) -> BTreeSet<String> {
+    let strings = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|s| s.as_str())
+                    .map(String::from)
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let mut out = BTreeSet::new();
+    for rule in role["rules"].as_array().expect("rules") {
+        let names = strings(&rule["resourceNames"]);
+        for group in strings(&rule["apiGroups"]) {
+            for resource in strings(&rule["resources"]) {
+                for verb in strings(&rule["verbs"]) {
+                    let base = format!("{group}/{resource} {verb}");
+                    if names.is_empty() {
+                        out.insert(base);
+                    } else {
+                        out.extend(names.iter().map(|n| format!("{base} @{n}")));
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The container arguments of the rendered Deployment.
+fn container_args(objects: &[Value]) -> Vec<String> {
+    one(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .map(|a| a.as_str().expect("a string argument").to_string())
+        .collect()
+}
+
+// ------------------------------------------------------------------------------ no cluster
+
+#[test]
+fn the_charts_crds_are_the_repositorys_crds() {
+    let chart = std::fs::read_to_string(repo().join(CHART).join("crds/crds.yaml")).unwrap();
+    let repo_crds = std::fs::read_to_string(repo().join("crds/crds.yaml")).unwrap();
+    assert!(
+        chart == repo_crds,
+        "charts/mcp-operator/crds/crds.yaml differs from crds/crds.yaml: \
+         run `cp crds/crds.yaml charts/mcp-operator/crds/crds.yaml` and commit"
+    );
+}
+
+#[test]
+fn the_cluster_role_and_the_lease_role_grant_exactly_the_reviewed_permissions() {
+    let objects = render("mcp-operator", "mcp-operator", &[]);
+    let cluster = permissions(one(&objects, "ClusterRole"));
+    let expected_cluster: BTreeSet<String> = [
+        // Secrets: read when probed, watched by metadata for rotation.
+        "/secrets get",
+        "/secrets list",
+        "/secrets watch",
+        // ConfigMaps: CA bundles (get), watches, the catalogue spill and the grants (SSA:
+        // create + patch), the spill removed (delete).
+        "/configmaps create",
+        "/configmaps delete",
+        "/configmaps get",
+        "/configmaps list",
+        "/configmaps patch",
+        "/configmaps watch",
+        // Namespaces by metadata: tenant policy selectors.
+        "/namespaces list",
+        "/namespaces watch",
+        // Events (kube-runtime's recorder).
+        "events.k8s.io/events create",
+        "events.k8s.io/events patch",
+        // The three kinds: watched, their status written, and owner references with
+        // blockOwnerDeletion on the ConfigMaps they own.
+        "mcp-operator.dev/agentspecs list",
+        "mcp-operator.dev/agentspecs watch",
+        "mcp-operator.dev/agentspecs/finalizers update",
+        "mcp-operator.dev/agentspecs/status patch",
+        "mcp-operator.dev/mcpservers list",
+        "mcp-operator.dev/mcpservers watch",
+        "mcp-operator.dev/mcpservers/finalizers update",
+        "mcp-operator.dev/mcpservers/status patch",
+        "mcp-operator.dev/mcptenantpolicies list",
+        "mcp-operator.dev/mcptenantpolicies watch",
+        "mcp-operator.dev/mcptenantpolicies/status patch",
+    ]
+    .into_iter()
+    .map(String::from)
+    .collect();
+    assert_eq!(
+        cluster
+            .symmetric_difference(&expected_cluster)
+            .collect::<Vec<_>>(),
+        Vec::<&String>::new(),
+        "the ClusterRole changed: review it"
+    );
+
+    let lease: Vec<String> = permissions(one(&objects, "Role")).into_iter().collect();
+    assert_eq!(
+        lease,
+        [
+            "coordination.k8s.io/leases create",
+            "coordination.k8s.io/leases get @mcp-operator",
+            "coordination.k8s.io/leases patch @mcp-operator",
+        ],
+        "the leader-election Role changed: review it"
+    );
+    let args = container_args(&objects);
+    assert!(
+        args.contains(&"--lease-name=mcp-operator".to_string()),
+        "{args:?}"
+    );
+}
+
+#[test]
+fn the_chart_lints_and_renders_its_options() {
+    helm(&["lint", "--strict", CHART]);
+
+    let defaults = render("mcp-operator", "mcp-operator", &[]);
+    let deployment = one(&defaults, "Deployment");
+    assert_eq!(deployment["spec"]["replicas"], 2);
+    let pod = &deployment["spec"]["template"]["spec"];
+    let container = &pod["containers"][0];
+    assert_eq!(pod["serviceAccountName"], "mcp-operator");
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(pod["securityContext"]["runAsUser"], 65532);
+    assert_eq!(
+        pod["securityContext"]["seccompProfile"]["type"],
+        "RuntimeDefault"
+    );
+    assert_eq!(container["securityContext"]["readOnlyRootFilesystem"], true);
+    assert_eq!(
+        container["securityContext"]["allowPrivilegeEscalation"],
+        false
+    );
+    assert_eq!(
+        container["securityContext"]["capabilities"]["drop"],
+        json!(["ALL"])
+    );
+    assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/healthz");
+    assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
+    let env: Vec<_> = container["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["name"].as_str().unwrap(),
+                e["valueFrom"]["fieldRef"]["fieldPath"].clone(),
+            )
+        })
+        .collect();
+    assert!(
+        env.contains(&("POD_NAME", json!("metadata.name"))),
+        "{env:?}"
+    );
+    assert!(
+        env.contains(&("POD_NAMESPACE", json!("metadata.namespace"))),
+        "{env:?}"
+    );
+    let args = container_args(&defaults);
+    for expected in [
+        "controller",
+        "--log-format=json",
+        "--metrics-addr=0.0.0.0:8080",
+        "--lease-namespace=$(POD_NAMESPACE)",
+        "--identity=$(POD_NAME)",
+        "--tenant-default=allow",
+        "--preload-budget=100000",
+        "--concurrency=32",
+        "--max-failure-backoff=60s",
+    ] {
+        assert!(
+            args.contains(&expected.to_string()),
+            "{expected} in {args:?}"
+        );
+    }
+    assert!(!args.contains(&"--allow-loopback".to_string()), "{args:?}");
+    assert!(of_kind(&defaults, "ServiceMonitor").is_empty());
+    assert_eq!(one(&defaults, "Service")["spec"]["ports"][0]["port"], 8080);
+    assert_eq!(of_kind(&defaults, "PodDisruptionBudget").len(), 1);
+
+    let changed = render(
+        "ops",
+        "platform",
+        &[
+            "controller.allowLoopback=true",
+            "controller.tenantDefault=deny",
+            "controller.logFormat=text",
+            "controller.preloadBudget=2000000",
+            "metrics.port=9090",
+            "metrics.serviceMonitor.enabled=true",
+            "image.tag=v9",
+            "replicaCount=1",
+        ],
+    );
+    let args = container_args(&changed);
+    for expected in [
+        "--allow-loopback",
+        "--tenant-default=deny",
+        "--log-format=text",
+        "--preload-budget=2000000",
+        "--metrics-addr=0.0.0.0:9090",
+        "--lease-name=ops-mcp-operator",
+    ] {
+        assert!(
+            args.contains(&expected.to_string()),
+            "{expected} in {args:?}"
+        );
+    }
+    let deployment = one(&changed, "Deployment");
+    assert_eq!(
+        deployment["spec"]["template"]["spec"]["containers"][0]["image"],
+        "ghcr.io/mcp-operator/mcp-operator:v9"
+    );
+    assert_eq!(
+        one(&changed, "ServiceMonitor")["spec"]["endpoints"][0]["port"],
+        "metrics"
+    );
+    assert!(
+        of_kind(&changed, "PodDisruptionBudget").is_empty(),
+        "one replica, no PDB"
+    );
+    let binding = one(&changed, "ClusterRoleBinding");
+    assert_eq!(binding["subjects"][0]["namespace"], "platform");
+    assert_eq!(
+        one(&changed, "Role")["rules"][1]["resourceNames"],
+        json!(["ops-mcp-operator"])
+    );
+}
+
+/// `RUST_VERSION` in the Dockerfile is at least Cargo.toml's `rust-version`.
+#[test]
+fn the_dockerfile_toolchain_satisfies_rust_version() {
+    let version = |s: &str| -> (u32, u32) {
+        let mut parts = s.trim().trim_matches('"').split('.');
+        let major = parts
+            .next()
+            .and_then(|p| p.parse().ok())
+            .expect("a major version");
+        let minor = parts
+            .next()
+            .and_then(|p| p.parse().ok())
+            .expect("a minor version");
+        (major, minor)
+    };
+    let cargo = std::fs::read_to_string(repo().join("Cargo.toml")).unwrap();
+    let msrv = cargo
+        .lines()
+        .find_map(|l| l.strip_prefix("rust-version"))
+        .and_then(|l| l.split('=').nth(1))
+        .map(version)
+        .expect("Cargo.toml has rust-version");
+    let dockerfile = std::fs::read_to_string(repo().join("Dockerfile")).unwrap();
+    let pinned = dockerfile
+        .lines()
+        .find_map(|l| l.strip_prefix("ARG RUST_VERSION="))
+        .map(version)
+        .expect("the Dockerfile pins ARG RUST_VERSION=");
+    assert!(
+        pinned >= msrv,
+        "the Dockerfile builds with Rust {pinned:?}, older than rust-version {msrv:?}"
+    );
+    assert!(dockerfile.contains("cargo build --release --locked"));
+    assert!(dockerfile.contains("USER 65532:65532"));
+    assert!(dockerfile.contains(r#"ENTRYPOINT ["/mcp-operator"]"#));
+}
+
+// ------------------------------------------------------------------------------ the cluster
+
+/// The chart's RBAC objects applied for a release named after the namespace; the
+/// cluster-scoped ones are deleted with it. Returns the rendered objects.
+async fn install_rbac(client: &Client, release_ns: &e2e::TestNamespace) -> Vec<Value> {
+    let release = release_ns.name();
+    let objects = render(release, release, &[]);
+    for kind in [
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
+    ] {
+        for object in of_kind(&objects, kind) {
+            e2e::write(
+                client,
+                e2e::Write::ServerSideApply,
+                object,
+                Some(release),
+                false,
+            )
+            .await
+            .unwrap_or_else(|e| panic!("applying the chart's {kind}: {}", e2e::describe(&e)));
+        }
+    }
+    let name = format!("{release}-mcp-operator");
+    release_ns.delete_later(ApiResource::erase::<ClusterRole>(&()), &name);
+    release_ns.delete_later(ApiResource::erase::<ClusterRoleBinding>(&()), &name);
+    objects
+}
+
+/// A kubeconfig for the same apiserver as `admin` (server and CA copied) that authenticates
+/// with `token` only.
+fn token_kubeconfig(admin: &Path, token: &str, out: &Path) {
+    let text = std::fs::read_to_string(admin).expect("the admin kubeconfig");
+    let admin: Value = serde_saphyr::from_str(&text).expect("the admin kubeconfig is YAML");
+    let current = admin["current-context"].as_str().unwrap_or_default();
+    let cluster_name = admin["contexts"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["name"] == current))
+        .map(|c| c["context"]["cluster"].clone())
+        .unwrap_or_else(|| admin["clusters"][0]["name"].clone());
+    let cluster = admin["clusters"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["name"] == cluster_name))
+        .map(|c| c["cluster"].clone())
+        .expect("the admin kubeconfig names its cluster");
+    let config = json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "e2e", "cluster": cluster}],
+        "users": [{"name": "mcp-operator", "user": {"token": token}}],
+        "contexts": [{"name": "mcp-operator", "context": {"cluster": "e2e", "user": "mcp-operator"}}],
+        "current-context": "mcp-operator",
+    });
+    std::fs::write(out, serde_json::to_vec_pretty(&config).unwrap()).expect("writing a kubeconfig");
+}
+
+/// A one-hour token of the ServiceAccount (TokenRequest, signed by the apiserver).
+async fn service_account_token(client: &Client, namespace: &str, name: &str) -> String {
+    let request: TokenRequest = serde_json::from_value(json!({
+        "spec": {"audiences": [], "expirationSeconds": 3600},
+    }))
+    .unwrap();
+    let response = Api::<ServiceAccount>::namespaced(client.clone(), namespace)
+        .create_token_request(name, &PostParams::default(), &request)
+        .await
+        .unwrap_or_else(|e| panic!("TokenRequest for {name}: {}", e2e::describe(&e)));
+    response.status.expect("a token").token
+}
+
+async fn client_for(kubeconfig: &Path) -> Client {
+    let text = kube::config::Kubeconfig::read_from(kubeconfig).expect("the token kubeconfig");
+    let config = Config::from_custom_kubeconfig(text, &Default::default())
+        .await
+        .expect("a config from the token kubeconfig");
+    Client::try_from(config).expect("a client")
+}
+
+/// One replica of the controller, started with the arguments of the chart's Deployment.
+struct Replica {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Replica {
+    /// The Deployment's args with the downward API filled in (`$(POD_NAME)`,
+    /// `$(POD_NAMESPACE)`), the metrics address on a free loopback port, and `extra`.
+    fn start(
+        chart_args: &[String],
+        kubeconfig: &Path,
+        pod_namespace: &str,
+        pod_name: &str,
+        dir: &Path,
+        extra: &[&str],
+    ) -> Replica {
+        let port = support::free_port();
+        let args: Vec<String> = chart_args
+            .iter()
+            .map(|a| {
+                if a.starts_with("--metrics-addr=") {
+                    format!("--metrics-addr=127.0.0.1:{port}")
+                } else {
+                    a.replace("$(POD_NAMESPACE)", pod_namespace)
+                        .replace("$(POD_NAME)", pod_name)
+                }
+            })
+            .chain(extra.iter().map(|a| a.to_string()))
+            .collect();
+        let log = dir.join(format!("{pod_name}.log"));
+        let child = Command::new(env!("CARGO_BIN_EXE_mcp-operator"))
+            .args(&args)
+            .env("KUBECONFIG", kubeconfig)
+            .env("POD_NAME", pod_name)
+            .env("POD_NAMESPACE", pod_namespace)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("a log file"))
+            .spawn()
+            .expect("the controller starts");
+        Replica { child, log }
+    }
+
+    /// SIGTERM, as the kubelet stops a pod, and waits up to 20s for the process to exit.
+    fn terminate(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        for _ in 0..200 {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("{} did not exit within 20s of SIGTERM", self.log.display());
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn secret(name: &str, key: &str, value: &str) -> Secret {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": name},
+        "stringData": {key: value},
+    }))
+    .unwrap()
+}
+
+async fn events_about(client: &Client, namespace: &str, name: &str) -> Vec<Event> {
+    Api::<Event>::namespaced(client.clone(), namespace)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+                && e.reporting_controller.as_deref() == Some("mcp-operator")
+        })
+        .collect()
+}
+
+/// A platform engineer installs the chart's RBAC and runs the controller as its
+/// ServiceAccount: Secrets are resolved, McpServers become Ready, a large catalogue spills
+/// into a ConfigMap and the ConfigMap goes away when it fits again, grants are published,
+/// statuses and events are written, the Lease is taken — and nothing is forbidden.
+#[tokio::test]
+async fn the_controller_does_its_whole_job_with_only_the_charts_rbac() {
+    let (client, release_ns) = e2e::setup("rbac").await;
+    let tenant_ns = e2e::TestNamespace::create(&client, "rbac-tenant").await;
+    let (release, tenant) = (release_ns.name(), tenant_ns.name());
+    let objects = install_rbac(&client, &release_ns).await;
+    let service_account = one(&objects, "ServiceAccount")["metadata"]["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    let token = service_account_token(&client, release, &service_account).await;
+    token_kubeconfig(&e2e::kubeconfig_path().await, &token, &kubeconfig);
+
+    // The token is the ServiceAccount's: the apiserver says so.
+    let as_sa = client_for(&kubeconfig).await;
+    let review: SelfSubjectAccessReview = serde_json::from_value(json!({
+        "spec": {"resourceAttributes": {"group": "mcp-operator.dev", "resource": "mcpservers",
+                                        "verb": "watch"}},
+    }))
+    .unwrap();
+    let review = Api::<SelfSubjectAccessReview>::all(as_sa.clone())
+        .create(&PostParams::default(), &review)
+        .await
+        .unwrap();
+    assert!(
+        review.status.unwrap().allowed,
+        "the token can watch McpServers"
+    );
+
+    // What the tenant applies before the controller starts.
+    let fixtures = Fixtures::load();
+    let small = fixtures.sdk_server(&["--bearer", "t0ken"]);
+    let hostile = fixtures.hostile_server();
+    Api::<Namespace>::all(client.clone())
+        .patch(
+            tenant,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"mcp-operator.dev/e2e-tenant": tenant}}})),
+        )
+        .await
+        .unwrap();
+    let bearer = json!({"credentials": {"bearerToken": {"secretKeyRef": {"name": "token", "key": "token"}}}});
+    apply_server(
+        &client,
+        tenant,
+        server_manifest("files", &small.url, bearer.clone()),
+    )
+    .await;
+    apply_server(
+        &client,
+        tenant,
+        server_manifest(
+            "big",
+            &format!("{}/bulk/mcp?tools=5000&pages=10", hostile.url),
+            json!({"timeouts": {"connect": "60s"}}),
+        ),
+    )
+    .await;
+    let agent: AgentSpec = serde_json::from_value(json!({
+        "apiVersion": "mcp-operator.dev/v1alpha1", "kind": "AgentSpec",
+        "metadata": {"name": "assistant"},
+        "spec": {"servers": [{"name": "files", "allow": ["read_*"]}]},
+    }))
+    .unwrap();
+    Api::<AgentSpec>::namespaced(client.clone(), tenant)
+        .patch(
+            "assistant",
+            &PatchParams::apply(e2e::FIELD_MANAGER).force(),
+            &Patch::Apply(&agent),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("AgentSpec: {}", e2e::describe(&e)));
+    // A policy selecting only the tenant namespace; its second rule's selector is invalid,
+    // so its status says so and an event goes to `default` (the policy is cluster-scoped).
+    let policy_name = tenant_ns.scoped_name("bounds");
+    let policy: McpTenantPolicy = serde_json::from_value(json!({
+        "apiVersion": "mcp-operator.dev/v1alpha1", "kind": "McpTenantPolicy",
+        "metadata": {"name": policy_name},
+        "spec": {
+            "namespaceSelector": {"matchLabels": {"mcp-operator.dev/e2e-tenant": tenant}},
+            "rules": [
+                {"servers": {"names": ["files"]}, "maxAccess": "read"},
+                {"servers": {"selector": {"matchExpressions": [{"key": "tier", "operator": "In"}]}}},
+            ],
+        },
+    }))
+    .unwrap();
+    Api::<McpTenantPolicy>::all(client.clone())
+        .patch(
+            &policy_name,
+            &PatchParams::apply(e2e::FIELD_MANAGER).force(),
+            &Patch::Apply(&policy),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("McpTenantPolicy: {}", e2e::describe(&e)));
+    tenant_ns.delete_later(ApiResource::erase::<McpTenantPolicy>(&()), &policy_name);
+
+    // Two replicas, as the Deployment runs them, limited to the tenant namespace (the control
+    // plane is shared with other tests); the Lease lives in the release namespace.
+    let args = container_args(&objects);
+    let extra = ["--allow-loopback", "--watch-namespace", tenant];
+    let mut leader = Replica::start(&args, &kubeconfig, release, "replica-a", dir.path(), &extra);
+    let lease_name = format!("{release}-mcp-operator");
+    let leases: Api<Lease> = Api::namespaced(client.clone(), release);
+    eventually(SOON, "replica-a holds the Lease", || async {
+        let lease = leases
+            .get(&lease_name)
+            .await
+            .map_err(|e| e2e::describe(&e))?;
+        let holder = lease.spec.and_then(|s| s.holder_identity);
+        match holder.as_deref() {
+            Some("replica-a") => Ok(()),
+            other => Err(format!("holder {other:?}")),
+        }
+    })
+    .await;
+    let standby = Replica::start(&args, &kubeconfig, release, "replica-b", dir.path(), &extra);
+
+    // The Secret is missing: a condition and a Warning event say which.
+    let servers: Api<McpServer> = Api::namespaced(client.clone(), tenant);
+    wait_condition(
+        &servers,
+        "files",
+        "Ready",
+        "False",
+        Some("SecretNotFound"),
+        SOON,
+    )
+    .await;
+    eventually(SOON, "a SecretNotFound event", || async {
+        let events = events_about(&client, tenant, "files").await;
+        if events
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("SecretNotFound"))
+        {
+            Ok(())
+        } else {
+            Err(format!("{events:?}"))
+        }
+    })
+    .await;
+
+    // The Secret arrives: resolved (get), the server is read with it, a Recovered event.
+    Api::<Secret>::namespaced(client.clone(), tenant)
+        .patch(
+            "token",
+            &PatchParams::apply(e2e::FIELD_MANAGER).force(),
+            &Patch::Apply(&secret("token", "token", "t0ken")),
+        )
+        .await
+        .unwrap();
+    let files = wait_condition(&servers, "files", "Ready", "True", Some("Ready"), SOON).await;
+    assert!(files.status.unwrap().catalog.unwrap().catalog.tool_count > 0);
+    eventually(SOON, "a Recovered event", || async {
+        let events = events_about(&client, tenant, "files").await;
+        if events
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("Recovered"))
+        {
+            Ok(())
+        } else {
+            Err(format!("{events:?}"))
+        }
+    })
+    .await;
+
+    // The large catalogue spills into a ConfigMap (create through server-side apply).
+    let big = wait_condition(
+        &servers,
+        "big",
+        "Ready",
+        "True",
+        None,
+        Duration::from_secs(90),
+    )
+    .await;
+    let spill = big
+        .status
+        .unwrap()
+        .catalog_config_map
+        .expect("the catalogue spilled");
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), tenant);
+    assert!(config_maps.get_opt(&spill).await.unwrap().is_some());
+
+    // The grants ConfigMap is published and the AgentSpec's status names it.
+    let agents: Api<AgentSpec> = Api::namespaced(client.clone(), tenant);
+    let grants = eventually(SOON, "the AgentSpec's grants ConfigMap", || async {
+        let agent = agents
+            .get("assistant")
+            .await
+            .map_err(|e| e2e::describe(&e))?;
+        match agent.status.and_then(|s| s.grants_config_map) {
+            Some(name) => Ok(name),
+            None => Err("no grantsConfigMap in status".into()),
+        }
+    })
+    .await;
+    let grants_cm = config_maps.get(&grants).await.unwrap();
+    assert!(
+        grants_cm
+            .data
+            .unwrap_or_default()
+            .contains_key("grants.json"),
+        "{grants} holds grants.json"
+    );
+
+    // The policy's status (a cluster-scoped status patch) and its event in `default`.
+    let policies: Api<McpTenantPolicy> = Api::all(client.clone());
+    eventually(SOON, "the McpTenantPolicy's status", || async {
+        let p = policies
+            .get(&policy_name)
+            .await
+            .map_err(|e| e2e::describe(&e))?;
+        match p.status.as_ref().and_then(|s| s.selected_namespaces) {
+            Some(1) => Ok(()),
+            other => Err(format!("selectedNamespaces {other:?}")),
+        }
+    })
+    .await;
+    eventually(SOON, "an event about the policy in `default`", || async {
+        let events = events_about(&client, "default", &policy_name).await;
+        if events.is_empty() {
+            Err("none yet".into())
+        } else {
+            Ok(())
+        }
+    })
+    .await;
+
+    // The catalogue fits in status again: the spill ConfigMap is deleted.
+    apply_server(
+        &client,
+        tenant,
+        server_manifest("big", &small.url, bearer.clone()),
+    )
+    .await;
+    eventually(SOON, "the spill ConfigMap deleted", || async {
+        match config_maps.get_opt(&spill).await {
+            Ok(None) => Ok(()),
+            Ok(Some(_)) => Err("still there".into()),
+            Err(e) => Err(e2e::describe(&e)),
+        }
+    })
+    .await;
+    let big = servers.get("big").await.unwrap();
+    assert!(big.status.unwrap().catalog_config_map.is_none());
+
+    // The Secret is deleted: the same warning again is counted in the event's series (the
+    // recorder's patch).
+    Api::<Secret>::namespaced(client.clone(), tenant)
+        .delete("token", &Default::default())
+        .await
+        .unwrap();
+    eventually(SOON, "the SecretNotFound event counted twice", || async {
+        let events = events_about(&client, tenant, "files").await;
+        let series = events
+            .iter()
+            .filter(|e| e.reason.as_deref() == Some("SecretNotFound"))
+            .find_map(|e| e.series.as_ref().map(|s| s.count));
+        match series {
+            Some(count) if count >= 2 => Ok(()),
+            other => Err(format!("series count {other:?}")),
+        }
+    })
+    .await;
+
+    // The leader shuts down and releases the Lease; the standby takes it and reconciles.
+    leader.terminate();
+    eventually(SOON, "replica-b holds the Lease", || async {
+        let lease = leases
+            .get(&lease_name)
+            .await
+            .map_err(|e| e2e::describe(&e))?;
+        match lease.spec.and_then(|s| s.holder_identity).as_deref() {
+            Some("replica-b") => Ok(()),
+            other => Err(format!("holder {other:?}")),
+        }
+    })
+    .await;
+    eventually(SOON, "replica-b reconciling", || async {
+        let log = standby.log_text();
+        if log.contains("became the leader") {
+            Ok(())
+        } else {
+            Err(log)
+        }
+    })
+    .await;
+
+    // Nothing the controller tried was refused; the standby stood by without errors too.
+    for replica in [&leader, &standby] {
+        let log = replica.log_text();
+        assert!(
+            !log.to_lowercase().contains("forbidden"),
+            "{}: the controller was refused something:\n{log}",
+            replica.log.display()
+        );
+        assert!(!log.is_empty(), "{} logged nothing", replica.log.display());
+    }
+    assert!(
+        leader.log_text().contains("released the lease"),
+        "{}",
+        leader.log_text()
+    );
+}
+
+/// Asks the apiserver whether the chart's ServiceAccount may do something.
+async fn may(client: &Client, user: &str, attributes: Value) -> bool {
+    let review: SubjectAccessReview = serde_json::from_value(json!({
+        "spec": {
+            "user": user,
+            "groups": ["system:serviceaccounts", "system:authenticated"],
+            "resourceAttributes": attributes,
+        },
+    }))
+    .unwrap();
+    Api::<SubjectAccessReview>::all(client.clone())
+        .create(&PostParams::default(), &review)
+        .await
+        .unwrap_or_else(|e| panic!("SubjectAccessReview: {}", e2e::describe(&e)))
+        .status
+        .expect("a review status")
+        .allowed
+}
+
+/// What the ServiceAccount can do, asked of the apiserver's authorizer: everything the
+/// controller needs, and none of what it does not. (It can read Secrets in every namespace:
+/// McpServers anywhere may name one, and RBAC cannot limit a watch to metadata.)
+#[tokio::test]
+async fn the_service_account_can_do_nothing_else() {
+    let (client, release_ns) = e2e::setup("rbac-deny").await;
+    let release = release_ns.name();
+    let objects = install_rbac(&client, &release_ns).await;
+    let sa = one(&objects, "ServiceAccount")["metadata"]["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let user = format!("system:serviceaccount:{release}:{sa}");
+    let lease = format!("{release}-mcp-operator");
+    let mcp = "mcp-operator.dev";
+    let attrs = |group: &str, resource: &str, verb: &str, namespace: &str| {
+        let (resource, subresource) = resource.split_once('/').unwrap_or((resource, ""));
+        json!({"group": group, "resource": resource, "subresource": subresource,
+               "verb": verb, "namespace": namespace})
+    };
+    let named = |group: &str, resource: &str, verb: &str, namespace: &str, name: &str| {
+        let mut a = attrs(group, resource, verb, namespace);
+        a["name"] = name.into();
+        a
+    };
+
+    let allowed = [
+        attrs(mcp, "mcpservers", "watch", ""),
+        attrs(mcp, "mcpservers/status", "patch", "tenant-a"),
+        attrs(mcp, "agentspecs/status", "patch", "tenant-a"),
+        attrs(mcp, "mcptenantpolicies/status", "patch", ""),
+        attrs(mcp, "mcpservers/finalizers", "update", "tenant-a"),
+        attrs("", "secrets", "get", "tenant-a"),
+        // By necessity: Secrets anywhere, also in kube-system.
+        attrs("", "secrets", "list", "kube-system"),
+        attrs("", "configmaps", "create", "tenant-a"),
+        attrs("", "configmaps", "delete", "tenant-a"),
+        attrs("", "namespaces", "watch", ""),
+        attrs("events.k8s.io", "events", "create", "default"),
+        attrs("coordination.k8s.io", "leases", "create", release),
+        named("coordination.k8s.io", "leases", "patch", release, &lease),
+    ];
+    for a in allowed {
+        assert!(may(&client, &user, a.clone()).await, "{user} needs {a}");
+    }
+
+    let refused = [
+        // The McpServer, AgentSpec and policy specs belong to people.
+        attrs(mcp, "mcpservers", "create", "tenant-a"),
+        attrs(mcp, "mcpservers", "patch", "tenant-a"),
+        attrs(mcp, "mcpservers", "update", "tenant-a"),
+        attrs(mcp, "mcpservers", "delete", "tenant-a"),
+        attrs(mcp, "mcpservers", "get", "tenant-a"),
+        attrs(mcp, "agentspecs", "patch", "tenant-a"),
+        attrs(mcp, "mcptenantpolicies", "delete", ""),
+        attrs(mcp, "mcptenantpolicies", "patch", ""),
+        attrs(mcp, "mcpservers/status", "update", "tenant-a"),
+        // Secrets are read, never written.
+        attrs("", "secrets", "create", "tenant-a"),
+        attrs("", "secrets", "patch", "tenant-a"),
+        attrs("", "secrets", "update", "tenant-a"),
+        attrs("", "secrets", "delete", "tenant-a"),
+        // ConfigMaps are applied, never replaced wholesale.
+        attrs("", "configmaps", "update", "tenant-a"),
+        attrs("", "configmaps", "deletecollection", "tenant-a"),
+        // Namespaces are watched, never changed.
+        attrs("", "namespaces", "get", ""),
+        attrs("", "namespaces", "patch", ""),
+        attrs("", "namespaces", "delete", ""),
+        // Events of the old core API, and deleting events.
+        attrs("", "events", "create", "tenant-a"),
+        attrs("events.k8s.io", "events", "delete", "tenant-a"),
+        // Only its own Lease, only in the release namespace, never deleted.
+        named(
+            "coordination.k8s.io",
+            "leases",
+            "patch",
+            release,
+            "kube-scheduler",
+        ),
+        named(
+            "coordination.k8s.io",
+            "leases",
+            "get",
+            release,
+            "someone-else",
+        ),
+        attrs("coordination.k8s.io", "leases", "list", release),
+        named("coordination.k8s.io", "leases", "delete", release, &lease),
+        attrs("coordination.k8s.io", "leases", "create", "kube-system"),
+        named(
+            "coordination.k8s.io",
+            "leases",
+            "patch",
+            "kube-system",
+            &lease,
+        ),
+        // Nothing else at all.
+        attrs("", "pods", "list", "tenant-a"),
+        attrs("", "serviceaccounts/token", "create", release),
+        attrs("rbac.authorization.k8s.io", "clusterroles", "escalate", ""),
+        attrs(
+            "rbac.authorization.k8s.io",
+            "rolebindings",
+            "create",
+            release,
+        ),
+        attrs(
+            "apiextensions.k8s.io",
+            "customresourcedefinitions",
+            "create",
+            "",
+        ),
+    ];
+    for a in refused {
+        assert!(
+            !may(&client, &user, a.clone()).await,
+            "{user} must not: {a}"
+        );
+    }
+}

@@ -18,7 +18,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -45,7 +45,6 @@ use super::grants_input::{
 };
 use super::grants_publish::{self, published_digest};
 use super::grants_status::{AgentTransitions, Published, next_agent_status};
-use super::metrics::{KindLabels, ReconcileLabels};
 
 pub const KIND: &str = "AgentSpec";
 
@@ -91,24 +90,10 @@ impl AgentContext {
 
 /// Reconciles one AgentSpec.
 pub async fn reconcile(agent: Arc<AgentSpec>, ctx: Arc<AgentContext>) -> Result<Action, Error> {
-    let started = Instant::now();
-    let result = reconcile_inner(&agent, &ctx).await;
-    let metrics = &ctx.base.metrics;
-    metrics
-        .reconcile_duration
-        .get_or_create(&KindLabels { kind: KIND })
-        .observe(started.elapsed().as_secs_f64());
-    metrics
-        .reconciles
-        .get_or_create(&ReconcileLabels {
-            kind: KIND,
-            result: match &result {
-                Ok(_) => "ok".into(),
-                Err(e) => e.reason().into(),
-            },
-        })
-        .inc();
-    result
+    ctx.base
+        .metrics
+        .time_reconcile(KIND, reconcile_inner(&agent, &ctx))
+        .await
 }
 
 /// On a failed reconcile (an apiserver error): retry soon.
@@ -213,7 +198,7 @@ async fn reconcile_inner(agent: &AgentSpec, ctx: &AgentContext) -> Result<Action
     )
     .await?
     {
-        count_write(base, "ConfigMap");
+        base.metrics.count_write("ConfigMap");
     }
 
     let published = Published {
@@ -279,15 +264,8 @@ async fn write_status(
         &Patch::Apply(&patch),
     )
     .await?;
-    count_write(ctx, KIND);
+    ctx.metrics.count_write(KIND);
     Ok(())
-}
-
-fn count_write(ctx: &Context, kind: &'static str) {
-    ctx.metrics
-        .status_writes
-        .get_or_create(&KindLabels { kind })
-        .inc();
 }
 
 /// One log line and one event per transition.
@@ -325,12 +303,7 @@ async fn announce(agent: &AgentSpec, ctx: &Context, transitions: &AgentTransitio
             secondary: None,
         });
     }
-    let reference = agent.object_ref(&());
-    for event in events {
-        if let Err(e) = ctx.recorder.publish(&event, &reference).await {
-            warn!(%namespace, agentspec = %name, "could not publish an event: {e}");
-        }
-    }
+    ctx.publish_events(&agent.object_ref(&()), events).await;
 }
 
 /// The AgentSpecs in `namespace` that use the McpServer `server` (McpServer watch → reconcile).

@@ -73,6 +73,25 @@ impl Context {
     }
 }
 
+impl Context {
+    /// Publishes events about one object; a failure is logged, never fatal.
+    pub async fn publish_events(
+        &self,
+        reference: &k8s_openapi::api::core::v1::ObjectReference,
+        events: Vec<kube::runtime::events::Event>,
+    ) {
+        for event in events {
+            if let Err(e) = self.recorder.publish(&event, reference).await {
+                tracing::warn!(
+                    object = reference.name.as_deref().unwrap_or(""),
+                    namespace = reference.namespace.as_deref().unwrap_or(""),
+                    "could not publish an event: {e}"
+                );
+            }
+        }
+    }
+}
+
 /// When each server is next due for a probe.
 pub struct ProbeSchedule {
     memory: Mutex<HashMap<ServerKey, ProbeMemory>>,

@@ -27,23 +27,9 @@ pub const KIND: &str = "McpServer";
 
 /// Reconciles one McpServer.
 pub async fn reconcile(server: Arc<McpServer>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let started = Instant::now();
-    let result = reconcile_inner(&server, &ctx).await;
     ctx.metrics
-        .reconcile_duration
-        .get_or_create(&super::metrics::KindLabels { kind: KIND })
-        .observe(started.elapsed().as_secs_f64());
-    ctx.metrics
-        .reconciles
-        .get_or_create(&super::metrics::ReconcileLabels {
-            kind: KIND,
-            result: match &result {
-                Ok(_) => "ok".into(),
-                Err(e) => e.reason().into(),
-            },
-        })
-        .inc();
-    result
+        .time_reconcile(KIND, reconcile_inner(&server, &ctx))
+        .await
 }
 
 /// On a failed reconcile (an apiserver error): retry soon.
@@ -173,7 +159,7 @@ async fn reconcile_inner(server: &McpServer, ctx: &Context) -> Result<Action, Er
         )
         .await?
         {
-            count_write(ctx, "ConfigMap");
+            ctx.metrics.count_write("ConfigMap");
         }
         catalog.catalog.tools.clear();
         status.catalog_config_map = Some(catalog_spill::config_map_name(&key.1));
@@ -260,15 +246,8 @@ async fn write_status(
         &Patch::Apply(&patch),
     )
     .await?;
-    count_write(ctx, KIND);
+    ctx.metrics.count_write(KIND);
     Ok(())
-}
-
-fn count_write(ctx: &Context, kind: &'static str) {
-    ctx.metrics
-        .status_writes
-        .get_or_create(&super::metrics::KindLabels { kind })
-        .inc();
 }
 
 /// One log line and one event per transition.
@@ -306,10 +285,5 @@ async fn announce(server: &McpServer, ctx: &Context, transitions: &Transitions) 
             secondary: None,
         });
     }
-    let reference = server.object_ref(&());
-    for event in events {
-        if let Err(e) = ctx.recorder.publish(&event, &reference).await {
-            warn!(%namespace, mcpserver = %name, "could not publish an event: {e}");
-        }
-    }
+    ctx.publish_events(&server.object_ref(&()), events).await;
 }

@@ -156,6 +156,35 @@ impl Metrics {
         }
     }
 
+    /// Runs one reconcile, recording its duration and its result (`ok` or the error reason).
+    pub async fn time_reconcile<T>(
+        &self,
+        kind: &'static str,
+        reconcile: impl std::future::Future<Output = Result<T, super::error::Error>>,
+    ) -> Result<T, super::error::Error> {
+        let started = std::time::Instant::now();
+        let result = reconcile.await;
+        self.reconcile_duration
+            .get_or_create(&KindLabels { kind })
+            .observe(started.elapsed().as_secs_f64());
+        let result_label = match &result {
+            Ok(_) => "ok".to_string(),
+            Err(e) => e.reason().to_string(),
+        };
+        self.reconciles
+            .get_or_create(&ReconcileLabels {
+                kind,
+                result: result_label,
+            })
+            .inc();
+        result
+    }
+
+    /// Counts one write to the apiserver.
+    pub fn count_write(&self, kind: &'static str) {
+        self.status_writes.get_or_create(&KindLabels { kind }).inc();
+    }
+
     /// The text exposition format.
     pub fn render(&self) -> String {
         let mut out = String::new();

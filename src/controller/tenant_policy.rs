@@ -11,7 +11,7 @@
 //! Policies and namespaces are cluster-scoped: watched everywhere even with --watch-namespace.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -32,7 +32,6 @@ use super::error::Error;
 use super::grants_input::policy_selects;
 use super::grants_selector;
 use super::grants_status::next_policy_status;
-use super::metrics::{KindLabels, ReconcileLabels};
 
 pub const KIND: &str = "McpTenantPolicy";
 
@@ -47,24 +46,10 @@ pub async fn reconcile(
     policy: Arc<McpTenantPolicy>,
     ctx: Arc<PolicyContext>,
 ) -> Result<Action, Error> {
-    let started = Instant::now();
-    let result = reconcile_inner(&policy, &ctx).await;
-    let metrics = &ctx.base.metrics;
-    metrics
-        .reconcile_duration
-        .get_or_create(&KindLabels { kind: KIND })
-        .observe(started.elapsed().as_secs_f64());
-    metrics
-        .reconciles
-        .get_or_create(&ReconcileLabels {
-            kind: KIND,
-            result: match &result {
-                Ok(_) => "ok".into(),
-                Err(e) => e.reason().into(),
-            },
-        })
-        .inc();
-    result
+    ctx.base
+        .metrics
+        .time_reconcile(KIND, reconcile_inner(&policy, &ctx))
+        .await
 }
 
 pub fn error_policy(
@@ -137,11 +122,7 @@ async fn reconcile_inner(policy: &McpTenantPolicy, ctx: &PolicyContext) -> Resul
         &Patch::Apply(&patch),
     )
     .await?;
-    ctx.base
-        .metrics
-        .status_writes
-        .get_or_create(&KindLabels { kind: KIND })
-        .inc();
+    ctx.base.metrics.count_write(KIND);
     announce(policy, &ctx.base, &status).await;
     Ok(Action::await_change())
 }
@@ -177,9 +158,8 @@ async fn announce(policy: &McpTenantPolicy, ctx: &Context, status: &McpTenantPol
         action: "Evaluate".into(),
         secondary: None,
     };
-    if let Err(e) = ctx.recorder.publish(&event, &policy.object_ref(&())).await {
-        warn!(mcptenantpolicy = %name, "could not publish an event: {e}");
-    }
+    ctx.publish_events(&policy.object_ref(&()), vec![event])
+        .await;
 }
 
 /// Every policy (Namespace watch → reconcile: any namespace may join or leave a selection).

@@ -27,9 +27,14 @@ build() {
   [[ -x "$HELM_BIN" ]] && return 0
   command -v go >/dev/null || die "go is not installed (needed once, to build helm)"
   mkdir -p "$CACHE/bin"
+  # Tests call this in parallel: one builds, the others wait for it.
+  if command -v flock >/dev/null; then
+    exec 9>"$CACHE/bin/.helm-$HELM_VERSION.lock"
+    flock 9
+    [[ -x "$HELM_BIN" ]] && return 0
+  fi
   local tmp start=$SECONDS major="${HELM_VERSION%%.*}"
   tmp="$(mktemp -d "$CACHE/bin/.helm-build.XXXXXX")"
-  trap 'rm -rf "$tmp"' RETURN
   log "building helm $HELM_VERSION (cold: a few minutes on 2 cores)"
   # As helm's Makefile does: the version `helm version` reports, and the Kubernetes version
   # `helm template` and `helm lint` assume (from the client-go helm is built with; the
@@ -37,7 +42,7 @@ build() {
   local gomod k8s_minor
   gomod="$(cd "$tmp" && go mod download -json "helm.sh/helm/$major@$HELM_VERSION" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p')"
   k8s_minor="$(awk '$1 == "k8s.io/client-go" { split($2, v, "."); print v[2]; exit }' "$gomod")"
-  [[ -n "$k8s_minor" ]] || die "cannot read the client-go version from helm's go.mod ($gomod)"
+  [[ -n "$k8s_minor" ]] || { rm -rf "$tmp"; die "cannot read the client-go version from helm's go.mod ($gomod)"; }
   local ld="-s -w -X helm.sh/helm/$major/internal/version.version=$HELM_VERSION"
   ld+=" -X helm.sh/helm/$major/internal/version.gitTreeState=clean"
   local pkg
@@ -47,8 +52,9 @@ build() {
   GOBIN="$tmp" CGO_ENABLED=0 GOFLAGS="-buildvcs=false" GO111MODULE=on \
     nice -n "${E2E_BUILD_NICE:-10}" \
     go install -trimpath -ldflags "$ld" "helm.sh/helm/$major/cmd/helm@$HELM_VERSION" \
-    || die "go install helm.sh/helm/$major/cmd/helm@$HELM_VERSION failed"
+    || { rm -rf "$tmp"; die "go install helm.sh/helm/$major/cmd/helm@$HELM_VERSION failed"; }
   mv -f "$tmp/helm" "$HELM_BIN"
+  rm -rf "$tmp"
   log "built $(basename "$HELM_BIN") in $((SECONDS - start))s"
 }
 
@@ -56,5 +62,6 @@ case "${1:-}" in
   build) build; echo "$HELM_BIN" ;;
   path) echo "$HELM_BIN" ;;
   "") sed -n '2,18p' "$0" >&2; exit 2 ;;
-  *) build; exec "$HELM_BIN" "$@" ;;
+  # The build lock (fd 9) is closed first: helm runs in parallel.
+  *) build; exec 9>&-; exec "$HELM_BIN" "$@" ;;
 esac

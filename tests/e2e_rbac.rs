@@ -1000,3 +1000,44 @@ async fn the_service_account_can_do_nothing_else() {
         );
     }
 }
+
+/// Every object the chart renders with its defaults is accepted by the apiserver as written
+/// (server-side dry run, unknown fields refused): the Deployment, Service,
+/// PodDisruptionBudget, ServiceAccount, roles and bindings.
+#[tokio::test]
+async fn every_rendered_object_is_accepted_by_the_apiserver() {
+    let (client, ns) = e2e::setup("chart-objects").await;
+    let objects = render(ns.name(), ns.name(), &[]);
+    let kinds: BTreeSet<&str> = objects.iter().filter_map(|o| o["kind"].as_str()).collect();
+    assert_eq!(
+        kinds,
+        BTreeSet::from([
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "Deployment",
+            "PodDisruptionBudget",
+            "Role",
+            "RoleBinding",
+            "Service",
+            "ServiceAccount",
+        ])
+    );
+    for object in &objects {
+        e2e::write(
+            &client,
+            e2e::Write::ServerSideApply,
+            object,
+            Some(ns.name()),
+            true,
+        )
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "the apiserver refused the chart's {} {}: {}",
+                object["kind"],
+                object["metadata"]["name"],
+                e2e::describe(&e)
+            )
+        });
+    }
+}

@@ -11,6 +11,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
+use rmcp::model::{ClientCapabilities, ErrorCode, Implementation};
+
 use super::error::McpError;
 use super::http::Http;
 use super::http_sse::HttpSse;
@@ -28,18 +30,22 @@ const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabiliti
 const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
 
 // JSON-RPC codes with which a modern server rejects a request without being legacy.
-const HEADER_MISMATCH: i64 = -32020;
-const MISSING_CLIENT_CAPABILITY: i64 = -32021;
-const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
+const HEADER_MISMATCH: i64 = ErrorCode::HEADER_MISMATCH.0 as i64;
+const MISSING_CLIENT_CAPABILITY: i64 = ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY.0 as i64;
+const UNSUPPORTED_PROTOCOL_VERSION: i64 = ErrorCode::UNSUPPORTED_PROTOCOL_VERSION.0 as i64;
 
 /// The capabilities this client declares, always the same: a server's tool list may depend on
 /// them, and the controller and the sidecar must see the same list.
 pub fn client_capabilities() -> Value {
-    json!({})
+    serde_json::to_value(ClientCapabilities::default()).expect("capabilities serialise")
 }
 
 fn client_info() -> Value {
-    json!({"name": "mcp-operator", "version": env!("CARGO_PKG_VERSION")})
+    serde_json::to_value(Implementation::new(
+        "mcp-operator",
+        env!("CARGO_PKG_VERSION"),
+    ))
+    .expect("client info serialises")
 }
 
 /// Which generation of MCP the server speaks.
@@ -444,5 +450,32 @@ pub fn not_mcp_status(status: StatusCode, step: &str) -> McpError {
             McpError::ProtocolError(format!("{step} answered HTTP {code}: the server failed"))
         }
         code => McpError::NotMcp(format!("{step} answered HTTP {code}")),
+    }
+}
+
+#[cfg(test)]
+mod protocol_constants {
+    use rmcp::model::ProtocolVersion;
+
+    use super::*;
+
+    #[test]
+    fn our_revisions_are_the_sdk_revisions() {
+        assert_eq!(MODERN_VERSION, ProtocolVersion::V_2026_07_28.as_str());
+        let sdk = [
+            ProtocolVersion::V_2025_11_25,
+            ProtocolVersion::V_2025_06_18,
+            ProtocolVersion::V_2025_03_26,
+            ProtocolVersion::V_2024_11_05,
+        ];
+        for (ours, theirs) in LEGACY_VERSIONS.iter().zip(sdk.iter()) {
+            assert_eq!(*ours, theirs.as_str());
+        }
+    }
+
+    #[test]
+    fn the_declared_capabilities_and_identity_are_fixed() {
+        assert_eq!(client_capabilities(), json!({}));
+        assert_eq!(client_info()["name"], "mcp-operator");
     }
 }

@@ -330,6 +330,7 @@ start_components() {
     --proxy-client-cert-file="$pki/front-proxy-client.crt" \
     --proxy-client-key-file="$pki/front-proxy-client.key" \
     --authorization-mode=Node,RBAC \
+    --enable-admission-plugins=OwnerReferencesPermissionEnforcement \
     --anonymous-auth=false \
     --service-account-issuer=https://kubernetes.default.svc.cluster.local \
     --service-account-key-file="$pki/sa.pub" \

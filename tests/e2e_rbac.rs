@@ -21,8 +21,8 @@ mod operator;
 mod support;
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use k8s_openapi::api::authentication::v1::TokenRequest;
@@ -36,7 +36,7 @@ use kube::{Client, Config};
 use mcp_operator::api::agent_spec::AgentSpec;
 use mcp_operator::api::mcp_server::McpServer;
 use mcp_operator::api::tenant_policy::McpTenantPolicy;
-use operator::{apply_server, eventually, server_manifest, wait_condition};
+use operator::{Operator, apply_server, eventually, server_manifest, wait_condition};
 use serde_json::{Value, json};
 use support::Fixtures;
 
@@ -454,75 +454,31 @@ async fn client_for(kubeconfig: &Path) -> Client {
     Client::try_from(config).expect("a client")
 }
 
-/// One replica of the controller, started with the arguments of the chart's Deployment.
-struct Replica {
-    child: Child,
-    log: PathBuf,
-}
-
-impl Replica {
-    /// The Deployment's args with the downward API filled in (`$(POD_NAME)`,
-    /// `$(POD_NAMESPACE)`), the metrics address on a free loopback port, and `extra`.
-    fn start(
-        chart_args: &[String],
-        kubeconfig: &Path,
-        pod_namespace: &str,
-        pod_name: &str,
-        dir: &Path,
-        extra: &[&str],
-    ) -> Replica {
-        let port = support::free_port();
-        let args: Vec<String> = chart_args
-            .iter()
-            .map(|a| {
-                if a.starts_with("--metrics-addr=") {
-                    format!("--metrics-addr=127.0.0.1:{port}")
-                } else {
-                    a.replace("$(POD_NAMESPACE)", pod_namespace)
-                        .replace("$(POD_NAME)", pod_name)
-                }
-            })
-            .chain(extra.iter().map(|a| a.to_string()))
-            .collect();
-        let log = dir.join(format!("{pod_name}.log"));
-        let child = Command::new(env!("CARGO_BIN_EXE_mcp-operator"))
-            .args(&args)
-            .env("KUBECONFIG", kubeconfig)
-            .env("POD_NAME", pod_name)
-            .env("POD_NAMESPACE", pod_namespace)
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).expect("a log file"))
-            .spawn()
-            .expect("the controller starts");
-        Replica { child, log }
-    }
-
-    /// SIGTERM, as the kubelet stops a pod, and waits up to 20s for the process to exit.
-    fn terminate(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        for _ in 0..200 {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
+/// One replica of the controller, started with the arguments of the chart's Deployment: the
+/// downward API filled in (`$(POD_NAME)`, `$(POD_NAMESPACE)`), the metrics address on a free
+/// loopback port, and `extra`.
+fn start_replica(
+    chart_args: &[String],
+    kubeconfig: &Path,
+    pod_namespace: &str,
+    pod_name: &str,
+    extra: &[&str],
+) -> Operator {
+    let port = operator::free_port();
+    let args: Vec<String> = chart_args
+        .iter()
+        .map(|a| {
+            if a.starts_with("--metrics-addr=") {
+                format!("--metrics-addr=127.0.0.1:{port}")
+            } else {
+                a.replace("$(POD_NAMESPACE)", pod_namespace)
+                    .replace("$(POD_NAME)", pod_name)
             }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        panic!("{} did not exit within 20s of SIGTERM", self.log.display());
-    }
-
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for Replica {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+        })
+        .chain(extra.iter().map(|a| a.to_string()))
+        .collect();
+    let env = [("POD_NAME", pod_name), ("POD_NAMESPACE", pod_namespace)];
+    Operator::spawn(kubeconfig, pod_name, &args, &env, port)
 }
 
 fn secret(name: &str, key: &str, value: &str) -> Secret {
@@ -655,7 +611,7 @@ async fn the_controller_does_its_whole_job_with_only_the_charts_rbac() {
     // plane is shared with other tests); the Lease lives in the release namespace.
     let args = container_args(&objects);
     let extra = ["--allow-loopback", "--watch-namespace", tenant];
-    let mut leader = Replica::start(&args, &kubeconfig, release, "replica-a", dir.path(), &extra);
+    let mut leader = start_replica(&args, &kubeconfig, release, "replica-a", &extra);
     let lease_name = format!("{release}-mcp-operator");
     let leases: Api<Lease> = Api::namespaced(client.clone(), release);
     eventually(SOON, "replica-a holds the Lease", || async {
@@ -670,7 +626,7 @@ async fn the_controller_does_its_whole_job_with_only_the_charts_rbac() {
         }
     })
     .await;
-    let standby = Replica::start(&args, &kubeconfig, release, "replica-b", dir.path(), &extra);
+    let standby = start_replica(&args, &kubeconfig, release, "replica-b", &extra);
 
     // The Secret is missing: a condition and a Warning event say which.
     let servers: Api<McpServer> = Api::namespaced(client.clone(), tenant);
@@ -821,7 +777,10 @@ async fn the_controller_does_its_whole_job_with_only_the_charts_rbac() {
     .await;
 
     // The leader shuts down and releases the Lease; the standby takes it and reconciles.
-    leader.terminate();
+    assert!(
+        leader.terminate(Duration::from_secs(20)).is_some(),
+        "the leader exits within 20s of SIGTERM"
+    );
     eventually(SOON, "replica-b holds the Lease", || async {
         let lease = leases
             .get(&lease_name)

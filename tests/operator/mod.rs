@@ -24,24 +24,39 @@ pub struct Operator {
 impl Operator {
     /// Starts `mcp-operator controller` for `namespace` with a short failure backoff.
     pub fn start(kubeconfig: &Path, namespace: &str, identity: &str) -> Operator {
-        let dir = tempfile::tempdir().expect("a temp dir");
-        let log = dir.path().join(format!("{identity}.log"));
         let metrics_port = free_port();
+        let args = [
+            "controller",
+            "--allow-loopback",
+            "--watch-namespace",
+            namespace,
+            "--identity",
+            identity,
+            "--max-failure-backoff",
+            "4s",
+            "--metrics-addr",
+            &format!("127.0.0.1:{metrics_port}"),
+        ]
+        .map(String::from);
+        Operator::spawn(kubeconfig, identity, &args, &[], metrics_port)
+    }
+
+    /// Runs `mcp-operator ARGS` with `KUBECONFIG` and the extra environment, its stderr in
+    /// `<name>.log`; `metrics_port` is where the args told it to serve /metrics.
+    pub fn spawn(
+        kubeconfig: &Path,
+        name: &str,
+        args: &[String],
+        env: &[(&str, &str)],
+        metrics_port: u16,
+    ) -> Operator {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let log = dir.path().join(format!("{name}.log"));
         let child = Command::new(env!("CARGO_BIN_EXE_mcp-operator"))
-            .args([
-                "controller",
-                "--allow-loopback",
-                "--watch-namespace",
-                namespace,
-                "--identity",
-                identity,
-                "--max-failure-backoff",
-                "4s",
-                "--metrics-addr",
-            ])
-            .arg(format!("127.0.0.1:{metrics_port}"))
+            .args(args)
             .env("KUBECONFIG", kubeconfig)
             .env("RUST_LOG", "info")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).expect("log file"))
@@ -102,7 +117,7 @@ impl Drop for Operator {
     }
 }
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())

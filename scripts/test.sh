@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every test of mcp-operator on a fresh machine: installs the test MCP servers (Python SDK,
-# server-everything), builds the Kubernetes control plane from Go modules (cached), starts one
+# server-everything), builds the Kubernetes control plane and helm from Go modules (cached), starts one
 # control plane for the whole run, then unit, integration and e2e tests, then the control-plane
 # smoke test. Nothing is left running afterwards.
 #
@@ -18,8 +18,9 @@ say() { printf '[test %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 say "installing the test MCP servers (cached in $CACHE)"
 bash tests/fixtures/install.sh >/dev/null
 
-say "building the control plane (cached in $CACHE/bin)"
+say "building the control plane and helm (cached in $CACHE/bin)"
 bash e2e/cluster.sh build >/dev/null
+bash e2e/helm.sh build >/dev/null
 
 CLUSTER_DIR="$(mktemp -d "${TMPDIR:-/tmp}/mcp-operator-test.XXXXXX")"
 cleanup() {

@@ -484,6 +484,18 @@ async fn a_pushed_tool_change_reaches_status_within_seconds() {
                 && e.message.as_deref().unwrap_or("").contains("fresh_tool")),
         "a CatalogChanged event names the new tool"
     );
+
+    // Deleting the McpServer closes its subscription and drops it from the metrics.
+    api.delete("pushy", &Default::default()).await.unwrap();
+    eventually(SOON, "the subscription to close", || async {
+        let m = op.metrics();
+        if m.contains("mcp_operator_subscriptions_open 0") && !m.contains("name=\"pushy\"") {
+            Ok(())
+        } else {
+            Err(m)
+        }
+    })
+    .await;
 }
 
 #[tokio::test]

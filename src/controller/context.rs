@@ -158,6 +158,16 @@ impl ProbeSchedule {
         }
     }
 
+    /// Every server with a schedule.
+    pub fn keys(&self) -> Vec<ServerKey> {
+        self.memory
+            .lock()
+            .expect("memory lock")
+            .keys()
+            .cloned()
+            .collect()
+    }
+
     pub fn forget(&self, key: &ServerKey) {
         self.memory.lock().expect("memory lock").remove(key);
     }

@@ -43,6 +43,13 @@ pub fn error_policy(server: Arc<McpServer>, error: &Error, _ctx: Arc<Context>) -
     Action::requeue(Duration::from_secs(10))
 }
 
+/// Drops everything the controller holds for a server that is gone.
+pub fn forget(ctx: &Context, key: &ServerKey) {
+    ctx.schedule.forget(key);
+    ctx.subscriptions.remove(key);
+    ctx.metrics.set_server(&key.0, &key.1, None);
+}
+
 pub fn key_of(server: &McpServer) -> ServerKey {
     (server.namespace().unwrap_or_default(), server.name_any())
 }
@@ -50,9 +57,7 @@ pub fn key_of(server: &McpServer) -> ServerKey {
 async fn reconcile_inner(server: &McpServer, ctx: &Context) -> Result<Action, Error> {
     let key = key_of(server);
     if server.meta().deletion_timestamp.is_some() {
-        ctx.schedule.forget(&key);
-        ctx.subscriptions.remove(&key);
-        ctx.metrics.set_server(&key.0, &key.1, None);
+        forget(ctx, &key);
         return Ok(Action::await_change());
     }
     let spec = &server.spec;

@@ -232,6 +232,8 @@ async fn run_controllers(
         stop.clone(),
     ));
     let servers: Api<McpServer> = scoped(&client, ns);
+    // The controller is not called for deleted objects: drop what we hold for them here.
+    let deletions = tokio::spawn(forget_deleted_servers(servers.clone(), ctx.clone()));
     let controller = Controller::new(servers, watcher::Config::default().any_semantic())
         .with_config(controller::Config::default().concurrency(args.concurrency));
     let store = controller.store();
@@ -266,19 +268,46 @@ async fn run_controllers(
         })
         .run(mcp_server::reconcile, mcp_server::error_policy, ctx.clone())
         .for_each(|result| async move {
-            if let Err(e) = result {
-                match e {
-                    controller::Error::ObjectNotFound(_) => {}
-                    other => warn!("controller: {other}"),
-                }
+            match result {
+                Err(controller::Error::ObjectNotFound(_)) | Ok(_) => {}
+                Err(other) => warn!("controller: {other}"),
             }
         })
         .await;
+    deletions.abort();
     ctx.subscriptions.detach();
     if let Err(e) = grants.await {
         warn!("the AgentSpec and McpTenantPolicy reconcilers failed: {e}");
     }
     info!("reconcilers stopped");
+}
+
+/// Forgets the schedule, subscription and metrics of every McpServer that is deleted, including
+/// those deleted while the watch was down (absent from the relist).
+async fn forget_deleted_servers(servers: Api<McpServer>, ctx: Arc<Context>) {
+    let mut listed = std::collections::HashSet::new();
+    let mut events = watcher(servers, watcher::Config::default().any_semantic())
+        .default_backoff()
+        .boxed();
+    while let Some(event) = events.next().await {
+        match event {
+            Ok(watcher::Event::Delete(server)) => {
+                mcp_server::forget(&ctx, &mcp_server::key_of(&server));
+            }
+            Ok(watcher::Event::Init) => listed.clear(),
+            Ok(watcher::Event::InitApply(server)) => {
+                listed.insert(mcp_server::key_of(&server));
+            }
+            Ok(watcher::Event::InitDone) => {
+                for key in ctx.schedule.keys() {
+                    if !listed.contains(&key) {
+                        mcp_server::forget(&ctx, &key);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
 }
 
 /// The McpServers in the object's namespace that refer to it by name.

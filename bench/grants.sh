@@ -56,7 +56,7 @@ PIDS+=("$CTL")
 for _ in $(seq 100); do curl -sf "http://127.0.0.1:$METRICS_PORT/readyz" >/dev/null && break; sleep 0.1; done
 
 metric() { curl -s "http://127.0.0.1:$METRICS_PORT/metrics" | awk -v k="$1" 'index($0, k) == 1 {s += $2} END {print s + 0}'; }
-writes() { echo $(( $(metric 'mcp_operator_writes_total{kind="AgentSpec"}') + $(metric 'mcp_operator_writes_total{kind="ConfigMap"}') )); }
+writes() { echo $(( $(metric 'mcp_operator_writes_total{kind="AgentSpec"}') + $(metric 'mcp_operator_writes_total{kind="GrantsConfigMap"}') )); }
 reconciles() { metric 'mcp_operator_reconciles_total{kind="AgentSpec"'; }
 ready_agents() { k get ags -A -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}/{.status.grantsDigest}{"\n"}{end}' | grep -c '^True/sha256:' || true; }
 digests() { k get ags -A -o jsonpath='{range .items[*]}{.metadata.namespace}/{.metadata.name}={.status.grantsDigest}{"\n"}{end}' | sort; }

@@ -557,7 +557,7 @@ async fn the_grants_config_map_stays_idle_is_recreated_and_is_garbage_collected(
         m.lines()
             .filter(|l| {
                 l.starts_with("mcp_operator_writes_total{kind=\"AgentSpec\"}")
-                    || l.starts_with("mcp_operator_writes_total{kind=\"ConfigMap\"}")
+                    || l.starts_with("mcp_operator_writes_total{kind=\"GrantsConfigMap\"}")
             })
             .map(str::to_string)
             .collect::<Vec<_>>()

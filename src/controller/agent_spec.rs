@@ -198,7 +198,7 @@ async fn reconcile_inner(agent: &AgentSpec, ctx: &AgentContext) -> Result<Action
     )
     .await?
     {
-        base.metrics.count_write("ConfigMap");
+        base.metrics.count_write("GrantsConfigMap");
     }
 
     let published = Published {

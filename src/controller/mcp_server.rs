@@ -164,7 +164,7 @@ async fn reconcile_inner(server: &McpServer, ctx: &Context) -> Result<Action, Er
         )
         .await?
         {
-            ctx.metrics.count_write("ConfigMap");
+            ctx.metrics.count_write("CatalogConfigMap");
         }
         catalog.catalog.tools.clear();
         status.catalog_config_map = Some(catalog_spill::config_map_name(&key.1));

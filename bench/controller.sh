@@ -6,41 +6,11 @@
 #   bash bench/controller.sh            # sizes 100 and 1000
 #   SIZES="100" IDLE=60 bash bench/controller.sh
 set -euo pipefail
-cd "$(dirname "$0")/.."
-ROOT=$PWD
 SIZES=${SIZES:-"100 1000"}
 IDLE=${IDLE:-60}
-CACHE="${MCP_OPERATOR_CACHE:-$HOME/.cache/mcp-operator}"
+# shellcheck source=bench/lib.sh
+. "$(dirname "$0")/lib.sh"
 
-bash tests/fixtures/install.sh >/dev/null
-# shellcheck disable=SC1091
-. "$CACHE/fixtures.env"
-bash e2e/cluster.sh build >/dev/null
-cargo build --release --quiet
-BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/mcp-operator
-
-DIR=$(mktemp -d "${TMPDIR:-/tmp}/mcp-bench.XXXXXX")
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  bash e2e/cluster.sh down "$DIR/cluster" >/dev/null 2>&1 || true
-  rm -rf "$DIR"
-}
-trap cleanup EXIT
-E2E_OWNER_PID=$$ bash e2e/cluster.sh up "$DIR/cluster" >/dev/null
-set -a; . "$DIR/cluster/env"; set +a
-k() { "$KUBECTL" --kubeconfig "$KUBECONFIG" "$@"; }
-"$BIN" crds | k apply -f - >/dev/null
-k wait --for=condition=Established crd --all --timeout=60s >/dev/null
-
-start_fixture() { # log-name command... ; prints the READY url
-  local log="$DIR/$1.out"; shift
-  "$@" >"$log" 2>/dev/null &
-  PIDS+=($!)
-  for _ in $(seq 200); do grep -q READY "$log" && break; sleep 0.1; done
-  awk '/READY/{print $2}' "$log"
-}
 # Four official-SDK servers (modern era, they push tools/list_changed, so each McpServer on them
 # also holds a subscription) and the hostile fixture's bulk mode (legacy era, 50 tools, 2 pages).
 SDK=()

@@ -12,41 +12,15 @@
 #   bash bench/grants.sh
 #   TOOLS=200 IDLE=60 bash bench/grants.sh
 set -euo pipefail
-cd "$(dirname "$0")/.."
-ROOT=$PWD
 TENANTS=10          # namespaces
 SERVERS=10          # McpServers per namespace
 AGENTS=100          # AgentSpecs per namespace
 TOOLS=${TOOLS:-50}  # tools per McpServer
 IDLE=${IDLE:-30}
-CACHE="${MCP_OPERATOR_CACHE:-$HOME/.cache/mcp-operator}"
+# shellcheck source=bench/lib.sh
+. "$(dirname "$0")/lib.sh"
 
-bash tests/fixtures/install.sh >/dev/null
-# shellcheck disable=SC1091
-. "$CACHE/fixtures.env"
-bash e2e/cluster.sh build >/dev/null
-cargo build --release --quiet
-BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/mcp-operator
-
-DIR=$(mktemp -d "${TMPDIR:-/tmp}/mcp-bench-grants.XXXXXX")
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  bash e2e/cluster.sh down "$DIR/cluster" >/dev/null 2>&1 || true
-  rm -rf "$DIR"
-}
-trap cleanup EXIT
-E2E_OWNER_PID=$$ bash e2e/cluster.sh up "$DIR/cluster" >/dev/null
-set -a; . "$DIR/cluster/env"; set +a
-k() { "$KUBECTL" --kubeconfig "$KUBECONFIG" "$@"; }
-"$BIN" crds | k apply -f - >/dev/null
-k wait --for=condition=Established crd --all --timeout=60s >/dev/null
-
-"$MCP_FIXTURES_PYTHON" "$MCP_FIXTURES_HOSTILE_SERVER" --port 0 >"$DIR/bulk.out" 2>/dev/null &
-PIDS+=($!)
-for _ in $(seq 200); do grep -q READY "$DIR/bulk.out" && break; sleep 0.1; done
-BULK="$(awk '/READY/{print $2}' "$DIR/bulk.out")/bulk/mcp?tools=$TOOLS&pages=1"
+BULK="$(start_fixture bulk "$MCP_FIXTURES_PYTHON" "$MCP_FIXTURES_HOSTILE_SERVER" --port 0)/bulk/mcp?tools=$TOOLS&pages=1"
 
 METRICS_PORT=$(bash e2e/cluster.sh free-ports 1)
 "$BIN" controller --allow-loopback --leader-election=false --metrics-addr "127.0.0.1:$METRICS_PORT" \

@@ -375,6 +375,16 @@ async fn an_idle_namespace_sees_no_writes() {
     );
 }
 
+/// Who holds the controller's Lease, or why nobody does.
+async fn lease_holder(leases: &Api<Lease>) -> Result<String, String> {
+    leases
+        .get("mcp-operator")
+        .await
+        .ok()
+        .and_then(|l| l.spec?.holder_identity)
+        .ok_or_else(|| "no holder".to_string())
+}
+
 #[tokio::test]
 async fn one_of_two_controllers_leads_and_a_standby_takes_over() {
     let (client, ns) = e2e::setup("leader").await;
@@ -382,14 +392,7 @@ async fn one_of_two_controllers_leads_and_a_standby_takes_over() {
     let kubeconfig = e2e::kubeconfig_path().await;
     let mut first = Operator::start(&kubeconfig, ns.name(), "op-first");
     let leases: Api<Lease> = Api::namespaced(client.clone(), ns.name());
-    let holder = || async {
-        leases
-            .get("mcp-operator")
-            .await
-            .ok()
-            .and_then(|l| l.spec?.holder_identity)
-            .ok_or_else(|| "no holder".to_string())
-    };
+    let holder = || lease_holder(&leases);
     let leader = eventually(SOON, "a lease holder", holder).await;
     assert_eq!(leader, "op-first");
     let second = Operator::start(&kubeconfig, ns.name(), "op-second");
@@ -505,14 +508,7 @@ async fn sigterm_stops_cleanly_and_releases_the_lease() {
     let kubeconfig = e2e::kubeconfig_path().await;
     let mut first = Operator::start(&kubeconfig, ns.name(), "op-term-first");
     let leases: Api<Lease> = Api::namespaced(client.clone(), ns.name());
-    let holder = || async {
-        leases
-            .get("mcp-operator")
-            .await
-            .ok()
-            .and_then(|l| l.spec?.holder_identity)
-            .ok_or_else(|| "no holder".to_string())
-    };
+    let holder = || lease_holder(&leases);
     let leader = eventually(SOON, "a lease holder", holder).await;
     assert_eq!(leader, "op-term-first");
     let second = Operator::start(&kubeconfig, ns.name(), "op-term-second");

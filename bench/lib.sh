@@ -1,0 +1,38 @@
+# Shared by the bench/*.sh scripts (sourced, not run): installs the fixtures, builds the control
+# plane and the release binary, starts a control plane with the CRDs in a temp dir that is
+# cleaned up on exit, and offers `k` (kubectl) and `start_fixture`.
+#   After sourcing: $ROOT $BIN $DIR $KUBECONFIG $KUBECTL, the array PIDS (killed on exit).
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+CACHE="${MCP_OPERATOR_CACHE:-$HOME/.cache/mcp-operator}"
+
+bash tests/fixtures/install.sh >/dev/null
+# shellcheck disable=SC1091
+. "$CACHE/fixtures.env"
+bash e2e/cluster.sh build >/dev/null
+cargo build --release --quiet
+BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/mcp-operator
+
+DIR=$(mktemp -d "${TMPDIR:-/tmp}/mcp-bench.XXXXXX")
+PIDS=()
+bench_cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  bash e2e/cluster.sh down "$DIR/cluster" >/dev/null 2>&1 || true
+  rm -rf "$DIR"
+}
+trap bench_cleanup EXIT
+E2E_OWNER_PID=$$ bash e2e/cluster.sh up "$DIR/cluster" >/dev/null
+set -a; . "$DIR/cluster/env"; set +a
+k() { "$KUBECTL" --kubeconfig "$KUBECONFIG" "$@"; }
+"$BIN" crds | k apply -f - >/dev/null
+k wait --for=condition=Established crd --all --timeout=60s >/dev/null
+
+# start_fixture NAME COMMAND...: runs a fixture server in the background, prints its READY URL.
+start_fixture() {
+  local log="$DIR/$1.out"; shift
+  "$@" >"$log" 2>/dev/null &
+  PIDS+=($!)
+  for _ in $(seq 200); do grep -q READY "$log" && break; sleep 0.1; done
+  awk '/READY/{print $2}' "$log"
+}

@@ -176,7 +176,7 @@ pub async fn run(args: ControllerArgs) -> Result<(), Error> {
             }
         }
     }
-    // Dropping the receiver releases the lease, so a standby takes over at once.
+    // Dropping the receiver makes the lease task release the lease before it ends.
     drop(leading);
     match tokio::time::timeout(Duration::from_secs(5), lease_task).await {
         Ok(Ok(Ok(_))) => info!("released the lease"),

@@ -8,7 +8,8 @@
 //! ```
 //!
 //! A tool reaches a tenant only if every policy that selects the tenant permits it. Within one
-//! policy, a tool is permitted when some rule picks its server and permits the tool.
+//! policy, a tool is permitted when some rule picks its server and permits the tool, and no rule
+//! that picks its server denies it.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::CustomResource;
@@ -56,7 +57,8 @@ pub struct McpTenantPolicySpec {
     pub namespace_selector: LabelSelector,
 
     /// What the selected namespaces may use. A tool is permitted when some rule picks its
-    /// server and permits the tool; an empty list permits nothing.
+    /// server and permits the tool, and no rule that picks its server denies it; a server no rule
+    /// picks gets nothing; an empty list permits nothing.
     #[schemars(length(max = 64))]
     pub rules: Vec<TenantRule>,
 }

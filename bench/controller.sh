@@ -14,8 +14,12 @@ IDLE=${IDLE:-60}
 # Four official-SDK servers (modern era, they push tools/list_changed, so each McpServer on them
 # also holds a subscription) and the hostile fixture's bulk mode (legacy era, 50 tools, 2 pages).
 SDK=()
-for i in 1 2 3 4; do SDK+=("$(start_fixture "sdk$i" "$MCP_FIXTURES_PYTHON" "$MCP_FIXTURES_SDK_SERVER" --port 0 --tools 20 --page-size 10)"); done
-BULK="$(start_fixture bulk "$MCP_FIXTURES_PYTHON" "$MCP_FIXTURES_HOSTILE_SERVER" --port 0)/bulk/mcp?tools=50&pages=2"
+for i in 1 2 3 4; do
+  start_fixture url "sdk$i" "$MCP_FIXTURES_PYTHON" "$MCP_FIXTURES_SDK_SERVER" --port 0 --tools 20 --page-size 10
+  SDK+=("$url")
+done
+start_fixture url bulk "$MCP_FIXTURES_PYTHON" "$MCP_FIXTURES_HOSTILE_SERVER" --port 0
+BULK="$url/bulk/mcp?tools=50&pages=2"
 
 METRICS_PORT=$(bash e2e/cluster.sh free-ports 1)
 "$BIN" controller --allow-loopback --leader-election=false --metrics-addr "127.0.0.1:$METRICS_PORT" \

@@ -20,7 +20,8 @@ IDLE=${IDLE:-30}
 # shellcheck source=bench/lib.sh
 . "$(dirname "$0")/lib.sh"
 
-BULK="$(start_fixture bulk "$MCP_FIXTURES_PYTHON" "$MCP_FIXTURES_HOSTILE_SERVER" --port 0)/bulk/mcp?tools=$TOOLS&pages=1"
+start_fixture url bulk "$MCP_FIXTURES_PYTHON" "$MCP_FIXTURES_HOSTILE_SERVER" --port 0
+BULK="$url/bulk/mcp?tools=$TOOLS&pages=1"
 
 METRICS_PORT=$(bash e2e/cluster.sh free-ports 1)
 "$BIN" controller --allow-loopback --leader-election=false --metrics-addr "127.0.0.1:$METRICS_PORT" \

@@ -28,11 +28,12 @@ k() { "$KUBECTL" --kubeconfig "$KUBECONFIG" "$@"; }
 "$BIN" crds | k apply -f - >/dev/null
 k wait --for=condition=Established crd --all --timeout=60s >/dev/null
 
-# start_fixture NAME COMMAND...: runs a fixture server in the background, prints its READY URL.
+# start_fixture VAR NAME COMMAND...: runs a fixture server in the background (killed on exit) and
+# sets VAR to its READY URL. Not for $(...): a subshell would lose the pid.
 start_fixture() {
-  local log="$DIR/$1.out"; shift
+  local var=$1 log="$DIR/$2.out"; shift 2
   "$@" >"$log" 2>/dev/null &
   PIDS+=($!)
   for _ in $(seq 200); do grep -q READY "$log" && break; sleep 0.1; done
-  awk '/READY/{print $2}' "$log"
+  printf -v "$var" '%s' "$(awk '/READY/{print $2}' "$log")"
 }

@@ -179,29 +179,6 @@ async fn wait_tools(
     .await
 }
 
-/// POST to a fixture's control endpoint (`/control/...` beside `/mcp`).
-fn control(server_url: &str, path_and_query: &str) {
-    use std::io::{Read, Write};
-    let authority = server_url
-        .trim_start_matches("http://")
-        .split('/')
-        .next()
-        .unwrap()
-        .to_string();
-    let mut s = std::net::TcpStream::connect(&authority).unwrap();
-    write!(
-        s,
-        "POST {path_and_query} HTTP/1.0\r\nHost: {authority}\r\nContent-Length: 0\r\n\r\n"
-    )
-    .unwrap();
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out);
-    assert!(
-        out.starts_with("HTTP/1.1 200") || out.starts_with("HTTP/1.0 200"),
-        "{out}"
-    );
-}
-
 const ALL_TOOLS: [&str; 12] = [
     "files__delete_file",
     "files__put_object",
@@ -325,7 +302,12 @@ async fn collisions_missing_servers_and_empty_patterns_are_reported() {
     label_tenant(&client, ns.name()).await;
     let fixtures = Fixtures::load();
     let one = fixtures.sdk_server(&[]);
-    control(&one.url, "/control/add-tool?name=_read_file&access=read");
+    support::sdk_control_with(
+        &one.url,
+        "add-tool",
+        &[("name", "_read_file"), ("access", "read")],
+    )
+    .await;
     let two = fixtures.sdk_server(&[]);
     let _op = Operator::start(
         &e2e::kubeconfig_path().await,

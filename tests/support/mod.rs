@@ -383,10 +383,16 @@ pub async fn legacy_front(upstream: &str) -> LegacyFront {
 /// Calls one of sdk_server.py's control endpoints (`add-tool`, `remove-tool`) for the server
 /// whose MCP endpoint (or SSE endpoint) is `server_url`.
 pub async fn sdk_control(server_url: &str, action: &str, tool: &str) {
+    sdk_control_with(server_url, action, &[("name", tool)]).await;
+}
+
+/// Calls an SDK fixture's control endpoint `/control/{action}` with these query parameters
+/// (e.g. `add-tool` with `name` and `access`).
+pub async fn sdk_control_with(server_url: &str, action: &str, query: &[(&str, &str)]) {
     mcp_operator::install_crypto_provider();
     let mut url = url::Url::parse(server_url).expect("a server URL");
     url.set_path(&format!("/control/{action}"));
-    url.query_pairs_mut().append_pair("name", tool);
+    url.query_pairs_mut().extend_pairs(query);
     let response = reqwest::Client::builder()
         .no_proxy()
         .build()
@@ -397,7 +403,7 @@ pub async fn sdk_control(server_url: &str, action: &str, tool: &str) {
         .expect("the control endpoint answers");
     assert!(
         response.status().is_success(),
-        "{action} {tool}: HTTP {}",
+        "{action} {query:?}: HTTP {}",
         response.status()
     );
 }

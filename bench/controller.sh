@@ -21,12 +21,7 @@ done
 start_fixture url bulk "$MCP_FIXTURES_PYTHON" "$MCP_FIXTURES_HOSTILE_SERVER" --port 0
 BULK="$url/bulk/mcp?tools=50&pages=2"
 
-METRICS_PORT=$(bash e2e/cluster.sh free-ports 1)
-"$BIN" controller --allow-loopback --leader-election=false --metrics-addr "127.0.0.1:$METRICS_PORT" \
-  >"$DIR/controller.log" 2>&1 &
-CTL=$!
-PIDS+=("$CTL")
-for _ in $(seq 100); do curl -sf "http://127.0.0.1:$METRICS_PORT/readyz" >/dev/null && break; sleep 0.1; done
+start_controller
 
 writes() { curl -s "http://127.0.0.1:$METRICS_PORT/metrics" | awk '/^mcp_operator_writes_total/{s+=$2} END{print s+0}'; }
 ready_count() { k get mcps -n "$1" -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' | grep -c True || true; }

@@ -23,12 +23,7 @@ IDLE=${IDLE:-30}
 start_fixture url bulk "$MCP_FIXTURES_PYTHON" "$MCP_FIXTURES_HOSTILE_SERVER" --port 0
 BULK="$url/bulk/mcp?tools=$TOOLS&pages=1"
 
-METRICS_PORT=$(bash e2e/cluster.sh free-ports 1)
-"$BIN" controller --allow-loopback --leader-election=false --metrics-addr "127.0.0.1:$METRICS_PORT" \
-  >"$DIR/controller.log" 2>&1 &
-CTL=$!
-PIDS+=("$CTL")
-for _ in $(seq 100); do curl -sf "http://127.0.0.1:$METRICS_PORT/readyz" >/dev/null && break; sleep 0.1; done
+start_controller
 
 metric() { curl -s "http://127.0.0.1:$METRICS_PORT/metrics" | awk -v k="$1" 'index($0, k) == 1 {s += $2} END {print s + 0}'; }
 writes() { echo $(( $(metric 'mcp_operator_writes_total{kind="AgentSpec"}') + $(metric 'mcp_operator_writes_total{kind="GrantsConfigMap"}') )); }

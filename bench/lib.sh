@@ -37,3 +37,14 @@ start_fixture() {
   for _ in $(seq 200); do grep -q READY "$log" && break; sleep 0.1; done
   printf -v "$var" '%s' "$(awk '/READY/{print $2}' "$log")"
 }
+
+# start_controller: the release controller (no leader election, loopback allowed), ready when this
+# returns; sets METRICS_PORT and CTL (its pid, killed on exit).
+start_controller() {
+  METRICS_PORT=$(bash e2e/cluster.sh free-ports 1)
+  "$BIN" controller --allow-loopback --leader-election=false --metrics-addr "127.0.0.1:$METRICS_PORT" \
+    >"$DIR/controller.log" 2>&1 &
+  CTL=$!
+  PIDS+=("$CTL")
+  for _ in $(seq 100); do curl -sf "http://127.0.0.1:$METRICS_PORT/readyz" >/dev/null && break; sleep 0.1; done
+}

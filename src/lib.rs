@@ -1,25 +1,44 @@
 //! mcp-operator: declares remote MCP servers and the tool grants of AI agents on Kubernetes.
 //!
-//! Data flows one way:
+//! Dependencies point one way, down to a pure vocabulary:
 //!
 //! ```text
-//! Kubernetes objects ──► plain inputs ──► pure core (mcp::catalog, grants) ──► status / ConfigMaps
-//!        api/                                   mcp/ (network side)             controller/
+//!                 main.rs (clap: run | probe | crds)
+//!                    │            │
+//!                    ▼            ▼
+//!              controller      probe
+//!             ╱    │     ╲        │
+//!            ▼     ▼      ▼       ▼
+//!          api   grants    mcp ◄──┘
+//!            ╲     │      ╱
+//!             ▼    ▼     ▼
+//!                 core
 //! ```
 //!
-//! - [`api`]: the CRD types and their validation. No I/O.
+//! - [`core`]: the vocabulary: catalogue, access and approval, era, server info, transport,
+//!   limits and their defaults, Secret/ConfigMap key references, durations. Depends on nothing.
+//! - [`api`]: the CRD types and their validation. No I/O. Uses `core`.
 //! - [`mcp`]: the MCP client side: connect, negotiate, list every page within bounds, classify.
-//!   Knows nothing of Kubernetes.
-//! - [`grants`]: the pure narrowing core (planes, patterns, qualified names).
+//!   Knows nothing of Kubernetes nor of `api`. Uses `core`.
+//! - [`grants`]: the pure narrowing core (planes, patterns, qualified names) and the grants
+//!   document. Uses only `core`.
+//! - [`controller`]: the reconcilers; the only module that talks to Kubernetes.
 //! - [`probe`]: the `probe` subcommand: one server, one JSON document.
+//!
+//! A unit test (`layering`) fails when a module of `core`, `api`, `mcp` or `grants` imports
+//! against this direction.
 #![deny(rust_2018_idioms)]
 #![forbid(unsafe_code)]
 
 pub mod api;
 pub mod controller;
+pub mod core;
 pub mod grants;
 pub mod mcp;
 pub mod probe;
+
+#[cfg(test)]
+mod layering;
 
 /// Installs the one rustls crypto provider this binary uses (ring). Two providers compiled in
 /// make the first TLS connection panic, so every entry point calls this before any TLS happens.

@@ -10,10 +10,13 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::api::common::Duration as SpecDuration;
+use crate::core::Duration as SpecDuration;
+use crate::core::limits::{
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_MAX_TOOL_PAGES,
+};
 use crate::mcp::{
     self, Access, Credentials, EndpointPolicy, Limits, ReadFailure, SecretValue, ServerConnection,
-    TlsSettings, TransportKind,
+    TlsSettings, Transport,
 };
 
 /// Flags of `mcp-operator probe`.
@@ -38,13 +41,13 @@ pub struct ProbeArgs {
     #[arg(long)]
     pub insecure_skip_verify: bool,
     /// Most `tools/list` pages to read before giving up.
-    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=10000))]
+    #[arg(long, default_value_t = DEFAULT_MAX_TOOL_PAGES, value_parser = clap::value_parser!(u32).range(1..=10000))]
     pub max_pages: u32,
     /// Largest response body accepted, in bytes.
-    #[arg(long, default_value_t = 4 * 1024 * 1024)]
+    #[arg(long, default_value_t = DEFAULT_MAX_RESPONSE_BYTES)]
     pub max_response_bytes: u64,
     /// Deadline for the handshake, and again for the whole listing (e.g. 10s, 1m30s, 500ms).
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, default_value = DEFAULT_CONNECT_TIMEOUT, value_parser = parse_duration)]
     pub connect_timeout: Duration,
     /// Override a tool's access class: `NAME=read|write|destructive` (repeatable).
     #[arg(long = "override", value_name = "NAME=ACCESS")]
@@ -157,9 +160,9 @@ fn connection(args: &ProbeArgs) -> Result<(ServerConnection, Overrides), String>
     let conn = ServerConnection {
         url: args.url.clone(),
         transport: if args.transport == "sse" {
-            TransportKind::Sse
+            Transport::Sse
         } else {
-            TransportKind::StreamableHttp
+            Transport::StreamableHttp
         },
         credentials,
         tls: TlsSettings {

@@ -13,6 +13,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::conditions::Condition;
+pub use crate::core::Approval;
 
 /// Suffix of the grants ConfigMap's name: `<agentspec>-mcp-grants`.
 pub const GRANTS_CONFIG_MAP_SUFFIX: &str = "-mcp-grants";
@@ -144,21 +145,6 @@ pub struct AgentServer {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "super::common::tool_name_list_schema")]
     pub require_approval: Vec<String>,
-}
-
-/// Which tool calls need a person's approval, by access level.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum Approval {
-    /// No call needs approval because of its access level.
-    None,
-    /// Calls to destructive tools need approval.
-    #[default]
-    Destructive,
-    /// Calls to write and destructive tools need approval.
-    Writes,
-    /// Every call needs approval.
-    All,
 }
 
 /// What the operator granted the agent. Written by the controller only.

@@ -1,16 +1,18 @@
-//! Field types shared by the three CRDs: references to Secret and ConfigMap keys, duration
-//! strings, and the schema fragments (patterns, length bounds) that tool names and tool-name
-//! patterns must satisfy.
+//! Schema fragments the three CRDs share: the patterns and length bounds that tool names and
+//! tool-name patterns must satisfy. The field types they share (Secret and ConfigMap key
+//! references, duration strings) are vocabulary and live in [`crate::core`]; they are
+//! re-exported here so CRD code reads them where it always did.
 //!
 //! The constants here are the single source of the rules: the CRD schema embeds them, and the
 //! unit tests check that the generated schema carries them where they belong.
 
-use std::borrow::Cow;
-use std::fmt;
-use std::str::FromStr;
-
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+pub use crate::core::duration::{DURATION_MAX_LENGTH, DURATION_PATTERN, Duration, InvalidDuration};
+pub use crate::core::refs::{
+    ConfigMapKeySelector, DATA_KEY_PATTERN, DNS_SUBDOMAIN_MAX_LENGTH, DNS_SUBDOMAIN_PATTERN,
+    SecretKeySelector,
+};
 
 /// Longest tool name MCP allows (2025-11-25: "between 1 and 128 characters").
 pub const TOOL_NAME_MAX_LENGTH: u32 = 128;
@@ -25,24 +27,6 @@ pub const TOOL_PATTERN_PATTERN: &str = r"^[A-Za-z0-9_.*?-]+$";
 /// Most entries in one allow, deny or requireApproval list. Bounds the cost of CEL rules and the
 /// size of the object.
 pub const TOOL_LIST_MAX_ITEMS: u32 = 256;
-
-/// A DNS subdomain (RFC 1123), the form of most Kubernetes object names, Secrets and ConfigMaps
-/// included.
-pub const DNS_SUBDOMAIN_PATTERN: &str =
-    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
-
-/// Longest DNS subdomain.
-pub const DNS_SUBDOMAIN_MAX_LENGTH: u32 = 253;
-
-/// A key of a Secret's or ConfigMap's data.
-pub const DATA_KEY_PATTERN: &str = r"^[-._a-zA-Z0-9]+$";
-
-/// A duration as Go writes it, restricted to the units that make sense for timeouts and
-/// intervals: `500ms`, `10s`, `5m`, `1h30m`, `1.5s`.
-pub const DURATION_PATTERN: &str = r"^([0-9]+([.][0-9]+)?(ms|s|m|h))+$";
-
-/// Longest duration string.
-pub const DURATION_MAX_LENGTH: u32 = 32;
 
 /// The schema of an optional enum field: the enum's values, nullable, without the enum type's
 /// own description, so the field's doc comment describes the field (kube's rewrite of
@@ -87,208 +71,4 @@ pub(crate) fn tool_pattern_list_schema(_: &mut SchemaGenerator) -> Schema {
             "pattern": TOOL_PATTERN_PATTERN,
         },
     })
-}
-
-/// The schema of the name of a Secret or ConfigMap.
-fn object_name_schema(_: &mut SchemaGenerator) -> Schema {
-    json_schema!({
-        "type": "string",
-        "minLength": 1,
-        "maxLength": DNS_SUBDOMAIN_MAX_LENGTH,
-        "pattern": DNS_SUBDOMAIN_PATTERN,
-    })
-}
-
-/// The schema of a key in a Secret's or ConfigMap's data.
-fn data_key_schema(_: &mut SchemaGenerator) -> Schema {
-    json_schema!({
-        "type": "string",
-        "minLength": 1,
-        "maxLength": DNS_SUBDOMAIN_MAX_LENGTH,
-        "pattern": DATA_KEY_PATTERN,
-    })
-}
-
-/// One key of a Secret in the referring object's namespace.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
-pub struct SecretKeySelector {
-    /// Name of the Secret. It must be in the same namespace as the object that refers to it.
-    #[schemars(schema_with = "object_name_schema")]
-    pub name: String,
-    /// Key within the Secret's data whose value is used.
-    #[schemars(schema_with = "data_key_schema")]
-    pub key: String,
-}
-
-/// One key of a ConfigMap in the referring object's namespace.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
-pub struct ConfigMapKeySelector {
-    /// Name of the ConfigMap. It must be in the same namespace as the object that refers to it.
-    #[schemars(schema_with = "object_name_schema")]
-    pub name: String,
-    /// Key within the ConfigMap's data whose value is used.
-    #[schemars(schema_with = "data_key_schema")]
-    pub key: String,
-}
-
-/// A non-negative duration written the way Go and Kubernetes write durations (`500ms`, `10s`,
-/// `5m`, `1h30m`). Serialises back to exactly the text it was read from, so a spec round-trips
-/// unchanged. Each field that holds one adds its own range rule to the schema.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Duration {
-    text: String,
-    value: std::time::Duration,
-}
-
-impl Duration {
-    /// The duration as a standard library value.
-    pub fn as_std(&self) -> std::time::Duration {
-        self.value
-    }
-
-    /// The text the duration was written as.
-    pub fn as_str(&self) -> &str {
-        &self.text
-    }
-
-    /// A duration from a literal known to be valid; for defaults.
-    pub(crate) fn from_static(text: &'static str) -> Self {
-        text.parse()
-            .unwrap_or_else(|e| panic!("invalid built-in duration {text:?}: {e}"))
-    }
-}
-
-/// Why a duration string was refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "invalid duration {0:?}: write a number followed by a unit (ms, s, m, h), repeated if you like, e.g. 500ms, 10s, 5m, 1h30m"
-)]
-pub struct InvalidDuration(String);
-
-impl FromStr for Duration {
-    type Err = InvalidDuration;
-
-    fn from_str(text: &str) -> Result<Self, Self::Err> {
-        let invalid = || InvalidDuration(text.to_owned());
-        if text.is_empty() || text.len() > DURATION_MAX_LENGTH as usize {
-            return Err(invalid());
-        }
-        let mut rest = text;
-        let mut total = std::time::Duration::ZERO;
-        while !rest.is_empty() {
-            let number_end = rest
-                .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-                .ok_or_else(invalid)?;
-            let (number, after) = rest.split_at(number_end);
-            let well_formed = match number.split_once('.') {
-                None => !number.is_empty(),
-                Some((whole, fraction)) => {
-                    !whole.is_empty() && !fraction.is_empty() && !fraction.contains('.')
-                }
-            };
-            if !well_formed {
-                return Err(invalid());
-            }
-            let number: f64 = number.parse().map_err(|_| invalid())?;
-            let (unit_seconds, unit_len) = if after.starts_with("ms") {
-                (0.001, 2)
-            } else if after.starts_with('s') {
-                (1.0, 1)
-            } else if after.starts_with('m') {
-                (60.0, 1)
-            } else if after.starts_with('h') {
-                (3600.0, 1)
-            } else {
-                return Err(invalid());
-            };
-            total += std::time::Duration::try_from_secs_f64(number * unit_seconds)
-                .map_err(|_| invalid())?;
-            rest = &after[unit_len..];
-        }
-        Ok(Self {
-            text: text.to_owned(),
-            value: total,
-        })
-    }
-}
-
-impl fmt::Display for Duration {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.text)
-    }
-}
-
-impl Serialize for Duration {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(&self.text)
-    }
-}
-
-impl<'de> Deserialize<'de> for Duration {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(deserializer)?;
-        text.parse().map_err(serde::de::Error::custom)
-    }
-}
-
-impl JsonSchema for Duration {
-    fn schema_name() -> Cow<'static, str> {
-        "Duration".into()
-    }
-
-    fn inline_schema() -> bool {
-        true
-    }
-
-    fn json_schema(_: &mut SchemaGenerator) -> Schema {
-        json_schema!({
-            "type": "string",
-            "minLength": 1,
-            "maxLength": DURATION_MAX_LENGTH,
-            "pattern": DURATION_PATTERN,
-        })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations_parse_like_go_for_the_units_we_accept() {
-        let cases = [
-            ("500ms", 500),
-            ("10s", 10_000),
-            ("5m", 300_000),
-            ("1h30m", 5_400_000),
-            ("1.5s", 1_500),
-            ("0s", 0),
-            ("1m30s250ms", 90_250),
-        ];
-        for (text, millis) in cases {
-            let d: Duration = text.parse().unwrap();
-            assert_eq!(d.as_std().as_millis(), millis, "{text}");
-            assert_eq!(d.to_string(), text);
-        }
-    }
-
-    #[test]
-    fn durations_refuse_what_the_schema_pattern_refuses() {
-        for text in [
-            "", "10", "s", "-5s", "1d", "5 m", "1..5s", ".5s", "5.s", "10ns", "1e3s",
-        ] {
-            assert!(
-                text.parse::<Duration>().is_err(),
-                "{text:?} should be refused"
-            );
-        }
-    }
-
-    #[test]
-    fn durations_round_trip_through_serde() {
-        let d: Duration = serde_json::from_str("\"1h30m\"").unwrap();
-        assert_eq!(serde_json::to_string(&d).unwrap(), "\"1h30m\"");
-        let err = serde_json::from_str::<Duration>("\"soon\"").unwrap_err();
-        assert!(err.to_string().contains("e.g. 500ms"), "{err}");
-    }
 }

@@ -16,10 +16,10 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::common::{ConfigMapKeySelector, Duration, SecretKeySelector};
 use super::conditions::Condition;
-use crate::mcp::catalog::{Access, Catalog};
-pub use crate::mcp::session::{Era as ProtocolEra, ServerInfo};
+use crate::core::limits;
+use crate::core::{Access, Catalog, ConfigMapKeySelector, Duration, SecretKeySelector};
+pub use crate::core::{Era as ProtocolEra, ServerInfo, Transport};
 
 /// Annotation on an McpServer that asks for its catalogue to be read again now; any new value
 /// triggers one refresh.
@@ -134,18 +134,7 @@ pub struct McpServerSpec {
 }
 
 fn default_retry() -> u32 {
-    2
-}
-
-/// The HTTP transport of an MCP server.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "kebab-case")]
-pub enum Transport {
-    /// Streamable HTTP: one endpoint taking POSTs, answering with JSON or an SSE stream.
-    #[default]
-    StreamableHttp,
-    /// The older HTTP+SSE transport: a GET event stream plus a POST endpoint it announces.
-    Sse,
+    limits::DEFAULT_RETRY
 }
 
 /// Credentials for the MCP server, each read from a Secret in the McpServer's namespace.
@@ -318,11 +307,11 @@ pub struct Timeouts {
 }
 
 fn default_connect_timeout() -> Duration {
-    Duration::from_static("10s")
+    Duration::from_static(limits::DEFAULT_CONNECT_TIMEOUT)
 }
 
 fn default_call_timeout() -> Duration {
-    Duration::from_static("30s")
+    Duration::from_static(limits::DEFAULT_CALL_TIMEOUT)
 }
 
 impl Default for Timeouts {
@@ -364,15 +353,15 @@ pub struct Discovery {
 }
 
 fn default_max_tool_pages() -> u32 {
-    100
+    limits::DEFAULT_MAX_TOOL_PAGES
 }
 
 fn default_max_response_bytes() -> u64 {
-    4 * 1024 * 1024
+    limits::DEFAULT_MAX_RESPONSE_BYTES
 }
 
 fn default_refresh_interval() -> Duration {
-    Duration::from_static("5m")
+    Duration::from_static(limits::DEFAULT_REFRESH_INTERVAL)
 }
 
 impl Default for Discovery {

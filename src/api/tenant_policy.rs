@@ -17,7 +17,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::conditions::Condition;
-use crate::mcp::catalog::Access;
+use crate::core::Access;
 
 /// A platform team's bound on the MCP tools the namespaces it selects may be granted. A tool
 /// reaches a namespace only if every policy selecting the namespace permits it.

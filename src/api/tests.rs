@@ -694,7 +694,7 @@ fn status_catalog_is_the_probe_catalog_plus_last_sync_time() {
         ["digest", "lastSyncTime", "pagesRead", "toolCount", "tools"]
     );
 
-    let catalog = crate::mcp::catalog::Catalog {
+    let catalog = crate::core::Catalog {
         tool_count: 0,
         digest: "d".into(),
         pages_read: 1,

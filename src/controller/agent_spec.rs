@@ -34,8 +34,8 @@ use tracing::{info, warn};
 use crate::api::agent_spec::{AgentSpec, AgentSpecStatus, grants_config_map_name};
 use crate::api::mcp_server::McpServer;
 use crate::api::tenant_policy::McpTenantPolicy;
+use crate::core::catalog::Catalog;
 use crate::grants::{self, GrantsDocument, TenantDefault};
-use crate::mcp::catalog::Catalog;
 
 use super::catalog_spill;
 use super::context::{Context, ServerKey};

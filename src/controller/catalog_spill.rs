@@ -11,7 +11,7 @@ use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams};
 use kube::{Api, Client, Resource, ResourceExt};
 
 use crate::api::mcp_server::McpServer;
-use crate::mcp::Catalog;
+use crate::core::Catalog;
 
 /// Above this many bytes of tool entries, the catalogue leaves status.
 pub const STATUS_TOOLS_BUDGET: usize = 512 * 1024;
@@ -123,7 +123,7 @@ pub async fn remove(client: &Client, server: &McpServer) -> Result<(), kube::Err
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mcp::catalog::build;
+    use crate::core::catalog::build;
     use serde_json::json;
 
     #[test]

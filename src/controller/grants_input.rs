@@ -21,11 +21,11 @@ use crate::api::agent_spec::AgentSpec;
 use crate::api::conditions::{READY, TRUE, find};
 use crate::api::mcp_server::McpServer;
 use crate::api::tenant_policy::McpTenantPolicy;
+use crate::core::catalog::Catalog;
 use crate::grants::{
     AgentServerInput, Collision, Endpoint, GrantsDocument, HeaderReference, McpServerInput,
     PolicyInput, ResolveInput, RuleInput, TenantDefault, TlsReference,
 };
-use crate::mcp::catalog::Catalog;
 
 use super::grants_selector;
 
@@ -218,8 +218,8 @@ pub fn fill_endpoints(doc: &mut GrantsDocument, servers: &BTreeMap<String, &McpS
 pub(crate) mod tests {
     use super::*;
     use crate::api::tenant_policy::McpTenantPolicySpec;
+    use crate::core::catalog::{Access, build};
     use crate::grants::resolve;
-    use crate::mcp::catalog::{Access, build};
     use serde_json::{Value, json};
 
     pub fn server(name: &str, labels: Value, spec: Value, status: Value) -> McpServer {

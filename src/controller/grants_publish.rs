@@ -146,7 +146,7 @@ mod tests {
                    "tools": {"requireApproval": ["read_file"]}}),
             ready_status(&cat),
         );
-        tls.status.as_mut().unwrap().era = Some(crate::mcp::session::Era::Modern);
+        tls.status.as_mut().unwrap().era = Some(crate::core::Era::Modern);
         tls.status.as_mut().unwrap().protocol_version = Some("2026-07-28".into());
         let down = server(
             "down",

@@ -14,8 +14,8 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 use tracing::{info, warn};
 
-use crate::api::mcp_server::{McpServer, McpServerStatus, REFRESH_ANNOTATION, Transport};
-use crate::mcp::{self, EndpointPolicy, Limits, ServerConnection, TransportKind};
+use crate::api::mcp_server::{McpServer, McpServerStatus, REFRESH_ANNOTATION};
+use crate::mcp::{self, EndpointPolicy, Limits, ServerConnection};
 
 use super::catalog_spill;
 use super::context::{Context, ServerKey};
@@ -76,10 +76,7 @@ async fn reconcile_inner(server: &McpServer, ctx: &Context) -> Result<Action, Er
         Ok(resolved) => {
             let conn = ServerConnection {
                 url: spec.url.clone(),
-                transport: match spec.transport {
-                    Transport::StreamableHttp => TransportKind::StreamableHttp,
-                    Transport::Sse => TransportKind::Sse,
-                },
+                transport: spec.transport,
                 credentials: resolved.credentials,
                 tls: resolved.tls,
                 limits: Limits {

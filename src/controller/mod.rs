@@ -1,5 +1,5 @@
 //! The operator: reconciles McpServers against a real apiserver. Kubernetes plumbing lives here
-//! and only here; decisions are made by pure code (`server_status`, `mcp::catalog`).
+//! and only here; decisions are made by pure code (`server_status`, `core::catalog`).
 //!
 //! ```text
 //!  [ Secret ] ─metadata watch─┐            ┌─► mcp::read_server ─► remote MCP server

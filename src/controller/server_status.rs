@@ -21,7 +21,7 @@ pub enum Finding {
     Failed(ReadFailure),
     /// The whole catalogue was read.
     Read {
-        era: crate::mcp::Era,
+        era: crate::core::Era,
         protocol_version: String,
         server_info: ServerInfo,
         catalog: Catalog,
@@ -293,7 +293,7 @@ fn diff(old: &Catalog, new: &Catalog) -> CatalogDiff {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mcp::catalog::build;
+    use crate::core::catalog::build;
     use crate::mcp::{Era, McpError};
     use serde_json::json;
     use std::collections::BTreeMap;

@@ -15,10 +15,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::api::common::{ConfigMapKeySelector, SecretKeySelector};
-use crate::api::mcp_server::Transport;
-use crate::mcp::catalog::{Access, definition_digest};
-use crate::mcp::session::Era;
+use crate::core::catalog::{Access, definition_digest};
+use crate::core::{ConfigMapKeySelector, Era, SecretKeySelector, Transport};
 
 /// The `schemaVersion` of documents this code writes and reads.
 pub const SCHEMA_VERSION: &str = "mcp-operator.dev/grants/v1";

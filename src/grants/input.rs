@@ -14,9 +14,9 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::mcp::catalog::{Access, Catalog};
+use crate::core::{Access, Catalog};
 
-pub use crate::api::agent_spec::Approval;
+pub use crate::core::Approval;
 
 /// Everything one resolution needs.
 #[derive(Clone, Debug, PartialEq)]

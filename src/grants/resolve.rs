@@ -33,7 +33,7 @@ use super::input::{
     AgentServerInput, Approval, McpServerInput, PolicyInput, ResolveInput, TenantDefault,
 };
 use super::pattern::PatternSet;
-use crate::mcp::catalog::{Access, Catalog, CatalogTool};
+use crate::core::{Access, Catalog, CatalogTool};
 
 /// The outcome of one resolution.
 #[derive(Clone, Debug, PartialEq)]

@@ -1,20 +1,13 @@
 //! What it takes to reach one MCP server: URL, transport, credentials, TLS and limits. The
 //! controller builds this from an McpServer and its Secrets; the probe from its flags.
 
-use std::fmt;
-use std::time::Duration;
-
 use super::endpoint::EndpointPolicy;
+use crate::core::{Limits, Transport};
+use std::fmt;
 
-/// Which HTTP transport the server speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum TransportKind {
-    /// Streamable HTTP (both protocol eras).
-    #[default]
-    StreamableHttp,
-    /// The old HTTP+SSE transport: a GET event stream plus a POST endpoint.
-    Sse,
-}
+/// The name this module gave [`Transport`] before the vocabulary moved to [`crate::core`]; the
+/// same enum.
+pub type TransportKind = Transport;
 
 /// A credential value. Its Debug output is redacted so it cannot reach a log by accident.
 #[derive(Clone, PartialEq, Eq)]
@@ -55,30 +48,11 @@ pub struct TlsSettings {
     pub insecure_skip_verify: bool,
 }
 
-/// Bounds on one connection and listing.
-#[derive(Debug, Clone, Copy)]
-pub struct Limits {
-    /// Applies to the handshake, and again to the whole listing.
-    pub connect_timeout: Duration,
-    pub max_tool_pages: u32,
-    pub max_response_bytes: u64,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            connect_timeout: Duration::from_secs(10),
-            max_tool_pages: 100,
-            max_response_bytes: 4 * 1024 * 1024,
-        }
-    }
-}
-
 /// Everything needed to connect to one server.
 #[derive(Debug, Clone)]
 pub struct ServerConnection {
     pub url: String,
-    pub transport: TransportKind,
+    pub transport: Transport,
     pub credentials: Credentials,
     pub tls: TlsSettings,
     pub limits: Limits,
@@ -89,7 +63,7 @@ impl ServerConnection {
     pub fn new(url: impl Into<String>) -> Self {
         ServerConnection {
             url: url.into(),
-            transport: TransportKind::default(),
+            transport: Transport::default(),
             credentials: Credentials::default(),
             tls: TlsSettings::default(),
             limits: Limits::default(),

@@ -1,5 +1,6 @@
 //! The MCP client side: connect, negotiate the protocol era, list every page of `tools/list`
-//! within bounds, and build the classified catalogue. Knows nothing of Kubernetes.
+//! within bounds, and build the classified catalogue. Knows nothing of Kubernetes nor of the CRD
+//! types: it speaks [`crate::core`]'s vocabulary (catalogue, era, transport, limits).
 //!
 //! ```text
 //! ServerConnection ─► endpoint (guard, resolve) ─► http (bounded bodies, credentials)
@@ -15,7 +16,6 @@
 //! [`read_server`] is the one entry point for reading: the probe and the controller both call it.
 //! [`watch_tool_changes`] is the controller's trigger: it says *when* to read again, never what.
 
-pub mod catalog;
 pub mod connection;
 pub mod endpoint;
 pub mod error;
@@ -32,10 +32,9 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
 
-pub use catalog::{Access, Catalog, CatalogTool};
-pub use connection::{
-    Credentials, Limits, SecretValue, ServerConnection, TlsSettings, TransportKind,
-};
+pub use crate::core::catalog;
+pub use crate::core::{Access, Catalog, CatalogTool, Limits, Transport};
+pub use connection::{Credentials, SecretValue, ServerConnection, TlsSettings, TransportKind};
 pub use endpoint::EndpointPolicy;
 pub use error::McpError;
 pub use session::{Era, ServerInfo};
@@ -152,7 +151,7 @@ async fn open_session(
         conn.limits.max_response_bytes,
     )?;
     match conn.transport {
-        TransportKind::StreamableHttp => session::Session::open_streamable(http).await,
-        TransportKind::Sse => session::Session::open_sse(http).await,
+        Transport::StreamableHttp => session::Session::open_streamable(http).await,
+        Transport::Sse => session::Session::open_sse(http).await,
     }
 }

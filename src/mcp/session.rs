@@ -7,11 +7,11 @@
 
 use reqwest::StatusCode;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use rmcp::model::{ClientCapabilities, ErrorCode, Implementation};
+
+pub use crate::core::{Era, ServerInfo};
 
 use super::error::McpError;
 use super::http::Http;
@@ -48,44 +48,18 @@ fn client_info() -> Value {
     .expect("client info serialises")
 }
 
-/// Which generation of MCP the server speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum Era {
-    /// `initialize` handshake and sessions (2024-11-05 … 2025-11-25).
-    Legacy,
-    /// `server/discover`, per-request metadata, no sessions (2026-07-28).
-    Modern,
-}
-
-/// What the server says about itself.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct ServerInfo {
-    /// The server implementation's name.
-    #[serde(default)]
-    pub name: String,
-    /// The server implementation's version.
-    #[serde(default)]
-    pub version: String,
-    /// A human-readable title, when the server gives one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub title: Option<String>,
-}
-
-impl ServerInfo {
-    fn from_value(value: Option<&Value>) -> Self {
-        let text = |key: &str, max: usize| {
-            value
-                .and_then(|v| v.get(key))
-                .and_then(Value::as_str)
-                .map(|s| truncate(s, max))
-        };
-        ServerInfo {
-            name: text("name", 253).unwrap_or_default(),
-            version: text("version", 64).unwrap_or_default(),
-            title: text("title", 253),
-        }
+/// What the server says about itself, cut to display lengths.
+fn server_info_from(value: Option<&Value>) -> ServerInfo {
+    let text = |key: &str, max: usize| {
+        value
+            .and_then(|v| v.get(key))
+            .and_then(Value::as_str)
+            .map(|s| truncate(s, max))
+    };
+    ServerInfo {
+        name: text("name", 253).unwrap_or_default(),
+        version: text("version", 64).unwrap_or_default(),
+        title: text("title", 253),
     }
 }
 
@@ -199,7 +173,7 @@ impl Session {
             )));
         }
         self.protocol_version = version.to_string();
-        self.server_info = ServerInfo::from_value(result.get("serverInfo"));
+        self.server_info = server_info_from(result.get("serverInfo"));
         self.capabilities = result.get("capabilities").cloned().unwrap_or(Value::Null);
         if let Wire::Streamable(wire) = &mut self.wire {
             wire.session_id = headers.get(SESSION_HEADER).cloned();
@@ -380,7 +354,7 @@ async fn discover(wire: &mut StreamableHttp) -> Result<Discovery, McpError> {
                     LEGACY_VERSIONS.join(", ")
                 )));
             }
-            let server_info = ServerInfo::from_value(
+            let server_info = server_info_from(
                 result
                     .get("_meta")
                     .and_then(|m| m.get(META_SERVER_INFO))

@@ -25,7 +25,7 @@
 use reqwest::StatusCode;
 use serde_json::{Map, Value, json};
 
-use super::connection::{ServerConnection, TransportKind};
+use super::connection::ServerConnection;
 use super::endpoint;
 use super::error::McpError;
 use super::http_sse::HttpSse;
@@ -33,6 +33,7 @@ use super::rpc::RpcReply;
 use super::session::{Era, Wire, not_mcp_status};
 use super::sse::SseParser;
 use super::streamable_http::{Answer, StreamableHttp};
+use crate::core::Transport;
 
 const TOOLS_LIST_CHANGED: &str = "notifications/tools/list_changed";
 const SUBSCRIPTIONS_LISTEN: &str = "subscriptions/listen";
@@ -345,7 +346,7 @@ async fn open(conn: &ServerConnection, url: &url::Url) -> Result<ToolChangeWatch
         ));
     }
     let feed = match (conn.transport, era) {
-        (TransportKind::Sse, _) => match session.into_wire() {
+        (Transport::Sse, _) => match session.into_wire() {
             Wire::Sse(sse) => Feed::Sse(sse),
             Wire::Streamable(_) => {
                 return Err(WatchError::Failed(McpError::ProtocolError(
@@ -353,7 +354,7 @@ async fn open(conn: &ServerConnection, url: &url::Url) -> Result<ToolChangeWatch
                 )));
             }
         },
-        (TransportKind::StreamableHttp, Era::Legacy) => {
+        (Transport::StreamableHttp, Era::Legacy) => {
             let opened = session
                 .open_get_stream("open the notification stream")
                 .await;
@@ -384,7 +385,7 @@ async fn open(conn: &ServerConnection, url: &url::Url) -> Result<ToolChangeWatch
             };
             streamable_feed(session.into_wire(), response, None, max_event_bytes)?
         }
-        (TransportKind::StreamableHttp, Era::Modern) => {
+        (Transport::StreamableHttp, Era::Modern) => {
             let (id, opened) = session
                 .request_stream(
                     SUBSCRIPTIONS_LISTEN,

@@ -6,9 +6,9 @@ use std::collections::BTreeMap;
 use proptest::prelude::*;
 
 use super::*;
+use crate::core::{Access, Catalog, CatalogTool};
 use crate::grants::input::{RuleInput, TenantDefault};
 use crate::grants::pattern::PatternSet;
-use crate::mcp::catalog::{Access, Catalog, CatalogTool};
 
 const SERVER_NAMES: [&str; 3] = ["s0", "s1", "s2"];
 

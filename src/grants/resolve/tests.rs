@@ -3,9 +3,9 @@
 use std::collections::BTreeSet;
 
 use super::*;
+use crate::core::{Access, Catalog, CatalogTool};
 use crate::grants::document::permits;
 use crate::grants::input::{RuleInput, TenantDefault};
-use crate::mcp::catalog::{Access, Catalog, CatalogTool};
 
 use Access::{Destructive, Read, Write};
 

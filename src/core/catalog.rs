@@ -1,5 +1,7 @@
-//! The catalogue: what one MCP server offers, classified and digested. Pure: built from the raw
-//! tool definitions that `mcp::listing` read, written by the probe and by the controller into status.
+//! The catalogue: what one MCP server offers, classified and digested, and the access levels
+//! (read, write, destructive) that classification, policies and approval speak in. Pure: built
+//! from the raw tool definitions that `mcp::listing` read, written by the probe and by the
+//! controller into status, narrowed by `grants`.
 
 use std::collections::BTreeMap;
 
@@ -21,6 +23,21 @@ pub enum Access {
     Write,
     /// The tool may destroy state. MCP's default for a tool with no annotations.
     Destructive,
+}
+
+/// Which tool calls need a person's approval, by access level.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Approval {
+    /// No call needs approval because of its access level.
+    None,
+    /// Calls to destructive tools need approval.
+    #[default]
+    Destructive,
+    /// Calls to write and destructive tools need approval.
+    Writes,
+    /// Every call needs approval.
+    All,
 }
 
 /// The compact catalogue of one MCP server, as the probe prints it and the controller stores it.

@@ -1,0 +1,29 @@
+//! The vocabulary every other module speaks, at the bottom of the crate: what a server's
+//! catalogue holds (tools, access levels, approval), which protocol era and transport a server
+//! uses, the bounds on reading it and their defaults, Secret and ConfigMap key references, and
+//! Go-style durations. Plain data and pure functions; depends on nothing else in this crate.
+//!
+//! ```text
+//!   api (CRDs) ──┐
+//!   mcp (client) ┼──► core
+//!   grants ──────┘
+//! ```
+//!
+//! - [`catalog`]: `Access`, `Approval`, `Catalog`, `CatalogTool`; building and digesting a
+//!   catalogue from raw tool definitions.
+//! - [`server`]: `Era`, `ServerInfo`, `Transport`.
+//! - [`limits`]: `Limits` and every default (CRD fields, probe flags).
+//! - [`refs`]: `SecretKeySelector`, `ConfigMapKeySelector`.
+//! - [`duration`]: `Duration`, the one parser of `10s`/`1h30m`.
+
+pub mod catalog;
+pub mod duration;
+pub mod limits;
+pub mod refs;
+pub mod server;
+
+pub use catalog::{Access, Approval, Catalog, CatalogTool};
+pub use duration::Duration;
+pub use limits::Limits;
+pub use refs::{ConfigMapKeySelector, SecretKeySelector};
+pub use server::{Era, ServerInfo, Transport};

@@ -338,7 +338,7 @@ async fn an_idle_namespace_sees_no_writes() {
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns.name());
     let cm = cms.get(&cm_name).await.unwrap();
     let gz = &cm.binary_data.as_ref().unwrap()["catalog.json.gz"].0;
-    let full = mcp_operator::controller::catalog_spill::decompress(gz).unwrap();
+    let full = mcp_operator::controller::mcp_server::decompress_spilled_catalog(gz).unwrap();
     assert_eq!(full.tools.len(), 10_000);
 
     let snapshot = || async {

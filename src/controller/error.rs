@@ -1,8 +1,14 @@
-//! Why a reconcile failed (not why a server is down: that is status, not an error). Each variant's
-//! reason is a metric label and a log word.
+//! Errors by layer. [`StartError`]: the controller could not start or keep running (the process
+//! exits with it). [`ReconcileError`]: one reconcile could not do one of its writes; the
+//! reconcile is retried. Why a server is down or an agent not ready is neither: that is status.
+//!
+//! Each [`ReconcileError`] variant names the kind of write that failed, and that word is the
+//! `result` label of `mcp_operator_reconciles_total` (beside `ok`) and the `reason` of the log
+//! line.
 
+/// Why the controller could not start, or stopped.
 #[derive(Debug, thiserror::Error)]
-pub enum Error {
+pub enum StartError {
     #[error("apiserver request failed: {0}")]
     Kube(#[from] kube::Error),
     #[error("the CRDs are not installed: {0}")]
@@ -13,13 +19,77 @@ pub enum Error {
     Serve(String),
 }
 
-impl Error {
+impl StartError {
+    /// The log word.
     pub fn reason(&self) -> &'static str {
         match self {
-            Error::Kube(_) => "ApiError",
-            Error::CrdsMissing(_) => "CrdsMissing",
-            Error::LeaderElection(_) => "LeaderElection",
-            Error::Serve(_) => "Serve",
+            StartError::Kube(_) => "ApiError",
+            StartError::CrdsMissing(_) => "CrdsMissing",
+            StartError::LeaderElection(_) => "LeaderElection",
+            StartError::Serve(_) => "Serve",
         }
+    }
+}
+
+/// Which write of one reconcile the apiserver refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    /// Applying the object's status.
+    #[error("writing the status failed: {0}")]
+    StatusPatch(#[source] kube::Error),
+    /// Reading or applying an AgentSpec's grants ConfigMap.
+    #[error("publishing the grants ConfigMap failed: {0}")]
+    GrantsConfigMap(#[source] kube::Error),
+    /// Reading or applying an McpServer's companion ConfigMap of a large catalogue.
+    #[error("writing the catalogue ConfigMap failed: {0}")]
+    CatalogSpillWrite(#[source] kube::Error),
+    /// Deleting the companion ConfigMap once the catalogue fits in status again.
+    #[error("removing the catalogue ConfigMap failed: {0}")]
+    CatalogSpillRemove(#[source] kube::Error),
+}
+
+impl ReconcileError {
+    /// The metric label and log word.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            ReconcileError::StatusPatch(_) => "StatusPatch",
+            ReconcileError::GrantsConfigMap(_) => "GrantsConfigMap",
+            ReconcileError::CatalogSpillWrite(_) => "CatalogSpillWrite",
+            ReconcileError::CatalogSpillRemove(_) => "CatalogSpillRemove",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_kind_of_write_has_its_own_label() {
+        let refused = || {
+            kube::Error::Api(
+                kube::core::Status::failure("conflict", "Conflict")
+                    .with_code(409)
+                    .boxed(),
+            )
+        };
+        let labels: Vec<_> = [
+            ReconcileError::StatusPatch(refused()),
+            ReconcileError::GrantsConfigMap(refused()),
+            ReconcileError::CatalogSpillWrite(refused()),
+            ReconcileError::CatalogSpillRemove(refused()),
+        ]
+        .iter()
+        .map(ReconcileError::reason)
+        .collect();
+        assert_eq!(
+            labels,
+            [
+                "StatusPatch",
+                "GrantsConfigMap",
+                "CatalogSpillWrite",
+                "CatalogSpillRemove"
+            ]
+        );
     }
 }

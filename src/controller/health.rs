@@ -1,5 +1,6 @@
 //! `/healthz`, `/readyz` and `/metrics` on one port. Ready means: the apiserver answered and this
-//! replica is either leading with its watches started, or standing by as a follower.
+//! replica is either leading with its watches started (every reconciler's main watch has listed
+//! its kind; `watches::Started` flips the flag), or standing by as a follower.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -11,7 +12,7 @@ use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
 
-use super::error::Error;
+use super::error::StartError;
 use super::metrics::Metrics;
 
 #[derive(Clone)]
@@ -25,13 +26,13 @@ pub async fn serve(
     addr: SocketAddr,
     metrics: Arc<Metrics>,
     ready: Arc<AtomicBool>,
-) -> Result<SocketAddr, Error> {
+) -> Result<SocketAddr, StartError> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
-        .map_err(|e| Error::Serve(format!("binding {addr}: {e}")))?;
+        .map_err(|e| StartError::Serve(format!("binding {addr}: {e}")))?;
     let bound = listener
         .local_addr()
-        .map_err(|e| Error::Serve(e.to_string()))?;
+        .map_err(|e| StartError::Serve(e.to_string()))?;
     let app = Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))

@@ -160,8 +160,8 @@ impl Metrics {
     pub async fn time_reconcile<T>(
         &self,
         kind: &'static str,
-        reconcile: impl std::future::Future<Output = Result<T, super::error::Error>>,
-    ) -> Result<T, super::error::Error> {
+        reconcile: impl std::future::Future<Output = Result<T, super::error::ReconcileError>>,
+    ) -> Result<T, super::error::ReconcileError> {
         let started = std::time::Instant::now();
         let result = reconcile.await;
         self.reconcile_duration

@@ -1,51 +1,64 @@
-//! The operator: reconciles McpServers against a real apiserver. Kubernetes plumbing lives here
-//! and only here; decisions are made by pure code (`server_status`, `core::catalog`).
+//! The operator: three reconcilers against a real apiserver. Kubernetes plumbing lives here and
+//! only here; every decision is a pure function in the reconciler's own folder.
 //!
 //! ```text
-//!  [ Secret ] ─metadata watch─┐            ┌─► mcp::read_server ─► remote MCP server
-//!  [ McpServer ] ─watch───────┼─► reconcile┤
-//!  list_changed (push) ───────┘            └─► status (SSA), companion ConfigMap, Events
+//!  watches (watches.rs)                          reconciler                writes
+//!  ───────────────────────────────────────────   ───────────────────────   ─────────────────────────
+//!  McpServer ─────────────── main ─────────────┐
+//!  McpServer (deletions) ─── forget schedule ──┤
+//!  Secret (metadata) ─── McpServers naming it ─┼─► mcp_server/ ──────────► McpServer status (SSA)
+//!  ConfigMap (metadata) ─ McpServers naming it ┤     │ mcp::read_server      ConfigMap <s>-mcp-catalog
+//!  tools/list_changed (pushed by the server) ──┘     ▼ remote MCP server     Events (Probe)
+//!
+//!  AgentSpec ────────────── main ──────────────┐
+//!  McpServer ─ reflect ─ AgentSpecs naming it ─┤
+//!  McpTenantPolicy ─ reflect ─ every AgentSpec ┼─► agent_spec/ ──────────► ConfigMap <a>-mcp-grants
+//!  Namespace (metadata) ─ reflect ─ AgentSpecs ┤     │ grants::resolve       AgentSpec status (SSA)
+//!  ConfigMap (grants label) ─ reflect ─ owner ─┘     (pure)                  Events (Resolve, Publish)
+//!
+//!  McpTenantPolicy ──────── main ──────────────┐
+//!  Namespace (metadata) ─ reflect ─ every one ─┴─► tenant_policy/ ───────► McpTenantPolicy status
+//!                                                                          Events (Evaluate)
 //! ```
+//!
+//! - [`mcp_server`], `agent_spec/`, `tenant_policy/`: one folder per reconciler; each reconcile
+//!   gathers its inputs, makes one pure decision (`status::decide`, `input::decide_grants`,
+//!   `status::next_policy_status`) and applies it.
+//! - `shared/`: what they write alike: status apply, events, owned ConfigMaps published only when
+//!   their digest changed, Ready transitions, label selectors.
+//! - `watches.rs`: every watch and which reconciles it triggers; `context.rs`: the client,
+//!   settings, metrics and recorder every reconciler shares; `error.rs`: start-up errors apart
+//!   from reconcile errors (one per kind of write, the `reconciles_total{result}` label).
+//! - `health.rs`, `metrics.rs`: /healthz, /readyz and /metrics.
 //!
 //! Only the leader (a Lease) runs the reconcilers; followers serve health and metrics and wait.
 
-pub mod agent_spec;
-pub mod catalog_spill;
-pub mod context;
-pub mod credentials;
-pub mod error;
-pub mod grants_controllers;
-pub mod grants_input;
-pub mod grants_publish;
-pub mod grants_selector;
-pub mod grants_status;
+mod agent_spec;
+mod context;
+mod error;
+#[cfg(test)]
+mod fixtures;
 mod health;
 pub mod mcp_server;
-pub mod metrics;
-pub mod server_status;
-pub mod subscriptions;
-pub mod tenant_policy;
+mod metrics;
+mod shared;
+mod tenant_policy;
+mod watches;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use futures::StreamExt;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::ListParams;
-use kube::core::PartialObjectMeta;
-use kube::runtime::controller::{self, Controller};
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, Client};
 use tokio::sync::watch;
 use tracing::{info, warn};
 
 use crate::api::mcp_server::McpServer;
 use context::{Context, Settings};
-use error::Error;
+pub use error::StartError;
 use metrics::Metrics;
 
 /// Flags of `mcp-operator controller`.
@@ -92,7 +105,7 @@ pub struct ControllerArgs {
 }
 
 /// Runs the controller until SIGTERM or SIGINT.
-pub async fn run(args: ControllerArgs) -> Result<(), Error> {
+pub async fn run(args: ControllerArgs) -> Result<(), StartError> {
     let client = Client::try_default().await?;
     check_crds(&client, args.watch_namespace.as_deref()).await?;
     let identity = args.identity.clone().unwrap_or_else(default_identity);
@@ -121,10 +134,11 @@ pub async fn run(args: ControllerArgs) -> Result<(), Error> {
         },
     );
     let ctx = Arc::new(Context::new(client.clone(), settings, metrics, recorder));
+    // Kept across leadership terms: a replica that leads again remembers when it probed.
+    let servers = Arc::new(mcp_server::ServerContext::new(ctx.clone()));
 
     if !args.leader_election {
-        ready.store(true, Ordering::Relaxed);
-        run_controllers(ctx, &args, stop_rx).await;
+        watches::run(ctx, servers, &args, ready, stop_rx).await;
         return Ok(());
     }
 
@@ -140,7 +154,7 @@ pub async fn run(args: ControllerArgs) -> Result<(), Error> {
         .with_grace(5)
         .build()
         .await
-        .map_err(|e| Error::LeaderElection(e.to_string()))?;
+        .map_err(|e| StartError::LeaderElection(e.to_string()))?;
     let (mut leading, lease_task) = manager.watch().await;
     // A follower is ready: it serves and stands by.
     ready.store(true, Ordering::Relaxed);
@@ -153,16 +167,23 @@ pub async fn run(args: ControllerArgs) -> Result<(), Error> {
             info!(lease = %args.lease_name, %namespace, "waiting to become the leader");
             tokio::select! {
                 changed = leading.changed() => {
-                    if changed.is_err() { return Err(Error::LeaderElection("the lease task ended".into())); }
+                    if changed.is_err() { return Err(StartError::LeaderElection("the lease task ended".into())); }
                     continue;
                 }
                 _ = stop.changed() => break,
             }
         }
         info!(lease = %args.lease_name, %namespace, "became the leader: reconciling");
+        // Not ready again until this replica's watches have listed.
+        ready.store(false, Ordering::Relaxed);
         let (lost_tx, lost_rx) = watch::channel(false);
-        let controllers =
-            run_controllers(ctx.clone(), &args, merge_stops(stop_rx.clone(), lost_rx));
+        let controllers = watches::run(
+            ctx.clone(),
+            servers.clone(),
+            &args,
+            ready.clone(),
+            merge_stops(stop_rx.clone(), lost_rx),
+        );
         tokio::pin!(controllers);
         loop {
             tokio::select! {
@@ -175,6 +196,8 @@ pub async fn run(args: ControllerArgs) -> Result<(), Error> {
                 }
             }
         }
+        // Standing by again as a follower.
+        ready.store(true, Ordering::Relaxed);
     }
     // Dropping the receiver makes the lease task release the lease before it ends.
     drop(leading);
@@ -207,131 +230,12 @@ fn merge_stops(
     rx
 }
 
-/// An Api over every namespace, or the one the controller is limited to.
-fn scoped<K>(client: &Client, namespace: Option<&str>) -> Api<K>
-where
-    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
-    K::DynamicType: Default,
-{
-    match namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    }
-}
-
-async fn run_controllers(
-    ctx: Arc<Context>,
-    args: &ControllerArgs,
-    mut stop: watch::Receiver<bool>,
-) {
-    let client = ctx.client.clone();
-    let ns = args.watch_namespace.as_deref();
-    let grants = tokio::spawn(grants_controllers::run(
-        ctx.clone(),
-        args.clone(),
-        stop.clone(),
-    ));
-    let servers: Api<McpServer> = scoped(&client, ns);
-    // The controller is not called for deleted objects: drop what we hold for them here.
-    let deletions = tokio::spawn(forget_deleted_servers(servers.clone(), ctx.clone()));
-    let controller = Controller::new(servers, watcher::Config::default().any_semantic())
-        .with_config(controller::Config::default().concurrency(args.concurrency));
-    let store = controller.store();
-    let secrets = watcher(
-        scoped::<PartialObjectMeta<Secret>>(&client, ns),
-        watcher::Config::default(),
-    )
-    .touched_objects();
-    let config_maps = watcher(
-        scoped::<PartialObjectMeta<ConfigMap>>(&client, ns),
-        watcher::Config::default(),
-    )
-    .touched_objects();
-    // Servers that push tools/list_changed trigger their own reconcile through this channel.
-    let (trigger_tx, trigger_rx) = tokio::sync::mpsc::channel(1024);
-    ctx.subscriptions.attach(trigger_tx);
-    let pushed = futures::stream::unfold(trigger_rx, |mut rx| async move {
-        rx.recv().await.map(|r| (r, rx))
-    });
-    let secret_store = store.clone();
-    let cm_store = store.clone();
-    controller
-        .watches_stream(secrets, move |secret| {
-            referencing(&secret_store, &secret, credentials::referenced_secrets)
-        })
-        .watches_stream(config_maps, move |cm| {
-            referencing(&cm_store, &cm, credentials::referenced_config_maps)
-        })
-        .reconcile_on(pushed)
-        .graceful_shutdown_on(async move {
-            let _ = stop.wait_for(|s| *s).await;
-        })
-        .run(mcp_server::reconcile, mcp_server::error_policy, ctx.clone())
-        .for_each(|result| async move {
-            match result {
-                Err(controller::Error::ObjectNotFound(_)) | Ok(_) => {}
-                Err(other) => warn!("controller: {other}"),
-            }
-        })
-        .await;
-    deletions.abort();
-    ctx.subscriptions.detach();
-    if let Err(e) = grants.await {
-        warn!("the AgentSpec and McpTenantPolicy reconcilers failed: {e}");
-    }
-    info!("reconcilers stopped");
-}
-
-/// Forgets the schedule, subscription and metrics of every McpServer that is deleted, including
-/// those deleted while the watch was down (absent from the relist).
-async fn forget_deleted_servers(servers: Api<McpServer>, ctx: Arc<Context>) {
-    let mut listed = std::collections::HashSet::new();
-    let mut events = watcher(servers, watcher::Config::default().any_semantic())
-        .default_backoff()
-        .boxed();
-    while let Some(event) = events.next().await {
-        match event {
-            Ok(watcher::Event::Delete(server)) => {
-                mcp_server::forget(&ctx, &mcp_server::key_of(&server));
-            }
-            Ok(watcher::Event::Init) => listed.clear(),
-            Ok(watcher::Event::InitApply(server)) => {
-                listed.insert(mcp_server::key_of(&server));
-            }
-            Ok(watcher::Event::InitDone) => {
-                for key in ctx.schedule.keys() {
-                    if !listed.contains(&key) {
-                        mcp_server::forget(&ctx, &key);
-                    }
-                }
-            }
-            _ => {}
-        }
-    }
-}
-
-/// The McpServers in the object's namespace that refer to it by name.
-fn referencing<K: kube::Resource>(
-    store: &kube::runtime::reflector::Store<McpServer>,
-    object: &K,
-    names: fn(&crate::api::mcp_server::McpServerSpec) -> Vec<String>,
-) -> Vec<ObjectRef<McpServer>> {
-    let namespace = object.meta().namespace.clone();
-    let name = object.meta().name.clone().unwrap_or_default();
-    store
-        .state()
-        .iter()
-        .filter(|s| s.namespace() == namespace && names(&s.spec).contains(&name))
-        .map(|s| ObjectRef::from_obj(s.as_ref()))
-        .collect()
-}
-
 /// Fails early, with the fix, when the CRDs are not installed.
-async fn check_crds(client: &Client, namespace: Option<&str>) -> Result<(), Error> {
-    let api: Api<McpServer> = scoped(client, namespace);
+async fn check_crds(client: &Client, namespace: Option<&str>) -> Result<(), StartError> {
+    let api: Api<McpServer> = watches::scoped(client, namespace);
     match api.list(&ListParams::default().limit(1)).await {
         Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 => Err(Error::CrdsMissing(
+        Err(kube::Error::Api(s)) if s.code == 404 => Err(StartError::CrdsMissing(
             "the McpServer resource is unknown to the apiserver; install the CRDs with \
              `mcp-operator crds | kubectl apply -f -` (or the Helm chart)"
                 .into(),

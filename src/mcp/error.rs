@@ -15,6 +15,10 @@ pub enum McpError {
     /// The endpoint guard refused the address.
     #[error("{0}")]
     BlockedEndpoint(String),
+    /// A credential (a header value, the bearer token) holds characters HTTP cannot carry, e.g.
+    /// a newline left in the Secret. The message names the header, never the value.
+    #[error("{0}")]
+    InvalidCredential(String),
     /// The host name does not resolve.
     #[error("the host name {host} does not resolve; check the URL and the cluster's DNS")]
     DnsFailure { host: String },
@@ -86,6 +90,7 @@ impl McpError {
         match self {
             McpError::InvalidUrl(_) => "InvalidURL",
             McpError::BlockedEndpoint(_) => "BlockedEndpoint",
+            McpError::InvalidCredential(_) => "InvalidCredential",
             McpError::DnsFailure { .. } => "DNSFailure",
             McpError::ConnectionRefused { .. } => "ConnectionRefused",
             McpError::Timeout { .. } => "Timeout",
@@ -102,20 +107,6 @@ impl McpError {
             McpError::DuplicateTool { .. } => "DuplicateTool",
             McpError::InvalidToolName { .. } => "InvalidToolName",
         }
-    }
-
-    /// True when the server was reached (it answered something), false when it could not be.
-    pub fn server_answered(&self) -> bool {
-        !matches!(
-            self,
-            McpError::InvalidUrl(_)
-                | McpError::BlockedEndpoint(_)
-                | McpError::DnsFailure { .. }
-                | McpError::ConnectionRefused { .. }
-                | McpError::TlsError { .. }
-                | McpError::ConnectionFailed { .. }
-                | McpError::Timeout { .. }
-        )
     }
 
     /// Records how many pages had been read when a deadline or size cap struck.

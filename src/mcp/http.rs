@@ -175,13 +175,13 @@ fn credential_headers(credentials: &Credentials) -> Result<HeaderMap, McpError> 
     let mut headers = HeaderMap::new();
     for (name, value) in &credentials.headers {
         let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
-            McpError::InvalidUrl(format!(
+            McpError::InvalidCredential(format!(
                 "the header name {name:?} is not a valid HTTP header name"
             ))
         })?;
         let mut value = HeaderValue::from_str(value.expose()).map_err(|_| {
             // Never echo the value: it is a secret.
-            McpError::InvalidUrl(format!(
+            McpError::InvalidCredential(format!(
                 "the value of header {name} contains characters HTTP headers cannot carry"
             ))
         })?;
@@ -190,7 +190,7 @@ fn credential_headers(credentials: &Credentials) -> Result<HeaderMap, McpError> 
     }
     if let Some(token) = &credentials.bearer_token {
         let mut value = HeaderValue::from_str(&format!("Bearer {}", token.expose())).map_err(|_| {
-            McpError::InvalidUrl(
+            McpError::InvalidCredential(
                 "the bearer token contains characters HTTP headers cannot carry (a trailing newline in the Secret?)"
                     .into(),
             )
@@ -245,4 +245,31 @@ fn tls_detail(e: &reqwest::Error) -> Option<String> {
     let text = root_cause(e).to_ascii_lowercase();
     (text.contains("certificate") || text.contains("tls") || text.contains("handshake"))
         .then(|| root_cause(e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mcp::SecretValue;
+
+    #[test]
+    fn a_credential_http_cannot_carry_is_a_credential_problem_and_never_echoed() {
+        let header = Credentials {
+            bearer_token: None,
+            headers: vec![("X-Api-Key".into(), SecretValue::new("s3cret\nvalue"))],
+        };
+        let token = Credentials {
+            bearer_token: Some(SecretValue::new("t0ken\n")),
+            headers: Vec::new(),
+        };
+        for credentials in [header, token] {
+            let e = credential_headers(&credentials).unwrap_err();
+            assert_eq!(e.reason(), "InvalidCredential", "{e}");
+            let text = e.to_string();
+            assert!(
+                !text.contains("s3cret") && !text.contains("t0ken"),
+                "{text}"
+            );
+        }
+    }
 }

@@ -24,10 +24,11 @@ use crate::api::tenant_policy::McpTenantPolicy;
 use crate::core::catalog::Catalog;
 use crate::grants::{
     AgentServerInput, Collision, Endpoint, GrantsDocument, HeaderReference, McpServerInput,
-    PolicyInput, ResolveInput, RuleInput, TenantDefault, TlsReference,
+    PolicyInput, Resolution, ResolveInput, RuleInput, ServerOutcome, TenantDefault, TlsReference,
+    resolve,
 };
 
-use super::grants_selector;
+use crate::controller::shared::selector as grants_selector;
 
 /// Whether a policy applies to a namespace with these labels. An invalid namespaceSelector
 /// selects every namespace (fail closed).
@@ -161,6 +162,40 @@ pub fn without_collisions<'a>(
     input
 }
 
+/// The one decision of an AgentSpec reconcile: what the pure core resolves, and the document to
+/// publish. A name collision is not a reason to keep serving grants computed from older inputs:
+/// the document is then the current intersection minus every colliding tool (neither is
+/// chosen), while `resolution` still reports the collision. Endpoints are filled from `servers`.
+pub struct Grants {
+    /// The resolution of the input as given (its findings and collisions make the status).
+    pub resolution: Resolution,
+    /// The document to publish, endpoints filled.
+    pub document: GrantsDocument,
+    /// Per-server counts of what the document grants.
+    pub outcomes: Vec<ServerOutcome>,
+}
+
+/// Resolves `input` and, on a collision, resolves again without the colliding tools.
+pub fn decide_grants(input: &ResolveInput<'_>, servers: &BTreeMap<String, &McpServer>) -> Grants {
+    let resolution = resolve(input);
+    let (mut document, outcomes) = match &resolution.document {
+        Some(doc) => (doc.clone(), resolution.servers.clone()),
+        None => {
+            let narrower = resolve(&without_collisions(input, &resolution.collisions));
+            let doc = narrower
+                .document
+                .unwrap_or_else(|| GrantsDocument::new(Vec::new()));
+            (doc, narrower.servers)
+        }
+    };
+    fill_endpoints(&mut document, servers);
+    Grants {
+        resolution,
+        document,
+        outcomes,
+    }
+}
+
 /// How the sidecar reaches an McpServer: everything from its spec and the negotiated protocol
 /// from its status. Credentials and CA bundles are references to Secret/ConfigMap keys.
 pub fn endpoint(server: &McpServer) -> Endpoint {
@@ -215,65 +250,12 @@ pub fn fill_endpoints(doc: &mut GrantsDocument, servers: &BTreeMap<String, &McpS
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
-    use crate::api::tenant_policy::McpTenantPolicySpec;
+    use crate::controller::fixtures::{agent, catalog, full_server, policy, ready_status, server};
     use crate::core::catalog::{Access, build};
     use crate::grants::resolve;
     use serde_json::{Value, json};
-
-    pub fn server(name: &str, labels: Value, spec: Value, status: Value) -> McpServer {
-        let mut s: McpServer = serde_json::from_value(json!({
-            "apiVersion": "mcp-operator.dev/v1alpha1", "kind": "McpServer",
-            "metadata": {"name": name, "namespace": "team-a", "labels": labels},
-            "spec": spec,
-        }))
-        .unwrap();
-        if !status.is_null() {
-            s.status = Some(serde_json::from_value(status).unwrap());
-        }
-        s
-    }
-
-    pub fn ready_status(catalog: &Catalog) -> Value {
-        json!({
-            "era": "legacy", "protocolVersion": "2025-11-25",
-            "catalog": serde_json::to_value(catalog).unwrap(),
-            "conditions": [{"type": "Ready", "status": "True", "reason": "Ready", "message": "",
-                            "lastTransitionTime": "2026-01-01T00:00:00Z"}],
-        })
-    }
-
-    /// read_file (read), write_file (write), put_object (idempotent write), delete_file
-    /// (destructive): the SDK fixture's named tools.
-    pub fn catalog() -> Catalog {
-        let tools: Vec<_> = [
-            json!({"name": "read_file", "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": true}}),
-            json!({"name": "write_file", "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": false, "destructiveHint": false}}),
-            json!({"name": "put_object", "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": false, "destructiveHint": false, "idempotentHint": true}}),
-            json!({"name": "delete_file", "inputSchema": {"type": "object"}}),
-        ]
-        .into_iter()
-        .map(|v| v.as_object().unwrap().clone())
-        .collect();
-        build(&tools, &BTreeMap::new(), 1)
-    }
-
-    pub fn agent(spec: Value) -> AgentSpec {
-        serde_json::from_value(json!({
-            "apiVersion": "mcp-operator.dev/v1alpha1", "kind": "AgentSpec",
-            "metadata": {"name": "bot", "namespace": "team-a", "uid": "u-1", "generation": 3},
-            "spec": spec,
-        }))
-        .unwrap()
-    }
-
-    pub fn policy(name: &str, spec: Value) -> McpTenantPolicy {
-        McpTenantPolicy::new(
-            name,
-            serde_json::from_value::<McpTenantPolicySpec>(spec).unwrap(),
-        )
-    }
 
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs
@@ -382,23 +364,6 @@ pub(crate) mod tests {
         );
     }
 
-    pub fn full_server() -> McpServer {
-        server(
-            "gh",
-            json!({}),
-            json!({
-                "url": "https://gh.example/mcp", "transport": "sse", "retry": 4,
-                "timeouts": {"connect": "5s", "call": "1m"},
-                "credentials": {
-                    "bearerToken": {"secretKeyRef": {"name": "gh-token", "key": "token"}},
-                    "headers": [{"name": "X-Tenant", "valueFrom": {"secretKeyRef": {"name": "gh-tenant", "key": "id"}}}],
-                },
-                "tls": {"caBundle": {"configMapKeyRef": {"name": "ca", "key": "ca.crt"}}},
-            }),
-            ready_status(&catalog()),
-        )
-    }
-
     #[test]
     fn endpoints_carry_references_and_limits_never_values() {
         let e = endpoint(&full_server());
@@ -485,6 +450,14 @@ pub(crate) mod tests {
             .collect();
         assert!(!names.contains(&"x___read_file"), "{names:?}");
         assert_eq!(doc.tool_count(), 4 + 5 - 2);
+
+        // The reconciler's one decision applies the same rule and keeps the collision reported.
+        let by_name = BTreeMap::from([("a".to_string(), &a), ("b".to_string(), &b)]);
+        let grants = decide_grants(&input, &by_name);
+        assert_eq!(grants.resolution.collisions.len(), 1);
+        assert_eq!(grants.document.tool_count(), doc.tool_count());
+        assert_eq!(grants.outcomes, second.servers);
+        assert!(grants.document.servers.iter().all(|s| s.endpoint.is_some()));
     }
 
     #[test]

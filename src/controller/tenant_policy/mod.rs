@@ -10,28 +10,29 @@
 //!
 //! Policies and namespaces are cluster-scoped: watched everywhere even with --watch-namespace.
 
+mod status;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Patch, PatchParams};
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Resource, ResourceExt};
-use serde_json::json;
 use tracing::{info, warn};
 
 use crate::api::conditions::{READY, TRUE, find};
 use crate::api::tenant_policy::{McpTenantPolicy, McpTenantPolicyStatus};
 
+use super::agent_spec::policy_selects;
 use super::context::Context;
-use super::error::Error;
-use super::grants_input::policy_selects;
-use super::grants_selector;
-use super::grants_status::next_policy_status;
+use super::error::ReconcileError;
+use super::shared::selector as grants_selector;
+use super::shared::{events, status::apply_status_with};
+use status::next_policy_status;
 
 pub const KIND: &str = "McpTenantPolicy";
 
@@ -45,7 +46,7 @@ pub struct PolicyContext {
 pub async fn reconcile(
     policy: Arc<McpTenantPolicy>,
     ctx: Arc<PolicyContext>,
-) -> Result<Action, Error> {
+) -> Result<Action, ReconcileError> {
     ctx.base
         .metrics
         .time_reconcile(KIND, reconcile_inner(&policy, &ctx))
@@ -54,7 +55,7 @@ pub async fn reconcile(
 
 pub fn error_policy(
     policy: Arc<McpTenantPolicy>,
-    error: &Error,
+    error: &ReconcileError,
     _ctx: Arc<PolicyContext>,
 ) -> Action {
     warn!(
@@ -87,7 +88,10 @@ pub fn selector_problems(policy: &McpTenantPolicy) -> Vec<String> {
     problems
 }
 
-async fn reconcile_inner(policy: &McpTenantPolicy, ctx: &PolicyContext) -> Result<Action, Error> {
+async fn reconcile_inner(
+    policy: &McpTenantPolicy,
+    ctx: &PolicyContext,
+) -> Result<Action, ReconcileError> {
     if policy.meta().deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
@@ -111,17 +115,9 @@ async fn reconcile_inner(policy: &McpTenantPolicy, ctx: &PolicyContext) -> Resul
         return Ok(Action::await_change());
     }
     let api: Api<McpTenantPolicy> = Api::all(ctx.base.client.clone());
-    let patch = json!({
-        "apiVersion": McpTenantPolicy::api_version(&()),
-        "kind": McpTenantPolicy::kind(&()),
-        "status": status,
-    });
-    api.patch_status(
-        &policy.name_any(),
-        &PatchParams::apply(&ctx.base.settings.field_manager).force(),
-        &Patch::Apply(&patch),
-    )
-    .await?;
+    apply_status_with(&api, policy, &status, &ctx.base.settings.field_manager)
+        .await
+        .map_err(ReconcileError::StatusPatch)?;
     ctx.base.metrics.count_write(KIND);
     announce(policy, &ctx.base, &status).await;
     Ok(Action::await_change())
@@ -158,8 +154,7 @@ async fn announce(policy: &McpTenantPolicy, ctx: &Context, status: &McpTenantPol
         action: "Evaluate".into(),
         secondary: None,
     };
-    ctx.publish_events(&policy.object_ref(&()), vec![event])
-        .await;
+    events::publish(&ctx.recorder, &policy.object_ref(&()), vec![event]).await;
 }
 
 /// Every policy (Namespace watch → reconcile: any namespace may join or leave a selection).
@@ -174,7 +169,7 @@ pub fn all(policies: &Store<McpTenantPolicy>) -> Vec<ObjectRef<McpTenantPolicy>>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::grants_input::tests::policy;
+    use crate::controller::fixtures::policy;
     use serde_json::json;
 
     #[test]

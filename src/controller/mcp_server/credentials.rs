@@ -6,8 +6,8 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::{Api, Client};
 use sha2::{Digest, Sha256};
 
-use crate::api::common::SecretKeySelector;
 use crate::api::mcp_server::McpServerSpec;
+use crate::core::SecretKeySelector;
 use crate::mcp::{Credentials, SecretValue, TlsSettings};
 
 /// Why the credentials could not be resolved. The reason words appear in the
@@ -257,5 +257,43 @@ fn api_error(kind: &'static str, name: &str, e: kube::Error) -> CredentialError 
         kind,
         name: name.into(),
         detail,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn spec(value: serde_json::Value) -> McpServerSpec {
+        serde_json::from_value(value).unwrap()
+    }
+
+    #[test]
+    fn every_secret_and_config_map_a_server_names_is_referenced_once() {
+        let s = spec(json!({
+            "url": "https://a.example/mcp",
+            "credentials": {
+                "bearerToken": {"secretKeyRef": {"name": "shared", "key": "token"}},
+                "headers": [
+                    {"name": "X-Key", "valueFrom": {"secretKeyRef": {"name": "keys", "key": "k"}}},
+                    {"name": "X-Other", "valueFrom": {"secretKeyRef": {"name": "shared", "key": "o"}}},
+                ],
+            },
+            "tls": {"caBundle": {"secretKeyRef": {"name": "ca", "key": "ca.crt"}}},
+        }));
+        assert_eq!(referenced_secrets(&s), ["ca", "keys", "shared"]);
+        assert!(referenced_config_maps(&s).is_empty());
+
+        let from_config_map = spec(json!({
+            "url": "https://a.example/mcp",
+            "tls": {"caBundle": {"configMapKeyRef": {"name": "ca", "key": "ca.crt"}}},
+        }));
+        assert!(referenced_secrets(&from_config_map).is_empty());
+        assert_eq!(referenced_config_maps(&from_config_map), ["ca"]);
+
+        let bare = spec(json!({"url": "http://a.example/mcp"}));
+        assert!(referenced_secrets(&bare).is_empty() && referenced_config_maps(&bare).is_empty());
     }
 }

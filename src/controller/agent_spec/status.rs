@@ -1,4 +1,4 @@
-//! What the status of an AgentSpec and of an McpTenantPolicy should say after one reconcile:
+//! What the status of an AgentSpec should say after one reconcile:
 //! pure, from the previous status and what the reconcile found, plus which transitions deserve
 //! an event. The reconcilers write the result only when it differs from what is stored.
 //!
@@ -17,7 +17,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::api::agent_spec::{AgentServerStatus, AgentSpecStatus};
 use crate::api::conditions::{READY, RESOLVED, TRUE, condition, find, set_condition};
-use crate::api::tenant_policy::McpTenantPolicyStatus;
+use crate::controller::shared::ready::ready_change;
 use crate::grants::{Finding, Resolution, ServerOutcome};
 
 /// At most this many findings are spelled out in one condition message.
@@ -139,11 +139,9 @@ pub fn next_agent_status(
     set_condition(&mut status.conditions, ready);
 
     let mut transitions = AgentTransitions::default();
-    match (was_ready, ready_now) {
-        (Some(false), true) => transitions.became_ready = true,
-        (Some(true) | None, false) => transitions.became_unready = Some((reason, message)),
-        _ => {}
-    }
+    let change = ready_change(was_ready, ready_now, &reason, &message);
+    transitions.became_ready = change.came_back;
+    transitions.became_unready = change.went_down;
     if previous_digest.as_deref() != Some(published.digest.as_str()) {
         transitions.grants_changed = Some(match previous_tools {
             Some(before) if previous_digest.is_some() => format!(
@@ -187,48 +185,6 @@ fn sentences(findings: &[Finding]) -> String {
         out.push(format!("And {} more.", findings.len() - MESSAGE_FINDINGS));
     }
     out.join(" ")
-}
-
-/// The McpTenantPolicy's status: how many namespaces it selects, and Ready, False with reason
-/// InvalidSelector when a selector cannot be evaluated (`problems` say which and what follows).
-pub fn next_policy_status(
-    previous: Option<&McpTenantPolicyStatus>,
-    generation: Option<i64>,
-    selected: u32,
-    problems: &[String],
-    now: Time,
-) -> McpTenantPolicyStatus {
-    let mut status = previous.cloned().unwrap_or_default();
-    status.observed_generation = generation;
-    status.selected_namespaces = Some(selected);
-    let namespaces = format!(
-        "{selected} namespace{}",
-        if selected == 1 { "" } else { "s" }
-    );
-    let ready = if problems.is_empty() {
-        condition(
-            READY,
-            true,
-            "Ready",
-            format!("The policy is in force in {namespaces}."),
-            generation,
-            now,
-        )
-    } else {
-        condition(
-            READY,
-            false,
-            "InvalidSelector",
-            format!(
-                "{} The policy is in force in {namespaces}.",
-                problems.join(" ")
-            ),
-            generation,
-            now,
-        )
-    };
-    set_condition(&mut status.conditions, ready);
-    status
 }
 
 #[cfg(test)]
@@ -478,36 +434,5 @@ mod tests {
             "{m}"
         );
         assert!(m.ends_with("And 4 more."), "{m}");
-    }
-
-    #[test]
-    fn policy_status_counts_namespaces_and_reports_invalid_selectors() {
-        let s = next_policy_status(None, Some(1), 3, &[], at(1));
-        assert_eq!(s.selected_namespaces, Some(3));
-        let ready = find(&s.conditions, READY).unwrap();
-        assert_eq!(
-            (ready.status.as_str(), ready.message.as_str()),
-            ("True", "The policy is in force in 3 namespaces.")
-        );
-        assert_eq!(
-            next_policy_status(Some(&s), Some(1), 3, &[], at(5)),
-            s,
-            "unchanged"
-        );
-
-        let bad = next_policy_status(
-            Some(&s),
-            Some(2),
-            1,
-            &["namespaceSelector: bad.".into()],
-            at(6),
-        );
-        let ready = find(&bad.conditions, READY).unwrap();
-        assert_eq!(ready.reason, "InvalidSelector");
-        assert_eq!(
-            ready.message,
-            "namespaceSelector: bad. The policy is in force in 1 namespace."
-        );
-        assert_eq!(bad.observed_generation, Some(2));
     }
 }

@@ -17,10 +17,11 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{ObjectMeta, Patch, PatchParams};
+use kube::api::ObjectMeta;
 use kube::{Api, Client, Resource, ResourceExt};
 
 use crate::api::agent_spec::{AgentSpec, GRANTS_KEY, grants_config_map_name};
+use crate::controller::shared::config_map::apply_if_changed;
 use crate::grants::GrantsDocument;
 
 /// Annotation carrying the published document's digest.
@@ -87,32 +88,27 @@ pub async fn publish(
     let namespace = agent.namespace().unwrap_or_default();
     let name = grants_config_map_name(&agent.name_any());
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &namespace);
-    if let Some(existing) = api.get_metadata_opt(&name).await?
-        && published_digest(&existing) == Some(digest)
-    {
-        return Ok(false);
-    }
-    api.patch(
+    apply_if_changed(
+        &api,
         &name,
-        &PatchParams::apply(field_manager).force(),
-        &Patch::Apply(&config_map(agent, doc, digest)),
+        DIGEST_ANNOTATION,
+        digest,
+        field_manager,
+        || config_map(agent, doc, digest),
     )
-    .await?;
-    Ok(true)
+    .await
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::grants_input::tests::{
-        agent, catalog, full_server, ready_status, server,
-    };
-    use crate::controller::grants_input::{fill_endpoints, resolve_input};
+    use crate::controller::agent_spec::input::{fill_endpoints, resolve_input};
+    use crate::controller::fixtures::{agent, catalog, full_server, ready_status, server};
     use crate::grants::{SCHEMA_VERSION, ServerGrants, TenantDefault, resolve};
     use serde_json::{Value, json};
 
     /// The grants schema every published document must satisfy.
-    const SCHEMA: &str = include_str!("../../schemas/grants.v1.json");
+    const SCHEMA: &str = include_str!("../../../schemas/grants.v1.json");
 
     fn schema_errors(doc: &Value) -> Vec<String> {
         let schema: Value = serde_json::from_str(SCHEMA).unwrap();

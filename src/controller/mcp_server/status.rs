@@ -9,9 +9,12 @@ use crate::api::conditions::{
     set_condition,
 };
 use crate::api::mcp_server::{CatalogStatus, McpServerStatus};
-use crate::mcp::{Catalog, ReadFailure, ServerInfo, Stage};
+use crate::core::{Catalog, Era, ServerInfo};
+use crate::mcp::{ReadFailure, Stage};
 
+use super::catalog_spill::too_large_for_status;
 use super::credentials::CredentialError;
+use crate::controller::shared::ready::ready_change;
 
 /// What this reconcile found.
 pub enum Finding {
@@ -21,11 +24,65 @@ pub enum Finding {
     Failed(ReadFailure),
     /// The whole catalogue was read.
     Read {
-        era: crate::core::Era,
+        era: Era,
         protocol_version: String,
         server_info: ServerInfo,
         catalog: Catalog,
     },
+}
+
+/// What to do with the companion ConfigMap of a catalogue too large for status.
+#[derive(Debug, PartialEq)]
+pub enum Spill {
+    /// Nothing: the catalogue fits and no ConfigMap is named.
+    Nothing,
+    /// Make the ConfigMap hold this (the whole catalogue; status keeps counts and digest).
+    Write(Catalog),
+    /// The catalogue fits again: delete the ConfigMap.
+    Remove,
+}
+
+/// The one decision of an McpServer reconcile: the status to store, the transitions to
+/// announce, and what to do with the companion ConfigMap.
+#[derive(Debug)]
+pub struct Decision {
+    pub status: McpServerStatus,
+    pub transitions: Transitions,
+    pub spill: Spill,
+}
+
+/// Decides the McpServer's next status from what is stored (`stored`, as the apiserver holds
+/// it), the same with a spilled catalogue read back in full (`previous`), and the finding.
+/// A catalogue too large for status moves to the ConfigMap `config_map`; one that fits again
+/// brings its tools back and the ConfigMap is removed.
+pub fn decide(
+    stored: Option<&McpServerStatus>,
+    previous: Option<&McpServerStatus>,
+    generation: Option<i64>,
+    finding: &Finding,
+    insecure: bool,
+    config_map: String,
+    now: Time,
+) -> Decision {
+    let (mut status, transitions) = next_status(previous, generation, finding, insecure, now);
+    let spill = match status.catalog.as_mut() {
+        Some(catalog) if too_large_for_status(&catalog.catalog) => {
+            let full = catalog.catalog.clone();
+            catalog.catalog.tools.clear();
+            status.catalog_config_map = Some(config_map);
+            Spill::Write(full)
+        }
+        _ if stored.is_some_and(|s| s.catalog_config_map.is_some()) => {
+            status.catalog_config_map = None;
+            Spill::Remove
+        }
+        _ => Spill::Nothing,
+    };
+    Decision {
+        status,
+        transitions,
+        spill,
+    }
 }
 
 /// What changed, for events.
@@ -217,15 +274,7 @@ pub fn next_status(
             status.server_info = Some(server_info.clone());
             set_condition(
                 &mut status.conditions,
-                cond(
-                    CATALOG_SYNCED,
-                    true,
-                    "Synced",
-                    format!(
-                        "Read {} tools in {} pages of tools/list.",
-                        catalog.tool_count, catalog.pages_read
-                    ),
-                ),
+                cond(CATALOG_SYNCED, true, "Synced", synced_message(catalog)),
             );
             let mut message = format!("{} tools available.", catalog.tool_count);
             if insecure {
@@ -239,12 +288,20 @@ pub fn next_status(
         &mut status.conditions,
         cond(READY, ready, &reason, message.clone()),
     );
-    match (was_ready, ready) {
-        (Some(false), true) => transitions.recovered = true,
-        (Some(true) | None, false) => transitions.became_unready = Some((reason, message)),
-        _ => {}
-    }
+    let change = ready_change(was_ready, ready, &reason, &message);
+    transitions.recovered = change.came_back;
+    transitions.became_unready = change.went_down;
     (status, transitions)
+}
+
+/// "Read 4 tools in 1 page of tools/list."
+fn synced_message(catalog: &Catalog) -> String {
+    let plural = |n: u32, word: &str| format!("{n} {word}{}", if n == 1 { "" } else { "s" });
+    format!(
+        "Read {} in {} of tools/list.",
+        plural(catalog.tool_count, "tool"),
+        plural(catalog.pages_read, "page")
+    )
 }
 
 fn capitalised(text: &str) -> String {
@@ -294,7 +351,7 @@ fn diff(old: &Catalog, new: &Catalog) -> CatalogDiff {
 mod tests {
     use super::*;
     use crate::core::catalog::build;
-    use crate::mcp::{Era, McpError};
+    use crate::mcp::McpError;
     use serde_json::json;
     use std::collections::BTreeMap;
 
@@ -431,5 +488,82 @@ mod tests {
         let (s, _) = next_status(None, Some(1), &read(&["a"]), true, t(0));
         assert!(cond(&s, READY).message.contains("insecureSkipVerify"));
         assert!(cond(&s, REACHABLE).message.contains("WARNING"));
+    }
+
+    #[test]
+    fn the_synced_message_counts_in_good_english() {
+        assert_eq!(
+            synced_message(&catalog(&["a"])),
+            "Read 1 tool in 1 page of tools/list."
+        );
+        let mut many = catalog(&["a", "b"]);
+        many.pages_read = 3;
+        assert_eq!(
+            synced_message(&many),
+            "Read 2 tools in 3 pages of tools/list."
+        );
+    }
+
+    fn huge() -> Finding {
+        let names: Vec<String> = (0..4000)
+            .map(|i| format!("tool_{i:05}_{}", "x".repeat(100)))
+            .collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        read(&names)
+    }
+
+    #[test]
+    fn a_catalogue_too_large_for_status_spills_and_comes_back_when_it_fits() {
+        let spilled = decide(
+            None,
+            None,
+            Some(1),
+            &huge(),
+            false,
+            "s-mcp-catalog".into(),
+            t(0),
+        );
+        let Spill::Write(full) = &spilled.spill else {
+            panic!("expected a spill, got {:?}", spilled.spill)
+        };
+        assert_eq!(full.tools.len(), 4000);
+        let kept = &spilled.status.catalog.as_ref().unwrap().catalog;
+        assert!(kept.tools.is_empty() && kept.tool_count == 4000);
+        assert_eq!(kept.digest, full.digest);
+        assert_eq!(
+            spilled.status.catalog_config_map.as_deref(),
+            Some("s-mcp-catalog")
+        );
+
+        let small = decide(
+            Some(&spilled.status),
+            Some(&spilled.status),
+            Some(2),
+            &read(&["a"]),
+            false,
+            "s-mcp-catalog".into(),
+            t(1),
+        );
+        assert_eq!(small.spill, Spill::Remove);
+        assert_eq!(small.status.catalog_config_map, None);
+        assert_eq!(
+            small.status.catalog.as_ref().unwrap().catalog.tools.len(),
+            1
+        );
+
+        let again = decide(
+            Some(&small.status),
+            Some(&small.status),
+            Some(2),
+            &read(&["a"]),
+            false,
+            "s-mcp-catalog".into(),
+            t(2),
+        );
+        assert_eq!(again.spill, Spill::Nothing);
+        assert_eq!(
+            again.status, small.status,
+            "nothing changed, nothing to write"
+        );
     }
 }

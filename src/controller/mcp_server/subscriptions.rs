@@ -15,8 +15,8 @@ use tracing::{debug, info};
 use crate::api::mcp_server::McpServer;
 use crate::mcp::{ServerConnection, WatchError, WatchEvent, watch_tool_changes};
 
-use super::context::{ProbeSchedule, ServerKey};
-use super::metrics::Metrics;
+use super::schedule::{ProbeSchedule, ServerKey};
+use crate::controller::metrics::Metrics;
 
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
 

@@ -7,10 +7,11 @@ use std::io::Write;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams};
+use kube::api::{DeleteParams, ObjectMeta};
 use kube::{Api, Client, Resource, ResourceExt};
 
 use crate::api::mcp_server::McpServer;
+use crate::controller::shared::config_map::apply_if_changed;
 use crate::core::Catalog;
 
 /// Above this many bytes of tool entries, the catalogue leaves status.
@@ -43,8 +44,8 @@ pub fn decompress(bytes: &[u8]) -> Option<Catalog> {
     serde_json::from_slice(&json).ok()
 }
 
-/// Makes the companion ConfigMap hold `catalog` (written only when its digest changed).
-/// Returns whether anything was written.
+/// Makes the companion ConfigMap hold `catalog` (built and written only when its digest
+/// changed). Returns whether anything was written.
 pub async fn publish(
     client: &Client,
     server: &McpServer,
@@ -54,42 +55,38 @@ pub async fn publish(
     let namespace = server.namespace().unwrap_or_default();
     let name = config_map_name(&server.name_any());
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &namespace);
-    if let Some(existing) = api.get_opt(&name).await?
-        && existing.annotations().get(DIGEST_ANNOTATION) == Some(&catalog.digest)
-    {
-        return Ok(false);
-    }
-    let cm = ConfigMap {
-        metadata: ObjectMeta {
-            name: Some(name.clone()),
-            namespace: Some(namespace),
-            owner_references: server.controller_owner_ref(&()).map(|o| vec![o]),
-            labels: Some(BTreeMap::from([
-                (
-                    "app.kubernetes.io/managed-by".to_string(),
-                    "mcp-operator".to_string(),
-                ),
-                ("mcp-operator.dev/mcpserver".to_string(), server.name_any()),
-            ])),
-            annotations: Some(BTreeMap::from([(
-                DIGEST_ANNOTATION.to_string(),
-                catalog.digest.clone(),
+    apply_if_changed(
+        &api,
+        &name,
+        DIGEST_ANNOTATION,
+        &catalog.digest,
+        field_manager,
+        || ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                namespace: Some(namespace.clone()),
+                owner_references: server.controller_owner_ref(&()).map(|o| vec![o]),
+                labels: Some(BTreeMap::from([
+                    (
+                        "app.kubernetes.io/managed-by".to_string(),
+                        "mcp-operator".to_string(),
+                    ),
+                    ("mcp-operator.dev/mcpserver".to_string(), server.name_any()),
+                ])),
+                annotations: Some(BTreeMap::from([(
+                    DIGEST_ANNOTATION.to_string(),
+                    catalog.digest.clone(),
+                )])),
+                ..Default::default()
+            },
+            binary_data: Some(BTreeMap::from([(
+                CATALOG_KEY.to_string(),
+                ByteString(compress(catalog)),
             )])),
             ..Default::default()
         },
-        binary_data: Some(BTreeMap::from([(
-            CATALOG_KEY.to_string(),
-            ByteString(compress(catalog)),
-        )])),
-        ..Default::default()
-    };
-    api.patch(
-        &name,
-        &PatchParams::apply(field_manager).force(),
-        &Patch::Apply(&cm),
     )
-    .await?;
-    Ok(true)
+    .await
 }
 
 /// The full catalogue from the companion ConfigMap, if it is there and readable.

@@ -16,35 +16,40 @@
 //! intersection minus every tool whose qualified name collides — neither tool is chosen — and
 //! the AgentSpec is not Ready, its message naming both tools.
 
+mod input;
+pub(crate) mod publish;
+mod status;
+
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Patch, PatchParams};
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::{Api, Resource, ResourceExt};
-use serde_json::json;
+use kube::{Resource, ResourceExt};
 use tracing::{info, warn};
 
-use crate::api::agent_spec::{AgentSpec, AgentSpecStatus, grants_config_map_name};
+use crate::api::agent_spec::{AgentSpec, grants_config_map_name};
 use crate::api::mcp_server::McpServer;
 use crate::api::tenant_policy::McpTenantPolicy;
-use crate::core::catalog::Catalog;
-use crate::grants::{self, GrantsDocument, TenantDefault};
+use crate::core::Catalog;
+use crate::grants::TenantDefault;
 
-use super::catalog_spill;
-use super::context::{Context, ServerKey};
-use super::error::Error;
-use super::grants_input::{
-    fill_endpoints, policy_input, policy_selects, resolve_input, status_catalog, without_collisions,
-};
-use super::grants_publish::{self, published_digest};
-use super::grants_status::{AgentTransitions, Published, next_agent_status};
+use super::context::Context;
+use super::error::ReconcileError;
+use super::mcp_server::{key_of as server_key, read_spilled_catalog};
+use super::shared::{events, status::apply_status};
+pub(crate) use input::policy_selects;
+use input::{Grants, decide_grants, policy_input, resolve_input, status_catalog};
+use publish::published_digest;
+use status::{AgentTransitions, Published, next_agent_status};
+
+/// (namespace, name) of an McpServer.
+type ServerKey = (String, String);
 
 pub const KIND: &str = "AgentSpec";
 
@@ -60,9 +65,9 @@ pub struct AgentContext {
     pub tenant_default: TenantDefault,
     /// Characters of granted schema above which a server is deferred (`--preload-budget`).
     pub preload_budget: u64,
-    /// Spilled catalogues read back from their ConfigMaps, by server and catalogue digest, so
-    /// a thousand AgentSpecs on one large server read its ConfigMap once.
-    spilled: Mutex<HashMap<ServerKey, (String, Arc<Catalog>)>>,
+    /// Spilled catalogues read back from their ConfigMaps, so a thousand AgentSpecs on one
+    /// large server read its ConfigMap once.
+    spilled: SpilledCatalogs,
 }
 
 impl AgentContext {
@@ -83,13 +88,16 @@ impl AgentContext {
             config_maps,
             tenant_default,
             preload_budget,
-            spilled: Mutex::new(HashMap::new()),
+            spilled: SpilledCatalogs::default(),
         }
     }
 }
 
 /// Reconciles one AgentSpec.
-pub async fn reconcile(agent: Arc<AgentSpec>, ctx: Arc<AgentContext>) -> Result<Action, Error> {
+pub async fn reconcile(
+    agent: Arc<AgentSpec>,
+    ctx: Arc<AgentContext>,
+) -> Result<Action, ReconcileError> {
     ctx.base
         .metrics
         .time_reconcile(KIND, reconcile_inner(&agent, &ctx))
@@ -97,7 +105,11 @@ pub async fn reconcile(agent: Arc<AgentSpec>, ctx: Arc<AgentContext>) -> Result<
 }
 
 /// On a failed reconcile (an apiserver error): retry soon.
-pub fn error_policy(agent: Arc<AgentSpec>, error: &Error, _ctx: Arc<AgentContext>) -> Action {
+pub fn error_policy(
+    agent: Arc<AgentSpec>,
+    error: &ReconcileError,
+    _ctx: Arc<AgentContext>,
+) -> Action {
     warn!(
         agentspec = %agent.name_any(),
         namespace = %agent.namespace().unwrap_or_default(),
@@ -107,7 +119,7 @@ pub fn error_policy(agent: Arc<AgentSpec>, error: &Error, _ctx: Arc<AgentContext
     Action::requeue(Duration::from_secs(10))
 }
 
-async fn reconcile_inner(agent: &AgentSpec, ctx: &AgentContext) -> Result<Action, Error> {
+async fn reconcile_inner(agent: &AgentSpec, ctx: &AgentContext) -> Result<Action, ReconcileError> {
     if agent.meta().deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
@@ -117,14 +129,8 @@ async fn reconcile_inner(agent: &AgentSpec, ctx: &AgentContext) -> Result<Action
     let _ = ctx.namespaces.wait_until_ready().await;
     let _ = ctx.config_maps.wait_until_ready().await;
 
+    // Gather: the AgentSpec's servers (with spilled catalogues read back) and its namespace.
     let namespace = agent.namespace().unwrap_or_default();
-    let name = agent.name_any();
-    let namespace_labels = ctx
-        .namespaces
-        .get(&ObjectRef::new(&namespace))
-        .map(|ns| ns.labels().clone())
-        .unwrap_or_default();
-
     let referenced: BTreeSet<String> = agent.spec.servers.iter().map(|s| s.name.clone()).collect();
     let servers: BTreeMap<String, Arc<McpServer>> = referenced
         .iter()
@@ -139,6 +145,45 @@ async fn reconcile_inner(agent: &AgentSpec, ctx: &AgentContext) -> Result<Action
             spilled.insert(n.clone(), catalog);
         }
     }
+
+    // Decide.
+    let grants = decide(agent, ctx, &referenced, &servers, &spilled);
+
+    // Apply: the ConfigMap, then the status, then the events.
+    let published = publish(agent, ctx, &grants).await?;
+    let (status, transitions) = next_agent_status(
+        agent.status.as_ref(),
+        agent.meta().generation,
+        &grants.resolution,
+        &grants.outcomes,
+        &published,
+        Time(k8s_openapi::jiff::Timestamp::now()),
+    );
+    let base = &ctx.base;
+    if agent.status.as_ref() != Some(&status) {
+        apply_status(&base.client, agent, &status, &base.settings.field_manager)
+            .await
+            .map_err(ReconcileError::StatusPatch)?;
+        base.metrics.count_write(KIND);
+    }
+    announce(agent, base, &transitions).await;
+    Ok(Action::await_change())
+}
+
+/// The pure step: converts what was gathered into the core's input and lets it decide.
+fn decide(
+    agent: &AgentSpec,
+    ctx: &AgentContext,
+    referenced: &BTreeSet<String>,
+    servers: &BTreeMap<String, Arc<McpServer>>,
+    spilled: &BTreeMap<String, Arc<Catalog>>,
+) -> Grants {
+    let namespace = agent.namespace().unwrap_or_default();
+    let namespace_labels = ctx
+        .namespaces
+        .get(&ObjectRef::new(&namespace))
+        .map(|ns| ns.labels().clone())
+        .unwrap_or_default();
     let with_catalogs: BTreeMap<String, (&McpServer, Option<&Catalog>)> = servers
         .iter()
         .map(|(n, s)| {
@@ -153,13 +198,12 @@ async fn reconcile_inner(agent: &AgentSpec, ctx: &AgentContext) -> Result<Action
         .iter()
         .map(|(n, s)| (n.clone(), s.as_ref()))
         .collect();
-
     let policies: Vec<_> = ctx
         .policies
         .state()
         .into_iter()
         .filter(|p| policy_selects(p, &namespace_labels))
-        .map(|p| policy_input(&p, &referenced, &by_name))
+        .map(|p| policy_input(&p, referenced, &by_name))
         .collect();
     let input = resolve_input(
         agent,
@@ -168,58 +212,41 @@ async fn reconcile_inner(agent: &AgentSpec, ctx: &AgentContext) -> Result<Action
         ctx.tenant_default,
         ctx.preload_budget,
     );
-    let resolution = grants::resolve(&input);
-    let (mut doc, outcomes) = match &resolution.document {
-        Some(doc) => (doc.clone(), resolution.servers.clone()),
-        None => {
-            let narrower = grants::resolve(&without_collisions(&input, &resolution.collisions));
-            let doc = narrower
-                .document
-                .unwrap_or_else(|| GrantsDocument::new(Vec::new()));
-            (doc, narrower.servers)
-        }
-    };
-    fill_endpoints(&mut doc, &by_name);
-    let digest = doc.digest();
+    decide_grants(&input, &by_name)
+}
 
-    let config_map = grants_config_map_name(&name);
+/// Publishes the grants ConfigMap when its digest changed; says what it holds.
+async fn publish(
+    agent: &AgentSpec,
+    ctx: &AgentContext,
+    grants: &Grants,
+) -> Result<Published, ReconcileError> {
+    let namespace = agent.namespace().unwrap_or_default();
+    let config_map = grants_config_map_name(&agent.name_any());
+    let digest = grants.document.digest();
     let cached = ctx
         .config_maps
         .get(&ObjectRef::new(&config_map).within(&namespace))
         .and_then(|cm| published_digest(cm.as_ref()).map(str::to_string));
     let base = &ctx.base;
-    if grants_publish::publish(
+    if publish::publish(
         &base.client,
         agent,
-        &doc,
+        &grants.document,
         &digest,
         cached.as_deref(),
         &base.settings.field_manager,
     )
-    .await?
+    .await
+    .map_err(ReconcileError::GrantsConfigMap)?
     {
         base.metrics.count_write("GrantsConfigMap");
     }
-
-    let published = Published {
+    Ok(Published {
         config_map,
         digest,
-        tools: doc.tool_count() as u32,
-    };
-    let now = Time(k8s_openapi::jiff::Timestamp::now());
-    let (status, transitions) = next_agent_status(
-        agent.status.as_ref(),
-        agent.meta().generation,
-        &resolution,
-        &outcomes,
-        &published,
-        now,
-    );
-    if agent.status.as_ref() != Some(&status) {
-        write_status(agent, base, &status).await?;
-    }
-    announce(agent, base, &transitions).await;
-    Ok(Action::await_change())
+        tools: grants.document.tool_count() as u32,
+    })
 }
 
 /// The full catalogue of a server whose catalogue was spilled to a ConfigMap, from the cache
@@ -228,54 +255,61 @@ async fn spilled_catalog(ctx: &AgentContext, server: &McpServer) -> Option<Arc<C
     let status = server.status.as_ref()?;
     status.catalog_config_map.as_ref()?;
     let digest = status.catalog.as_ref()?.catalog.digest.clone();
-    let key = (server.namespace().unwrap_or_default(), server.name_any());
-    if let Some((d, catalog)) = ctx.spilled.lock().expect("cache lock").get(&key)
-        && *d == digest
-    {
-        return Some(catalog.clone());
+    let key = server_key(server);
+    if let Some(catalog) = ctx.spilled.get(&key, &digest) {
+        return Some(catalog);
     }
-    let catalog = Arc::new(catalog_spill::read(&ctx.base.client, server).await?);
+    let catalog = Arc::new(read_spilled_catalog(&ctx.base.client, server).await?);
     if catalog.digest != digest {
         // The ConfigMap is ahead of or behind the status: the next status change re-resolves.
         return None;
     }
-    ctx.spilled
-        .lock()
-        .expect("cache lock")
-        .insert(key, (digest, catalog.clone()));
+    ctx.spilled.insert(key, digest, catalog.clone(), |k| {
+        ctx.servers
+            .get(&ObjectRef::new(&k.1).within(&k.0))
+            .is_some()
+    });
     Some(catalog)
 }
 
-async fn write_status(
-    agent: &AgentSpec,
-    ctx: &Context,
-    status: &AgentSpecStatus,
-) -> Result<(), Error> {
-    let api: Api<AgentSpec> =
-        Api::namespaced(ctx.client.clone(), &agent.namespace().unwrap_or_default());
-    let patch = json!({
-        "apiVersion": AgentSpec::api_version(&()),
-        "kind": AgentSpec::kind(&()),
-        "status": status,
-    });
-    api.patch_status(
-        &agent.name_any(),
-        &PatchParams::apply(&ctx.settings.field_manager).force(),
-        &Patch::Apply(&patch),
-    )
-    .await?;
-    ctx.metrics.count_write(KIND);
-    Ok(())
+/// Spilled catalogues by server and catalogue digest. Entries of servers that no longer exist
+/// are dropped whenever a catalogue is added, so the cache holds at most the live servers.
+#[derive(Default)]
+struct SpilledCatalogs(Mutex<HashMap<ServerKey, (String, Arc<Catalog>)>>);
+
+impl SpilledCatalogs {
+    fn get(&self, key: &ServerKey, digest: &str) -> Option<Arc<Catalog>> {
+        let cache = self.0.lock().expect("cache lock");
+        let (d, catalog) = cache.get(key)?;
+        (d == digest).then(|| catalog.clone())
+    }
+
+    fn insert(
+        &self,
+        key: ServerKey,
+        digest: String,
+        catalog: Arc<Catalog>,
+        exists: impl Fn(&ServerKey) -> bool,
+    ) {
+        let mut cache = self.0.lock().expect("cache lock");
+        cache.retain(|k, _| exists(k));
+        cache.insert(key, (digest, catalog));
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.0.lock().expect("cache lock").len()
+    }
 }
 
 /// One log line and one event per transition.
 async fn announce(agent: &AgentSpec, ctx: &Context, transitions: &AgentTransitions) {
     let namespace = agent.namespace().unwrap_or_default();
     let name = agent.name_any();
-    let mut events = Vec::new();
+    let mut out = Vec::new();
     if let Some((reason, message)) = &transitions.became_unready {
         warn!(%namespace, agentspec = %name, %reason, "AgentSpec is not ready: {message}");
-        events.push(Event {
+        out.push(Event {
             type_: EventType::Warning,
             reason: reason.clone(),
             note: Some(message.clone()),
@@ -285,7 +319,7 @@ async fn announce(agent: &AgentSpec, ctx: &Context, transitions: &AgentTransitio
     }
     if transitions.became_ready {
         info!(%namespace, agentspec = %name, "AgentSpec is ready");
-        events.push(Event {
+        out.push(Event {
             type_: EventType::Normal,
             reason: "Ready".into(),
             note: Some("Every required server is available and the grants are published.".into()),
@@ -295,7 +329,7 @@ async fn announce(agent: &AgentSpec, ctx: &Context, transitions: &AgentTransitio
     }
     if let Some(change) = &transitions.grants_changed {
         info!(%namespace, agentspec = %name, "{change}");
-        events.push(Event {
+        out.push(Event {
             type_: EventType::Normal,
             reason: "GrantsPublished".into(),
             note: Some(change.clone()),
@@ -303,7 +337,7 @@ async fn announce(agent: &AgentSpec, ctx: &Context, transitions: &AgentTransitio
             secondary: None,
         });
     }
-    ctx.publish_events(&agent.object_ref(&()), events).await;
+    events::publish(&ctx.recorder, &agent.object_ref(&()), out).await;
 }
 
 /// The AgentSpecs in `namespace` that use the McpServer `server` (McpServer watch → reconcile).
@@ -340,4 +374,90 @@ pub fn all(agents: &Store<AgentSpec>) -> Vec<ObjectRef<AgentSpec>> {
         .iter()
         .map(|a| ObjectRef::from_obj(a.as_ref()))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::runtime::{reflector, watcher};
+    use serde_json::json;
+
+    use super::*;
+    use crate::controller::fixtures::agent;
+
+    fn store_of(agents: Vec<AgentSpec>) -> Store<AgentSpec> {
+        let (reader, mut writer) = reflector::store();
+        for a in agents {
+            writer.apply_watcher_event(&watcher::Event::Apply(a));
+        }
+        reader
+    }
+
+    fn named(name: &str, namespace: &str, servers: &[&str]) -> AgentSpec {
+        let mut a = agent(json!({
+            "servers": servers.iter().map(|s| json!({"name": s})).collect::<Vec<_>>()
+        }));
+        a.metadata.name = Some(name.into());
+        a.metadata.namespace = Some(namespace.into());
+        a.metadata.uid = Some(format!("uid-{namespace}-{name}"));
+        a
+    }
+
+    fn names(refs: Vec<ObjectRef<AgentSpec>>) -> Vec<String> {
+        let mut names: Vec<String> = refs
+            .into_iter()
+            .map(|r| format!("{}/{}", r.namespace.unwrap_or_default(), r.name))
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn a_server_change_reaches_the_agents_in_its_namespace_that_name_it() {
+        let agents = store_of(vec![
+            named("a", "team-a", &["gh", "jira"]),
+            named("b", "team-a", &["jira"]),
+            named("c", "team-b", &["gh"]),
+        ]);
+        assert_eq!(
+            names(using_server(&agents, Some("team-a"), "gh")),
+            ["team-a/a"]
+        );
+        assert_eq!(
+            names(using_server(&agents, Some("team-a"), "jira")),
+            ["team-a/a", "team-a/b"]
+        );
+        assert!(using_server(&agents, Some("team-c"), "gh").is_empty());
+    }
+
+    #[test]
+    fn a_namespace_change_reaches_the_agents_in_it_and_a_policy_change_all() {
+        let agents = store_of(vec![
+            named("a", "team-a", &["gh"]),
+            named("b", "team-a", &[]),
+            named("c", "team-b", &["gh"]),
+        ]);
+        assert_eq!(
+            names(in_namespace(&agents, "team-a")),
+            ["team-a/a", "team-a/b"]
+        );
+        assert!(in_namespace(&agents, "other").is_empty());
+        assert_eq!(names(all(&agents)).len(), 3);
+    }
+
+    #[test]
+    fn the_spilled_catalogue_cache_forgets_deleted_servers() {
+        let cache = SpilledCatalogs::default();
+        let key = |n: &str| ("team-a".to_string(), n.to_string());
+        let catalog = Arc::new(crate::controller::fixtures::catalog());
+        cache.insert(key("big"), "d1".into(), catalog.clone(), |_| true);
+        assert!(cache.get(&key("big"), "d1").is_some());
+        assert!(
+            cache.get(&key("big"), "d2").is_none(),
+            "another digest is a miss"
+        );
+        // "big" was deleted: adding another server's catalogue drops it.
+        cache.insert(key("other"), "d3".into(), catalog, |k| k.1 != "big");
+        assert!(cache.get(&key("big"), "d1").is_none());
+        assert_eq!(cache.len(), 1);
+    }
 }

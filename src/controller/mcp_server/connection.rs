@@ -1,0 +1,111 @@
+//! The McpServer → connection mapping: what `mcp::read_server` and the list_changed watch are
+//! given for one McpServer, from its spec and its resolved credentials. Pure.
+
+use crate::api::mcp_server::McpServerSpec;
+use crate::core::Limits;
+use crate::mcp::{EndpointPolicy, ServerConnection};
+
+use super::credentials::Resolved;
+
+/// How to reach the server the spec describes, with the credentials resolved for it.
+pub fn connection(
+    spec: &McpServerSpec,
+    resolved: Resolved,
+    allow_loopback: bool,
+) -> ServerConnection {
+    ServerConnection {
+        url: spec.url.clone(),
+        transport: spec.transport,
+        credentials: resolved.credentials,
+        tls: resolved.tls,
+        limits: Limits {
+            connect_timeout: spec.timeouts.connect.as_std(),
+            max_tool_pages: spec.discovery.max_tool_pages,
+            max_response_bytes: spec.discovery.max_response_bytes,
+        },
+        endpoint_policy: EndpointPolicy { allow_loopback },
+    }
+}
+
+/// What, when it changes, calls for a new list_changed subscription: URL, transport and the
+/// resolved credential values (as their digest).
+pub fn identity(spec: &McpServerSpec, credentials_digest: &str) -> String {
+    format!("{}\0{:?}\0{credentials_digest}", spec.url, spec.transport)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::core::Transport;
+    use crate::mcp::{Credentials, SecretValue, TlsSettings};
+
+    fn resolved() -> Resolved {
+        Resolved {
+            credentials: Credentials {
+                bearer_token: Some(SecretValue::new("t")),
+                headers: vec![("X-Key".into(), SecretValue::new("k"))],
+            },
+            tls: TlsSettings {
+                ca_pem: Some(b"PEM".to_vec()),
+                insecure_skip_verify: false,
+            },
+            digest: "d1".into(),
+        }
+    }
+
+    #[test]
+    fn the_spec_and_resolved_credentials_become_the_connection() {
+        let spec: McpServerSpec = serde_json::from_value(json!({
+            "url": "https://mcp.example.com/mcp",
+            "transport": "sse",
+            "timeouts": {"connect": "1m30s"},
+            "discovery": {"maxToolPages": 7, "maxResponseBytes": 65536},
+        }))
+        .unwrap();
+        let conn = connection(&spec, resolved(), true);
+        assert_eq!(conn.url, "https://mcp.example.com/mcp");
+        assert_eq!(conn.transport, Transport::Sse);
+        assert_eq!(conn.limits.connect_timeout, Duration::from_secs(90));
+        assert_eq!(conn.limits.max_tool_pages, 7);
+        assert_eq!(conn.limits.max_response_bytes, 65536);
+        assert!(conn.endpoint_policy.allow_loopback);
+        assert_eq!(conn.credentials.bearer_token.unwrap().expose(), "t");
+        assert_eq!(conn.credentials.headers[0].0, "X-Key");
+        assert_eq!(conn.tls.ca_pem.as_deref(), Some(&b"PEM"[..]));
+    }
+
+    #[test]
+    fn defaults_are_the_documented_limits_and_loopback_follows_the_flag() {
+        let spec: McpServerSpec =
+            serde_json::from_value(json!({"url": "http://mcp.example.com/mcp"})).unwrap();
+        let conn = connection(&spec, resolved(), false);
+        let defaults = Limits::default();
+        assert_eq!(conn.transport, Transport::StreamableHttp);
+        assert_eq!(conn.limits.connect_timeout, defaults.connect_timeout);
+        assert_eq!(conn.limits.max_tool_pages, defaults.max_tool_pages);
+        assert_eq!(conn.limits.max_response_bytes, defaults.max_response_bytes);
+        assert!(!conn.endpoint_policy.allow_loopback);
+    }
+
+    #[test]
+    fn the_identity_changes_with_url_transport_or_credentials() {
+        let spec: McpServerSpec = serde_json::from_value(json!({"url": "http://a/mcp"})).unwrap();
+        let mut sse = spec.clone();
+        sse.transport = Transport::Sse;
+        let mut moved = spec.clone();
+        moved.url = "http://b/mcp".into();
+        let base = identity(&spec, "d1");
+        assert_eq!(base, identity(&spec, "d1"));
+        for other in [
+            identity(&sse, "d1"),
+            identity(&moved, "d1"),
+            identity(&spec, "d2"),
+        ] {
+            assert_ne!(base, other);
+        }
+    }
+}

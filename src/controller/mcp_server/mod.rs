@@ -1,0 +1,396 @@
+//! The McpServer reconciler: resolve credentials, probe the server through `mcp::read_server`
+//! when its inputs changed or it is due, decide the status in one pure step
+//! ([`status::decide`]: conditions, catalogue, and whether a large catalogue moves to its
+//! companion ConfigMap), then apply: the ConfigMap, the status (only when its content changed),
+//! metrics and one event per transition.
+//!
+//! ```text
+//!  gather   credentials::resolve (Secrets, ConfigMaps) ─► schedule says probe? ─► read_server
+//!  decide   status::decide(stored, previous in full, finding) ─► Decision { status, spill }
+//!  apply    catalog_spill (write / remove) ─► status (SSA) ─► metrics ─► Events
+//! ```
+//!
+//! - [`connection`]: the McpServer → `ServerConnection` mapping (pure).
+//! - [`credentials`]: Secrets and ConfigMaps → credentials and TLS settings.
+//! - [`schedule`]: when each server is next due for a probe.
+//! - [`subscriptions`]: one `tools/list_changed` subscription per server that pushes.
+//! - [`catalog_spill`]: the companion ConfigMap of a catalogue too large for status.
+//! - [`status`]: the pure decision.
+
+mod catalog_spill;
+mod connection;
+pub(crate) mod credentials;
+mod schedule;
+mod status;
+mod subscriptions;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType};
+use kube::runtime::reflector::ObjectRef;
+use kube::{Resource, ResourceExt};
+use sha2::{Digest, Sha256};
+use tokio::sync::mpsc;
+use tracing::{info, warn};
+
+use crate::api::conditions::{READY, find};
+use crate::api::mcp_server::{McpServer, McpServerStatus, REFRESH_ANNOTATION};
+use crate::mcp;
+
+use super::context::Context;
+use super::error::ReconcileError;
+use super::metrics::ReasonLabels;
+use super::shared::{events, status::apply_status};
+use schedule::{ProbeSchedule, ServerKey};
+use status::{Decision, Finding, Spill, Transitions, decide};
+use subscriptions::Subscriptions;
+
+pub use catalog_spill::decompress as decompress_spilled_catalog;
+pub(crate) use catalog_spill::read as read_spilled_catalog;
+pub(crate) use credentials::{referenced_config_maps, referenced_secrets};
+
+pub const KIND: &str = "McpServer";
+
+/// What the McpServer reconciler holds besides the shared context: when each server was last
+/// probed, and the open list_changed subscriptions.
+pub struct ServerContext {
+    pub base: Arc<Context>,
+    schedule: Arc<ProbeSchedule>,
+    subscriptions: Subscriptions,
+}
+
+impl ServerContext {
+    pub fn new(base: Arc<Context>) -> Self {
+        let schedule = Arc::new(ProbeSchedule::new(base.settings.max_failure_backoff));
+        ServerContext {
+            base,
+            schedule,
+            subscriptions: Subscriptions::default(),
+        }
+    }
+
+    /// Starts delivering pushed changes to a (new) controller run as reconcile triggers.
+    pub fn attach(&self, trigger: mpsc::Sender<ObjectRef<McpServer>>) {
+        self.subscriptions.attach(trigger);
+    }
+
+    /// Closes every subscription (leadership lost, shutdown).
+    pub fn detach(&self) {
+        self.subscriptions.detach();
+    }
+
+    /// Every server the reconciler remembers.
+    pub fn remembered(&self) -> Vec<ServerKey> {
+        self.schedule.keys()
+    }
+
+    /// Drops everything the reconciler holds for a server that is gone.
+    pub fn forget(&self, key: &ServerKey) {
+        self.schedule.forget(key);
+        self.subscriptions.remove(key);
+        self.base.metrics.set_server(&key.0, &key.1, None);
+    }
+}
+
+/// Reconciles one McpServer.
+pub async fn reconcile(
+    server: Arc<McpServer>,
+    ctx: Arc<ServerContext>,
+) -> Result<Action, ReconcileError> {
+    ctx.base
+        .metrics
+        .time_reconcile(KIND, reconcile_inner(&server, &ctx))
+        .await
+}
+
+/// On a failed reconcile (an apiserver error): retry soon.
+pub fn error_policy(
+    server: Arc<McpServer>,
+    error: &ReconcileError,
+    _ctx: Arc<ServerContext>,
+) -> Action {
+    warn!(
+        mcpserver = %key_of(&server).1,
+        namespace = %key_of(&server).0,
+        reason = error.reason(),
+        "reconcile failed: {error}"
+    );
+    Action::requeue(Duration::from_secs(10))
+}
+
+/// (namespace, name) of an McpServer.
+pub fn key_of(server: &McpServer) -> ServerKey {
+    (server.namespace().unwrap_or_default(), server.name_any())
+}
+
+async fn reconcile_inner(
+    server: &McpServer,
+    ctx: &ServerContext,
+) -> Result<Action, ReconcileError> {
+    let key = key_of(server);
+    if server.meta().deletion_timestamp.is_some() {
+        ctx.forget(&key);
+        return Ok(Action::await_change());
+    }
+    // Gather: what the server says now, when it is due.
+    let (finding, next_wait) = match probe_if_due(server, ctx, &key).await {
+        Probe::NotDue(wait) => return Ok(Action::requeue(wait)),
+        Probe::Done(finding, next_wait) => (finding, next_wait),
+    };
+    let previous = previous_status_in_full(server, ctx).await;
+
+    // Decide.
+    let decision = decide(
+        server.status.as_ref(),
+        previous.as_ref(),
+        server.meta().generation,
+        &finding,
+        server
+            .spec
+            .tls
+            .as_ref()
+            .is_some_and(|t| t.insecure_skip_verify),
+        catalog_spill::config_map_name(&key.1),
+        Time(k8s_openapi::jiff::Timestamp::now()),
+    );
+
+    // Apply.
+    apply(server, ctx, &decision).await?;
+    record(ctx, &key, &decision.status, &finding);
+    announce(server, &ctx.base, &decision.transitions).await;
+    Ok(Action::requeue(next_wait))
+}
+
+/// What the gather step found: the server is not due yet (wait this long), or what reading it
+/// found and when it is next due.
+enum Probe {
+    NotDue(Duration),
+    Done(Finding, Duration),
+}
+
+/// Resolves the credentials and, when the server is due (new inputs, the refresh interval
+/// passed, or a pushed change), reads it.
+async fn probe_if_due(server: &McpServer, ctx: &ServerContext, key: &ServerKey) -> Probe {
+    let spec = &server.spec;
+    let refresh = spec.discovery.refresh_interval.as_std();
+    let resolved = credentials::resolve(&ctx.base.client, &key.0, spec).await;
+    let inputs = probe_inputs(server, resolved.as_ref().ok().map(|r| r.digest.as_str()));
+    if let Some(wait) = ctx.schedule.wait_before_probe(key, &inputs) {
+        return Probe::NotDue(wait);
+    }
+    let resolved = match resolved {
+        Err(e) => {
+            let wait = ctx.schedule.probed(key, inputs, false, refresh);
+            return Probe::Done(Finding::Credentials(e), wait);
+        }
+        Ok(resolved) => resolved,
+    };
+    let identity = connection::identity(spec, &resolved.digest);
+    let conn = connection::connection(spec, resolved, ctx.base.settings.allow_loopback);
+    let probe_started = Instant::now();
+    let outcome = mcp::read_server(&conn).await;
+    ctx.base
+        .metrics
+        .probe_duration
+        .observe(probe_started.elapsed().as_secs_f64());
+    match outcome {
+        Ok(report) => {
+            // A modern server says how long its list stays fresh: honour it, within
+            // [30s, refreshInterval].
+            let refresh = report
+                .ttl_ms
+                .map(|ttl| Duration::from_millis(ttl).clamp(Duration::from_secs(30), refresh))
+                .unwrap_or(refresh);
+            let wait = ctx.schedule.probed(key, inputs, true, refresh);
+            if report.pushes_tool_changes {
+                ctx.subscriptions.ensure(
+                    key,
+                    &identity,
+                    conn,
+                    ctx.schedule.clone(),
+                    ctx.base.metrics.clone(),
+                );
+            } else {
+                ctx.subscriptions.remove(key);
+            }
+            let overrides = spec
+                .tools
+                .as_ref()
+                .map(|t| t.overrides.clone())
+                .unwrap_or_default();
+            let finding = Finding::Read {
+                era: report.era,
+                protocol_version: report.protocol_version.clone(),
+                server_info: report.server_info.clone(),
+                catalog: report.catalog(&overrides),
+            };
+            Probe::Done(finding, wait)
+        }
+        Err(failure) => {
+            let wait = ctx.schedule.probed(key, inputs, false, refresh);
+            Probe::Done(Finding::Failed(failure), wait)
+        }
+    }
+}
+
+/// Writes what the decision says: the companion ConfigMap, then the status when it changed.
+async fn apply(
+    server: &McpServer,
+    ctx: &ServerContext,
+    decision: &Decision,
+) -> Result<(), ReconcileError> {
+    let base = &ctx.base;
+    match &decision.spill {
+        Spill::Write(catalog) => {
+            if catalog_spill::publish(&base.client, server, catalog, &base.settings.field_manager)
+                .await
+                .map_err(ReconcileError::CatalogSpillWrite)?
+            {
+                base.metrics.count_write("CatalogConfigMap");
+            }
+        }
+        Spill::Remove => catalog_spill::remove(&base.client, server)
+            .await
+            .map_err(ReconcileError::CatalogSpillRemove)?,
+        Spill::Nothing => {}
+    }
+    if server.status.as_ref() != Some(&decision.status) {
+        apply_status(
+            &base.client,
+            server,
+            &decision.status,
+            &base.settings.field_manager,
+        )
+        .await
+        .map_err(ReconcileError::StatusPatch)?;
+        base.metrics.count_write(KIND);
+    }
+    Ok(())
+}
+
+/// The server gauges, and one probe counted by its outcome when a probe ran (a credential
+/// failure means the server was never contacted, so it is no probe).
+fn record(ctx: &ServerContext, key: &ServerKey, status: &McpServerStatus, finding: &Finding) {
+    let metrics = &ctx.base.metrics;
+    let reason = find(&status.conditions, READY).map_or("Unknown", |c| c.reason.as_str());
+    metrics.set_server(
+        &key.0,
+        &key.1,
+        Some((
+            reason,
+            status.catalog.as_ref().map(|c| c.catalog.tool_count),
+        )),
+    );
+    if probe_ran(finding) {
+        metrics
+            .probes
+            .get_or_create(&ReasonLabels {
+                reason: reason.to_string(),
+            })
+            .inc();
+    }
+}
+
+/// Whether the finding comes from contacting the server.
+fn probe_ran(finding: &Finding) -> bool {
+    !matches!(finding, Finding::Credentials(_))
+}
+
+/// What, when changed, calls for a new probe: the spec, the refresh annotation and the resolved
+/// credential values (as a digest).
+fn probe_inputs(server: &McpServer, credentials_digest: Option<&str>) -> String {
+    let mut h = Sha256::new();
+    h.update(server.meta().generation.unwrap_or_default().to_be_bytes());
+    h.update(
+        server
+            .annotations()
+            .get(REFRESH_ANNOTATION)
+            .map(String::as_str)
+            .unwrap_or("")
+            .as_bytes(),
+    );
+    h.update(b"\0");
+    h.update(credentials_digest.unwrap_or("unresolved").as_bytes());
+    hex::encode(h.finalize())
+}
+
+/// The status as last written, with a spilled catalogue read back from its ConfigMap so the
+/// comparison with the new catalogue sees every tool.
+async fn previous_status_in_full(
+    server: &McpServer,
+    ctx: &ServerContext,
+) -> Option<McpServerStatus> {
+    let mut previous = server.status.clone()?;
+    if previous.catalog_config_map.is_some()
+        && let Some(catalog) = previous.catalog.as_mut()
+        && let Some(full) = catalog_spill::read(&ctx.base.client, server).await
+    {
+        catalog.catalog = full;
+    }
+    Some(previous)
+}
+
+/// One log line and one event per transition.
+async fn announce(server: &McpServer, ctx: &Context, transitions: &Transitions) {
+    let (namespace, name) = key_of(server);
+    let mut out = Vec::new();
+    if let Some((reason, message)) = &transitions.became_unready {
+        warn!(%namespace, mcpserver = %name, %reason, "McpServer is not ready: {message}");
+        out.push(Event {
+            type_: EventType::Warning,
+            reason: reason.clone(),
+            note: Some(message.clone()),
+            action: "Probe".into(),
+            secondary: None,
+        });
+    }
+    if transitions.recovered {
+        info!(%namespace, mcpserver = %name, "McpServer recovered and is ready");
+        out.push(Event {
+            type_: EventType::Normal,
+            reason: "Recovered".into(),
+            note: Some("The server is reachable and its catalogue is read again.".into()),
+            action: "Probe".into(),
+            secondary: None,
+        });
+    }
+    if let Some(diff) = &transitions.catalog_change {
+        let summary = diff.summary();
+        info!(%namespace, mcpserver = %name, "catalogue changed: {summary}");
+        out.push(Event {
+            type_: EventType::Normal,
+            reason: "CatalogChanged".into(),
+            note: Some(format!("Tools {summary}.")),
+            action: "Probe".into(),
+            secondary: None,
+        });
+    }
+    events::publish(&ctx.recorder, &server.object_ref(&()), out).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mcp::{McpError, ReadFailure, Stage};
+    use credentials::CredentialError;
+
+    #[test]
+    fn a_credential_failure_is_not_a_probe() {
+        let credentials = Finding::Credentials(CredentialError::SecretNotFound {
+            namespace: "ns".into(),
+            name: "token".into(),
+            field: "spec.credentials.bearerToken".into(),
+        });
+        assert!(!probe_ran(&credentials));
+        let refused = Finding::Failed(ReadFailure {
+            stage: Stage::Connect,
+            error: McpError::ConnectionRefused {
+                addr: "10.0.0.1:80".into(),
+            },
+        });
+        assert!(probe_ran(&refused));
+    }
+}

@@ -1,0 +1,18 @@
+//! Events about one object. Publishing is best effort: a failure is logged, never fails the
+//! reconcile (the status already says what the event would).
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::runtime::events::{Event, Recorder};
+
+/// Publishes `events` about the object `reference` names.
+pub async fn publish(recorder: &Recorder, reference: &ObjectReference, events: Vec<Event>) {
+    for event in events {
+        if let Err(e) = recorder.publish(&event, reference).await {
+            tracing::warn!(
+                object = reference.name.as_deref().unwrap_or(""),
+                namespace = reference.namespace.as_deref().unwrap_or(""),
+                "could not publish an event: {e}"
+            );
+        }
+    }
+}

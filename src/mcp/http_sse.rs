@@ -14,8 +14,7 @@ use url::Url;
 use super::error::McpError;
 use super::http::{Http, content_type};
 use super::rpc::{self, Incoming, RpcReply};
-use super::sse::SseParser;
-use super::watch::EventBudget;
+use super::sse::{SseMessage, SseReader};
 
 /// An open HTTP+SSE connection.
 pub struct HttpSse {
@@ -158,9 +157,8 @@ async fn read_stream(
     messages: mpsc::Sender<Result<Value, McpError>>,
 ) {
     let mut endpoint_tx = Some(endpoint_tx);
-    let mut parser = SseParser::default();
     // One event may not exceed the cap; keep-alive comments between events cost nothing.
-    let mut budget = EventBudget::new(http.max_response_bytes);
+    let mut reader = SseReader::per_event(http.max_response_bytes);
     let fail =
         |e: McpError, endpoint_tx: &mut Option<oneshot::Sender<Result<String, McpError>>>| {
             match endpoint_tx.take() {
@@ -178,25 +176,31 @@ async fn read_stream(
             Ok(None) => return,
             Err(e) => return fail(http.transport_error(&e), &mut endpoint_tx),
         };
-        if let Err(e) = budget.feed(&chunk) {
-            return fail(e, &mut endpoint_tx);
-        }
-        for event in parser.feed(&chunk) {
-            match event.event.as_str() {
-                "endpoint" => {
+        let events = match reader.feed(&chunk) {
+            Ok(events) => events,
+            Err(e) => return fail(e, &mut endpoint_tx),
+        };
+        for event in events {
+            match event {
+                SseMessage::Endpoint(endpoint) => {
                     if let Some(tx) = endpoint_tx.take() {
-                        let _ = tx.send(Ok(event.data));
+                        let _ = tx.send(Ok(endpoint));
                     }
                 }
-                "message" => {
-                    let message = serde_json::from_str(&event.data).map_err(|_| {
-                        McpError::ProtocolError("a message on the SSE stream is not JSON".into())
-                    });
+                SseMessage::Json(message) => {
+                    if messages.send(Ok(message)).await.is_err() {
+                        return;
+                    }
+                }
+                SseMessage::NotJson | SseMessage::Empty => {
+                    let message = Err(McpError::ProtocolError(
+                        "a message on the SSE stream is not JSON".into(),
+                    ));
                     if messages.send(message).await.is_err() {
                         return;
                     }
                 }
-                _ => {}
+                SseMessage::Other => {}
             }
         }
     }

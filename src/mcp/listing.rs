@@ -7,9 +7,9 @@ use std::collections::{HashMap, HashSet};
 use serde_json::{Map, Value};
 
 use super::error::McpError;
+use super::rpc::Answer;
 use super::rpc::RpcReply;
 use super::session::{Session, not_mcp_status};
-use super::streamable_http::Answer;
 
 /// The raw tool definitions, in the order the server listed them.
 #[derive(Debug, Default)]

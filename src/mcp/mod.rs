@@ -3,15 +3,20 @@
 //! types: it speaks [`crate::core`]'s vocabulary (catalogue, era, transport, limits).
 //!
 //! ```text
-//! ServerConnection ─► endpoint (guard, resolve) ─► http (bounded bodies, credentials)
-//!        │                                            │
-//!        │                       streamable_http ◄────┴────► http_sse (old transport)
-//!        │                                   └──► session (era detection, handshake)
-//!        ├────────────────────────────────────────► listing (every page, the rules)
-//!        │                                              └──► catalog (pure: classify, digest)
-//!        └────────────────────────────────────────► watch (one long-lived subscription to
-//!                                                          notifications/tools/list_changed)
+//! read_server / watch_tool_changes
+//!        │
+//!        ▼
+//!     session::open ─► endpoint (guard, resolve) ─► http (bounded bodies, credentials)
+//!        │                                              │
+//!        │ (era detection, handshake)   streamable_http ┴ http_sse (old transport)
+//!        │                                      └── sse::SseReader ──┘   (also used by watch)
+//!        ├──► listing (every page, the rules) ──► core::catalog (pure: classify, digest)
+//!        └──► watch (one long-lived subscription to notifications/tools/list_changed)
+//!
+//!  rpc: JSON-RPC framing, classification and the reply type every transport returns
 //! ```
+//!
+//! No cycles: `watch` builds on `session`, the transports on `http`, `rpc` and `sse`.
 //!
 //! [`read_server`] is the one entry point for reading: the probe and the controller both call it.
 //! [`watch_tool_changes`] is the controller's trigger: it says *when* to read again, never what.
@@ -98,7 +103,7 @@ pub async fn read_server(conn: &ServerConnection) -> Result<ServerReport, ReadFa
         limit,
         pages_read: 0,
     };
-    let mut session = tokio::time::timeout(limit, open_session(conn, &url))
+    let mut session = tokio::time::timeout(limit, session::open(conn, &url))
         .await
         .map_err(|_| timeout("connecting and negotiating the protocol"))
         .and_then(|opened| opened)
@@ -134,24 +139,4 @@ pub async fn read_server(conn: &ServerConnection) -> Result<ServerReport, ReadFa
     };
     session.close().await;
     Ok(report)
-}
-
-/// Checks the endpoint, builds the HTTP client and negotiates the protocol. No deadline of its
-/// own: every caller bounds it with `limits.connect_timeout`.
-async fn open_session(
-    conn: &ServerConnection,
-    url: &url::Url,
-) -> Result<session::Session, McpError> {
-    let checked = endpoint::check(url, conn.endpoint_policy).await?;
-    let http = http::Http::new(
-        checked,
-        &conn.credentials,
-        &conn.tls,
-        conn.limits.connect_timeout,
-        conn.limits.max_response_bytes,
-    )?;
-    match conn.transport {
-        Transport::StreamableHttp => session::Session::open_streamable(http).await,
-        Transport::Sse => session::Session::open_sse(http).await,
-    }
 }

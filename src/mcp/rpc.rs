@@ -88,6 +88,15 @@ fn classify_object(obj: &Map<String, Value>, id: u64) -> Incoming {
     }
 }
 
+/// What the server answered to one POST.
+#[derive(Debug)]
+pub enum Answer {
+    /// A JSON-RPC response to our request (2xx).
+    Reply(RpcReply),
+    /// A non-2xx status other than 401/403, with the JSON-RPC error it carried, if any.
+    Status(reqwest::StatusCode, Option<RpcReply>),
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -16,8 +16,9 @@ pub use crate::core::{Era, ServerInfo};
 use super::error::McpError;
 use super::http::Http;
 use super::http_sse::HttpSse;
+use super::rpc::Answer;
 use super::rpc::{self, RpcReply};
-use super::streamable_http::{Answer, SESSION_HEADER, StreamableHttp};
+use super::streamable_http::{SESSION_HEADER, StreamableHttp};
 
 /// The modern protocol revision: no handshake, no sessions.
 pub const MODERN_VERSION: &str = "2026-07-28";
@@ -424,6 +425,26 @@ pub fn not_mcp_status(status: StatusCode, step: &str) -> McpError {
             McpError::ProtocolError(format!("{step} answered HTTP {code}: the server failed"))
         }
         code => McpError::NotMcp(format!("{step} answered HTTP {code}")),
+    }
+}
+
+/// Checks the endpoint, builds the HTTP client and negotiates the protocol. No deadline of its
+/// own: every caller bounds it with `limits.connect_timeout`.
+pub(super) async fn open(
+    conn: &super::ServerConnection,
+    url: &url::Url,
+) -> Result<Session, McpError> {
+    let checked = super::endpoint::check(url, conn.endpoint_policy).await?;
+    let http = Http::new(
+        checked,
+        &conn.credentials,
+        &conn.tls,
+        conn.limits.connect_timeout,
+        conn.limits.max_response_bytes,
+    )?;
+    match conn.transport {
+        crate::core::Transport::StreamableHttp => Session::open_streamable(http).await,
+        crate::core::Transport::Sse => Session::open_sse(http).await,
     }
 }
 

@@ -1,9 +1,102 @@
-//! A small incremental parser for `text/event-stream` bodies. The caller feeds it bytes as they
-//! arrive and bounds the total; the parser only holds the current unfinished event.
+//! The one server-sent-event reader: an incremental `text/event-stream` parser, a byte budget,
+//! and the classification of each event (a JSON-RPC message, the old transport's `endpoint`,
+//! or something to skip). Streamable HTTP replies, the old HTTP+SSE transport and the
+//! list_changed watch all read their streams through [`SseReader`].
+//!
+//! Two budgets: a reply stream ([`SseReader::whole`]) may not pass the cap in total; a
+//! long-lived stream ([`SseReader::per_event`]) bounds each event and lets keep-alives be free.
+
+use serde_json::Value;
+
+use super::error::McpError;
+
+/// What one event is, for an MCP client.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SseMessage {
+    /// A `message` event carrying JSON (a JSON-RPC message or batch).
+    Json(Value),
+    /// A `message` event whose data is not JSON.
+    NotJson,
+    /// A `message` event with no data.
+    Empty,
+    /// The old transport's `endpoint` event: where to POST.
+    Endpoint(String),
+    /// Any other event type: not ours.
+    Other,
+}
+
+impl SseMessage {
+    fn of(event: SseEvent) -> Self {
+        match event.event.as_str() {
+            "endpoint" => SseMessage::Endpoint(event.data),
+            "message" if event.data.is_empty() => SseMessage::Empty,
+            "message" => serde_json::from_str(&event.data)
+                .map(SseMessage::Json)
+                .unwrap_or(SseMessage::NotJson),
+            _ => SseMessage::Other,
+        }
+    }
+}
+
+/// How a stream's bytes are bounded.
+#[derive(Debug)]
+enum Budget {
+    /// The whole stream (one reply) may not pass the cap.
+    Whole { limit: u64, received: u64 },
+    /// Each event may not pass the cap (a long-lived stream).
+    PerEvent(EventBudget),
+}
+
+/// Reads one event stream: bytes in, bounded, classified events out.
+#[derive(Debug)]
+pub struct SseReader {
+    parser: SseParser,
+    budget: Budget,
+}
+
+impl SseReader {
+    /// For a stream that carries one reply: at most `limit` bytes in all.
+    pub fn whole(limit: u64) -> Self {
+        SseReader {
+            parser: SseParser::default(),
+            budget: Budget::Whole { limit, received: 0 },
+        }
+    }
+
+    /// For a long-lived stream: at most `limit` bytes per event, keep-alive comments free.
+    pub fn per_event(limit: u64) -> Self {
+        SseReader {
+            parser: SseParser::default(),
+            budget: Budget::PerEvent(EventBudget::new(limit)),
+        }
+    }
+
+    /// Feeds the bytes that arrived; the events they complete, or `ResponseTooLarge`.
+    pub fn feed(&mut self, bytes: &[u8]) -> Result<Vec<SseMessage>, McpError> {
+        match &mut self.budget {
+            Budget::Whole { limit, received } => {
+                *received += bytes.len() as u64;
+                if *received > *limit {
+                    return Err(McpError::ResponseTooLarge {
+                        limit: *limit,
+                        pages_read: 0,
+                    });
+                }
+            }
+            Budget::PerEvent(budget) => budget.feed(bytes)?,
+        }
+        Ok(self
+            .parser
+            .feed(bytes)
+            .into_iter()
+            .map(SseMessage::of)
+            .collect())
+    }
+}
 
 /// One dispatched server-sent event.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SseEvent {
+struct SseEvent {
     /// The `event:` field; `message` when absent.
     pub event: String,
     /// The `data:` lines joined by `\n`.
@@ -13,7 +106,7 @@ pub struct SseEvent {
 /// Incremental SSE parser (WHATWG event-stream rules: `field: value` lines, a blank line
 /// dispatches, lines starting with `:` are comments).
 #[derive(Debug, Default)]
-pub struct SseParser {
+struct SseParser {
     line: Vec<u8>,
     event: Option<String>,
     data: Option<String>,
@@ -21,7 +114,7 @@ pub struct SseParser {
 
 impl SseParser {
     /// Feeds bytes and returns the events they complete.
-    pub fn feed(&mut self, bytes: &[u8]) -> Vec<SseEvent> {
+    fn feed(&mut self, bytes: &[u8]) -> Vec<SseEvent> {
         let mut out = Vec::new();
         for &b in bytes {
             if b == b'\n' {
@@ -73,6 +166,61 @@ impl SseParser {
     }
 }
 
+/// Bounds one server-sent event on a long-lived stream: the bytes of its lines since the last
+/// blank line (the line being read included) may not pass the cap. Comment lines (keep-alives)
+/// are bounded one at a time but never add up, so an idle stream never runs out of budget.
+#[derive(Debug)]
+struct EventBudget {
+    limit: u64,
+    /// Bytes of the finished, non-comment lines of the current event.
+    event: u64,
+    /// Bytes of the line being read (without its line end).
+    line: u64,
+    comment: bool,
+}
+
+impl EventBudget {
+    fn new(limit: u64) -> Self {
+        EventBudget {
+            limit,
+            event: 0,
+            line: 0,
+            comment: false,
+        }
+    }
+
+    /// Accounts for bytes as they arrive; an error once one event passes the cap.
+    fn feed(&mut self, bytes: &[u8]) -> Result<(), McpError> {
+        for &b in bytes {
+            match b {
+                b'\n' => {
+                    if self.line == 0 {
+                        self.event = 0;
+                    } else if !self.comment {
+                        self.event += self.line;
+                    }
+                    self.line = 0;
+                    self.comment = false;
+                }
+                b'\r' => {}
+                _ => {
+                    if self.line == 0 && b == b':' {
+                        self.comment = true;
+                    }
+                    self.line += 1;
+                    if self.event + self.line > self.limit {
+                        return Err(McpError::ResponseTooLarge {
+                            limit: self.limit,
+                            pages_read: 0,
+                        });
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -101,5 +249,71 @@ mod tests {
     fn comments_alone_dispatch_nothing() {
         let mut p = SseParser::default();
         assert!(p.feed(b": keepalive\n\n: keepalive\n\n").is_empty());
+    }
+
+    #[test]
+    fn keep_alive_comments_never_exhaust_the_budget() {
+        let mut budget = EventBudget::new(64);
+        for _ in 0..10_000 {
+            budget.feed(b": ping\r\n\r\n").unwrap();
+            budget.feed(b":\n").unwrap();
+        }
+        budget
+            .feed(b"event: message\ndata: {\"jsonrpc\":\"2.0\"}\n\n")
+            .unwrap();
+    }
+
+    #[test]
+    fn one_event_over_the_cap_is_refused_even_split_across_chunks() {
+        let mut budget = EventBudget::new(64);
+        budget
+            .feed(b"data: 0123456789012345678901234567890\n")
+            .unwrap();
+        let err = budget
+            .feed(b"data: 0123456789012345678901234567890")
+            .unwrap_err();
+        assert_eq!(err.reason(), "ResponseTooLarge");
+
+        // A line that never ends is bounded too, comment or not.
+        let mut budget = EventBudget::new(64);
+        assert!(budget.feed(&[b':'; 65]).is_err());
+        let mut budget = EventBudget::new(64);
+        assert!(budget.feed(&[b'x'; 65]).is_err());
+
+        // The budget starts again after each event.
+        let mut budget = EventBudget::new(64);
+        for _ in 0..100 {
+            budget.feed(b"data: 01234567890123456789\n\n").unwrap();
+        }
+    }
+
+    #[test]
+    fn events_are_classified_and_the_whole_budget_counts_every_byte() {
+        let mut reader = SseReader::whole(1024);
+        let events = reader
+            .feed(b"event: endpoint\ndata: /messages?s=1\n\ndata: {\"id\":1}\n\ndata: nope\n\nevent: ping\ndata: x\n\nevent: message\ndata:\n\n")
+            .unwrap();
+        assert_eq!(
+            events,
+            [
+                SseMessage::Endpoint("/messages?s=1".into()),
+                SseMessage::Json(serde_json::json!({"id": 1})),
+                SseMessage::NotJson,
+                SseMessage::Other,
+                SseMessage::Empty,
+            ]
+        );
+        let mut reader = SseReader::whole(16);
+        reader.feed(b": 0123456789\n").unwrap();
+        let err = reader.feed(b": 0123456789\n").unwrap_err();
+        assert_eq!(
+            err.reason(),
+            "ResponseTooLarge",
+            "comments count in a reply"
+        );
+        let mut reader = SseReader::per_event(16);
+        for _ in 0..100 {
+            reader.feed(b": 0123456789\n").unwrap();
+        }
     }
 }

@@ -7,19 +7,10 @@ use serde_json::Value;
 
 use super::error::McpError;
 use super::http::{Http, content_type, is_html};
-use super::rpc::{self, Incoming, RpcReply};
-use super::sse::SseParser;
+use super::rpc::{self, Answer, Incoming, RpcReply};
+use super::sse::{SseMessage, SseReader};
 
 pub const SESSION_HEADER: &str = "mcp-session-id";
-
-/// What the server answered to one POST.
-#[derive(Debug)]
-pub enum Answer {
-    /// A JSON-RPC response to our request (2xx).
-    Reply(RpcReply),
-    /// A non-2xx status other than 401/403, with the JSON-RPC error it carried, if any.
-    Status(StatusCode, Option<RpcReply>),
-}
 
 /// One Streamable HTTP connection (session id included, when the server gave one).
 pub struct StreamableHttp {
@@ -196,28 +187,22 @@ impl StreamableHttp {
         mut response: reqwest::Response,
         id: u64,
     ) -> Result<RpcReply, McpError> {
-        let limit = self.http.max_response_bytes;
-        let mut parser = SseParser::default();
-        let mut received: u64 = 0;
+        let mut reader = SseReader::whole(self.http.max_response_bytes);
         while let Some(chunk) = response
             .chunk()
             .await
             .map_err(|e| self.http.transport_error(&e))?
         {
-            received += chunk.len() as u64;
-            if received > limit {
-                return Err(McpError::ResponseTooLarge {
-                    limit,
-                    pages_read: 0,
-                });
-            }
-            for event in parser.feed(&chunk) {
-                if event.event != "message" || event.data.is_empty() {
-                    continue;
-                }
-                let value: Value = serde_json::from_str(&event.data).map_err(|_| {
-                    McpError::ProtocolError("an event in the reply stream is not JSON".into())
-                })?;
+            for event in reader.feed(&chunk)? {
+                let value = match event {
+                    SseMessage::Json(value) => value,
+                    SseMessage::NotJson => {
+                        return Err(McpError::ProtocolError(
+                            "an event in the reply stream is not JSON".into(),
+                        ));
+                    }
+                    SseMessage::Empty | SseMessage::Endpoint(_) | SseMessage::Other => continue,
+                };
                 match rpc::classify(&value, id) {
                     Incoming::Reply(reply) => return Ok(reply),
                     Incoming::Other => {}

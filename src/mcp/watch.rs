@@ -29,10 +29,11 @@ use super::connection::ServerConnection;
 use super::endpoint;
 use super::error::McpError;
 use super::http_sse::HttpSse;
+use super::rpc::Answer;
 use super::rpc::RpcReply;
-use super::session::{Era, Wire, not_mcp_status};
-use super::sse::SseParser;
-use super::streamable_http::{Answer, StreamableHttp};
+use super::session::{self, Era, Wire, not_mcp_status};
+use super::sse::{SseMessage, SseReader};
+use super::streamable_http::StreamableHttp;
 use crate::core::Transport;
 
 const TOOLS_LIST_CHANGED: &str = "notifications/tools/list_changed";
@@ -90,8 +91,7 @@ enum Feed {
 
 struct StreamFeed {
     response: reqwest::Response,
-    parser: SseParser,
-    budget: EventBudget,
+    reader: SseReader,
     listen_id: Option<u64>,
     /// Kept to delete a legacy session when the watch ends; `None` once closed.
     wire: Option<StreamableHttp>,
@@ -159,20 +159,21 @@ impl ToolChangeWatch {
         match &mut self.feed {
             Feed::Stream(feed) => match feed.response.chunk().await {
                 Ok(Some(chunk)) => {
-                    if let Err(e) = feed.budget.feed(&chunk) {
-                        state.end(e.to_string());
-                        return;
-                    }
-                    for event in feed.parser.feed(&chunk) {
-                        if event.event != "message" || event.data.is_empty() {
-                            continue;
+                    let events = match feed.reader.feed(&chunk) {
+                        Ok(events) => events,
+                        Err(e) => {
+                            state.end(e.to_string());
+                            return;
                         }
-                        match serde_json::from_str::<Value>(&event.data) {
-                            Ok(value) => state.absorb(&value, feed.listen_id),
-                            Err(_) => {
+                    };
+                    for event in events {
+                        match event {
+                            SseMessage::Json(value) => state.absorb(&value, feed.listen_id),
+                            SseMessage::NotJson => {
                                 state.end("an event on the notification stream is not JSON".into());
                                 return;
                             }
+                            SseMessage::Empty | SseMessage::Endpoint(_) | SseMessage::Other => {}
                         }
                     }
                 }
@@ -337,7 +338,7 @@ fn listen_params() -> Map<String, Value> {
 
 async fn open(conn: &ServerConnection, url: &url::Url) -> Result<ToolChangeWatch, WatchError> {
     let max_event_bytes = conn.limits.max_response_bytes;
-    let mut session = super::open_session(conn, url).await?;
+    let mut session = session::open(conn, url).await?;
     let era = session.era;
     if !session.pushes_tool_changes() {
         session.close().await;
@@ -417,8 +418,7 @@ fn streamable_feed(
     match wire {
         Wire::Streamable(wire) => Ok(Feed::Stream(Box::new(StreamFeed {
             response,
-            parser: SseParser::default(),
-            budget: EventBudget::new(max_event_bytes),
+            reader: SseReader::per_event(max_event_bytes),
             listen_id,
             wire: Some(wire),
         }))),
@@ -447,61 +447,6 @@ fn refused_listen(answer: Answer) -> WatchError {
         RpcReply::Result(_) => WatchError::Failed(McpError::ProtocolError(
             "the server answered subscriptions/listen at once instead of opening a stream".into(),
         )),
-    }
-}
-
-/// Bounds one server-sent event on a long-lived stream: the bytes of its lines since the last
-/// blank line (the line being read included) may not pass the cap. Comment lines (keep-alives)
-/// are bounded one at a time but never add up, so an idle stream never runs out of budget.
-#[derive(Debug)]
-pub(super) struct EventBudget {
-    limit: u64,
-    /// Bytes of the finished, non-comment lines of the current event.
-    event: u64,
-    /// Bytes of the line being read (without its line end).
-    line: u64,
-    comment: bool,
-}
-
-impl EventBudget {
-    pub(super) fn new(limit: u64) -> Self {
-        EventBudget {
-            limit,
-            event: 0,
-            line: 0,
-            comment: false,
-        }
-    }
-
-    /// Accounts for bytes as they arrive; an error once one event passes the cap.
-    pub(super) fn feed(&mut self, bytes: &[u8]) -> Result<(), McpError> {
-        for &b in bytes {
-            match b {
-                b'\n' => {
-                    if self.line == 0 {
-                        self.event = 0;
-                    } else if !self.comment {
-                        self.event += self.line;
-                    }
-                    self.line = 0;
-                    self.comment = false;
-                }
-                b'\r' => {}
-                _ => {
-                    if self.line == 0 && b == b':' {
-                        self.comment = true;
-                    }
-                    self.line += 1;
-                    if self.event + self.line > self.limit {
-                        return Err(McpError::ResponseTooLarge {
-                            limit: self.limit,
-                            pages_read: 0,
-                        });
-                    }
-                }
-            }
-        }
-        Ok(())
     }
 }
 
@@ -593,41 +538,5 @@ mod tests {
         state.end("first".into());
         state.end("second".into());
         assert_eq!(state.ended.as_deref(), Some("first"));
-    }
-
-    #[test]
-    fn keep_alive_comments_never_exhaust_the_budget() {
-        let mut budget = EventBudget::new(64);
-        for _ in 0..10_000 {
-            budget.feed(b": ping\r\n\r\n").unwrap();
-            budget.feed(b":\n").unwrap();
-        }
-        budget
-            .feed(b"event: message\ndata: {\"jsonrpc\":\"2.0\"}\n\n")
-            .unwrap();
-    }
-
-    #[test]
-    fn one_event_over_the_cap_is_refused_even_split_across_chunks() {
-        let mut budget = EventBudget::new(64);
-        budget
-            .feed(b"data: 0123456789012345678901234567890\n")
-            .unwrap();
-        let err = budget
-            .feed(b"data: 0123456789012345678901234567890")
-            .unwrap_err();
-        assert_eq!(err.reason(), "ResponseTooLarge");
-
-        // A line that never ends is bounded too, comment or not.
-        let mut budget = EventBudget::new(64);
-        assert!(budget.feed(&[b':'; 65]).is_err());
-        let mut budget = EventBudget::new(64);
-        assert!(budget.feed(&[b'x'; 65]).is_err());
-
-        // The budget starts again after each event.
-        let mut budget = EventBudget::new(64);
-        for _ in 0..100 {
-            budget.feed(b"data: 01234567890123456789\n\n").unwrap();
-        }
     }
 }

@@ -8,6 +8,7 @@
 set -euo pipefail
 SIZES=${SIZES:-"100 1000"}
 IDLE=${IDLE:-60}
+LIMIT=${LIMIT:-900}   # longest wait for a size's McpServers to become Ready, in seconds
 # shellcheck source=bench/lib.sh
 . "$(dirname "$0")/lib.sh"
 
@@ -15,16 +16,17 @@ IDLE=${IDLE:-60}
 # also holds a subscription) and the hostile fixture's bulk mode (legacy era, 50 tools, 2 pages).
 SDK=()
 for i in 1 2 3 4; do
-  start_fixture url "sdk$i" "$MCP_FIXTURES_PYTHON" "$MCP_FIXTURES_SDK_SERVER" --port 0 --tools 20 --page-size 10
+  start_fixture url "$DIR/sdk$i.out" "$MCP_FIXTURES_PYTHON" "$MCP_FIXTURES_SDK_SERVER" --port 0 --tools 20 --page-size 10
   SDK+=("$url")
 done
-start_fixture url bulk "$MCP_FIXTURES_PYTHON" "$MCP_FIXTURES_HOSTILE_SERVER" --port 0
+start_fixture url "$DIR/bulk.out" "$MCP_FIXTURES_PYTHON" "$MCP_FIXTURES_HOSTILE_SERVER" --port 0
 BULK="$url/bulk/mcp?tools=50&pages=2"
 
 start_controller
 
 writes() { curl -s "http://127.0.0.1:$METRICS_PORT/metrics" | awk '/^mcp_operator_writes_total/{s+=$2} END{print s+0}'; }
 ready_count() { k get mcps -n "$1" -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' | grep -c True || true; }
+all_ready() { [ "$(ready_count "$1")" -ge "$2" ]; }
 versions() { k get mcps,configmaps -n "$1" -o jsonpath='{range .items[*]}{.metadata.name}={.metadata.resourceVersion}{"\n"}{end}' | sort; }
 
 for N in $SIZES; do
@@ -40,7 +42,7 @@ for N in $SIZES; do
   t0=$(date +%s.%N)
   k apply -f "$DIR/servers-$N.yaml" >/dev/null
   t_applied=$(date +%s.%N)
-  until [ "$(ready_count "$NS")" -ge "$N" ]; do sleep 0.5; done
+  eventually "$LIMIT" "$N McpServers in $NS to be Ready" all_ready "$NS" "$N"
   t1=$(date +%s.%N)
   w1=$(writes)
   sleep 5   # let the last writes land before the idle window starts

@@ -20,7 +20,7 @@ IDLE=${IDLE:-30}
 # shellcheck source=bench/lib.sh
 . "$(dirname "$0")/lib.sh"
 
-start_fixture url bulk "$MCP_FIXTURES_PYTHON" "$MCP_FIXTURES_HOSTILE_SERVER" --port 0
+start_fixture url "$DIR/bulk.out" "$MCP_FIXTURES_PYTHON" "$MCP_FIXTURES_HOSTILE_SERVER" --port 0
 BULK="$url/bulk/mcp?tools=$TOOLS&pages=1"
 
 start_controller
@@ -32,16 +32,8 @@ ready_agents() { k get ags -A -o jsonpath='{range .items[*]}{.status.conditions[
 digests() { k get ags -A -o jsonpath='{range .items[*]}{.metadata.namespace}/{.metadata.name}={.status.grantsDigest}{"\n"}{end}' | sort; }
 versions() { k get ags,configmaps,mcptenantpolicies -A -o jsonpath='{range .items[*]}{.metadata.namespace}/{.metadata.name}={.metadata.resourceVersion}{"\n"}{end}' | sort; }
 now() { date +%s.%N; }
-# wait_for WHAT COMMAND...: polls until the command succeeds; gives up after $LIMIT seconds.
+# Longest wait for any step, in seconds.
 LIMIT=${LIMIT:-900}
-wait_for() {
-  local what=$1; shift
-  local deadline=$(( $(date +%s) + LIMIT ))
-  until "$@"; do
-    if (( $(date +%s) > deadline )); then echo "gave up after ${LIMIT}s waiting for $what" >&2; tail -20 "$DIR/controller.log" >&2; exit 1; fi
-    sleep 0.5
-  done
-}
 all_ready() { [ "$(ready_agents)" -ge "$TOTAL" ]; }
 changed_at_least() { [ "$(diff <(echo "$old") <(digests) | grep -c '^>' || true)" -ge "$1" ]; }
 TOTAL=$(( TENANTS * AGENTS ))
@@ -77,7 +69,7 @@ w0=$(writes); r0=$(reconciles)
 t0=$(now)
 k apply --server-side -f "$DIR/objects.yaml" >/dev/null
 t_applied=$(now)
-wait_for "every AgentSpec to be Ready" all_ready
+eventually "$LIMIT" "every AgentSpec to be Ready" all_ready
 t1=$(now)
 w1=$(writes); r1=$(reconciles)
 printf 'apply: every AgentSpec Ready with grants %.1f s after kubectl apply started (the apply itself took %.1f s); %.2f writes and %.1f reconciles per AgentSpec\n' \
@@ -93,7 +85,7 @@ printf 'idle %s s: %d writes, %d resourceVersions changed (AgentSpecs, ConfigMap
 old=$(digests); w2=$(writes); r2=$(reconciles)
 t2=$(now)
 baseline '["bulk_00000"]' | k apply --server-side -f - >/dev/null
-wait_for "every AgentSpec's grants to change" changed_at_least "$TOTAL"
+eventually "$LIMIT" "every AgentSpec's grants to change" changed_at_least "$TOTAL"
 t3=$(now)
 sleep 2
 w3=$(writes); r3=$(reconciles)
@@ -109,7 +101,7 @@ old=$(digests); w4=$(writes)
 t4=$(now)
 printf -- 'apiVersion: mcp-operator.dev/v1alpha1\nkind: McpTenantPolicy\nmetadata: {name: tenant-1}\nspec:\n  namespaceSelector: {matchLabels: {tenant: t1}}\n  rules: [{servers: {names: [s00, s01, s02, s03, s04]}, maxAccess: read}, {servers: {selector: {matchLabels: {tier: shared}}}, allow: ["bulk_000*"]}]\n' \
   | k apply --server-side -f - >/dev/null
-wait_for "tenant-1's grants to change" changed_at_least "$AFFECTED"
+eventually "$LIMIT" "tenant-1's grants to change" changed_at_least "$AFFECTED"
 t5=$(now)
 sleep 2
 w5=$(writes)

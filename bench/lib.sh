@@ -1,9 +1,13 @@
 # Shared by the bench/*.sh scripts (sourced, not run): installs the fixtures, builds the control
 # plane and the release binary, starts a control plane with the CRDs in a temp dir that is
-# cleaned up on exit, and offers `k` (kubectl) and `start_fixture`.
-#   After sourcing: $ROOT $BIN $DIR $KUBECONFIG $KUBECTL, the array PIDS (killed on exit).
+# cleaned up on exit, and offers `k` (kubectl), `start_fixture` and `start_controller`, plus
+# say/die/eventually from scripts/lib.sh.
+#   After sourcing: $ROOT $BIN $DIR $KUBECONFIG $KUBECTL, the arrays PIDS and FIXTURE_PIDS
+#   (killed on exit).
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
+# shellcheck source=scripts/lib.sh
+. "$ROOT/scripts/lib.sh"
 CACHE="${MCP_OPERATOR_CACHE:-$HOME/.cache/mcp-operator}"
 
 bash tests/fixtures/install.sh >/dev/null
@@ -16,7 +20,7 @@ BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/mcp-operator
 DIR=$(mktemp -d "${TMPDIR:-/tmp}/mcp-bench.XXXXXX")
 PIDS=()
 bench_cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in ${PIDS[@]+"${PIDS[@]}"} ${FIXTURE_PIDS[@]+"${FIXTURE_PIDS[@]}"}; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
   bash e2e/cluster.sh down "$DIR/cluster" >/dev/null 2>&1 || true
   rm -rf "$DIR"
@@ -28,23 +32,15 @@ k() { "$KUBECTL" --kubeconfig "$KUBECONFIG" "$@"; }
 "$BIN" crds | k apply -f - >/dev/null
 k wait --for=condition=Established crd --all --timeout=60s >/dev/null
 
-# start_fixture VAR NAME COMMAND...: runs a fixture server in the background (killed on exit) and
-# sets VAR to its READY URL. Not for $(...): a subshell would lose the pid.
-start_fixture() {
-  local var=$1 log="$DIR/$2.out"; shift 2
-  "$@" >"$log" 2>/dev/null &
-  PIDS+=($!)
-  for _ in $(seq 200); do grep -q READY "$log" && break; sleep 0.1; done
-  printf -v "$var" '%s' "$(awk '/READY/{print $2}' "$log")"
-}
-
 # start_controller: the release controller (no leader election, loopback allowed), ready when this
-# returns; sets METRICS_PORT and CTL (its pid, killed on exit).
+# returns (or the script dies with the controller's log tail); sets METRICS_PORT and CTL (its pid,
+# killed on exit). Every later `eventually` prints the controller's log tail when it gives up.
+EVENTUALLY_LOG="$DIR/controller.log"
 start_controller() {
   METRICS_PORT=$(bash e2e/cluster.sh free-ports 1)
   "$BIN" controller --allow-loopback --leader-election=false --metrics-addr "127.0.0.1:$METRICS_PORT" \
     >"$DIR/controller.log" 2>&1 &
   CTL=$!
   PIDS+=("$CTL")
-  for _ in $(seq 100); do curl -sf "http://127.0.0.1:$METRICS_PORT/readyz" >/dev/null && break; sleep 0.1; done
+  eventually 60 "the controller's /readyz" curl -sf "http://127.0.0.1:$METRICS_PORT/readyz" -o /dev/null
 }

@@ -13,12 +13,11 @@ cargo build --release --quiet
 bin=target/release/mcp-operator
 if [ -n "${CARGO_TARGET_DIR:-}" ]; then bin="$CARGO_TARGET_DIR/release/mcp-operator"; fi
 
+# shellcheck source=scripts/lib.sh
+. scripts/lib.sh
 log=$(mktemp)
-"$MCP_FIXTURES_PYTHON" "$MCP_FIXTURES_HOSTILE_SERVER" --port 0 >"$log" 2>/dev/null &
-server=$!
-trap 'kill $server 2>/dev/null || true; rm -f "$log"' EXIT
-for _ in $(seq 100); do grep -q READY "$log" && break; sleep 0.1; done
-base=$(awk '/READY/{print $2}' "$log")
+trap 'for p in ${FIXTURE_PIDS[@]+"${FIXTURE_PIDS[@]}"}; do kill "$p" 2>/dev/null || true; done; rm -f "$log"' EXIT
+start_fixture base "$log" "$MCP_FIXTURES_PYTHON" "$MCP_FIXTURES_HOSTILE_SERVER" --port 0
 
 case_run() { # name url extra-args...
   local name=$1 url=$2; shift 2

@@ -16,24 +16,18 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/.." && pwd)"
 CLUSTER="$HERE/cluster.sh"
 
-say() { printf '[demo %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+SAY_TAG=demo
+# shellcheck source=scripts/lib.sh
+. "$ROOT/scripts/lib.sh"
 
-# start_fixture NAME DIR PORT ARGS...: an sdk_server.py on 127.0.0.1:PORT in the
-# background; returns once it printed its READY line.
-start_fixture() {
-  local name="$1" dir="$2" port="$3"; shift 3
-  local out="$dir/logs/$name.ready"
-  : >"$out"
-  "$MCP_FIXTURES_PYTHON" "$MCP_FIXTURES_SDK_SERVER" --port "$port" "$@" >"$out" 2>>"$dir/logs/$name.log" </dev/null &
-  local pid=$!
-  echo "$name $pid" >>"$dir/demo.pids"
-  local deadline=$((SECONDS + 30))
-  until grep -q '^READY ' "$out"; do
-    kill -0 "$pid" 2>/dev/null || { say "$name exited (is 127.0.0.1:$port free?):"; tail -n 3 "$dir/logs/$name.log" >&2; exit 1; }
-    ((SECONDS < deadline)) || { say "$name did not become ready"; exit 1; }
-    sleep 0.1
-  done
-  say "$name: $(sed -n 's/^READY //p' "$out")"
+# demo_fixture NAME DIR PORT ARGS...: an sdk_server.py on 127.0.0.1:PORT in the background
+# (recorded in DIR/demo.pids); returns once it printed its READY line, dies loudly otherwise.
+demo_fixture() {
+  local name="$1" dir="$2" port="$3" url; shift 3
+  start_fixture url "$dir/logs/$name.log" \
+    "$MCP_FIXTURES_PYTHON" "$MCP_FIXTURES_SDK_SERVER" --port "$port" "$@" </dev/null
+  echo "$name ${FIXTURE_PIDS[-1]}" >>"$dir/demo.pids"
+  say "$name: $url"
 }
 
 demo_up() {
@@ -42,7 +36,7 @@ demo_up() {
   "$CLUSTER" up "$dir"
   dir="$(cd "$dir" && pwd)"
   # Whatever fails from here on: stop what was started.
-  trap 'rc=$?; if ((rc != 0)); then say "failed; stopping what was started"; demo_down "$dir"; fi' EXIT
+  trap 'rc=$?; if ((rc != 0)); then say "failed; stopping what was started"; for p in ${FIXTURE_PIDS[@]+"${FIXTURE_PIDS[@]}"}; do kill "$p" 2>/dev/null || true; done; demo_down "$dir"; fi' EXIT
   set -a; . "$dir/env"; set +a
   k() { "$KUBECTL" --kubeconfig "$KUBECONFIG" "$@"; }
 
@@ -62,8 +56,8 @@ demo_up() {
   if [[ -x "$ROOT/tests/fixtures/install.sh" ]]; then
     say "starting the example MCP servers on 127.0.0.1:18080 and :18081"
     eval "$("$ROOT/tests/fixtures/install.sh")"
-    start_fixture files "$dir" 18080
-    start_fixture files-admin "$dir" 18081 --bearer demo-token
+    demo_fixture files "$dir" 18080
+    demo_fixture files-admin "$dir" 18081 --bearer demo-token
   fi
 
   local metrics

@@ -1636,22 +1636,17 @@ async fn kubectl_explain_has_descriptions_to_show() {
 
 /// The schema corpus in `src/api/testdata` against the real apiserver: every manifest of
 /// `accepted.yaml` is accepted, every `rejected/*.yaml` is refused with the message its first
-/// line (`# expect: ...`) names. Server-side dry runs: nothing is stored.
+/// line (`# expect: ...`) names. Dry-run creates, as `kubectl apply` makes a new object: nothing
+/// is stored.
 #[tokio::test]
 async fn the_schema_corpus_is_accepted_and_refused_with_its_messages() {
     let (client, ns) = e2e::setup("corpus").await;
     let testdata = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/api/testdata");
     for document in e2e::yaml_documents(&testdata.join("accepted.yaml")) {
         let name = document["metadata"]["name"].clone();
-        e2e::write(
-            &client,
-            Write::ServerSideApply,
-            &document,
-            Some(ns.name()),
-            true,
-        )
-        .await
-        .unwrap_or_else(|e| panic!("accepted.yaml {name}: refused: {}", describe(&e)));
+        e2e::write(&client, Write::Create, &document, Some(ns.name()), true)
+            .await
+            .unwrap_or_else(|e| panic!("accepted.yaml {name}: refused: {}", describe(&e)));
     }
     let mut paths: Vec<_> = std::fs::read_dir(testdata.join("rejected"))
         .expect("src/api/testdata/rejected exists")
@@ -1669,15 +1664,7 @@ async fn the_schema_corpus_is_accepted_and_refused_with_its_messages() {
             .and_then(|l| l.strip_prefix("# expect: "))
             .unwrap_or_else(|| panic!("{}: first line must be `# expect: ...`", path.display()));
         for document in e2e::yaml_documents(path) {
-            match e2e::write(
-                &client,
-                Write::ServerSideApply,
-                &document,
-                Some(ns.name()),
-                true,
-            )
-            .await
-            {
+            match e2e::write(&client, Write::Create, &document, Some(ns.name()), true).await {
                 Ok(_) => wrong.push(format!("{}: accepted", path.display())),
                 Err(e) if !describe(&e).contains(expect) => wrong.push(format!(
                     "{}: expected {expect:?}, got {}",

@@ -640,6 +640,22 @@ fn refused_cases() -> Vec<Refused> {
         ],
     );
     c.server(
+        "timeouts-call-overflow-in-parts",
+        json!({"timeouts": {"call": "999999h999999h999999h999999h"}}),
+        &[
+            "spec.timeouts.call",
+            "timeouts.call must be more than 0s and at most 1h",
+        ],
+    );
+    c.server(
+        "timeouts-call-hours-over-the-guard",
+        json!({"timeouts": {"call": "100000h"}}),
+        &[
+            "spec.timeouts.call",
+            "timeouts.call must be more than 0s and at most 1h",
+        ],
+    );
+    c.server(
         "refresh-interval-overflow",
         json!({"discovery": {"refreshInterval": "2562048h"}}),
         &[
@@ -945,10 +961,19 @@ fn refused_cases() -> Vec<Refused> {
         "agent-name-too-long-for-its-configmap",
         {
             let mut m = manifest("AgentSpec", "x", json!({}));
-            m["metadata"]["name"] = long("agent-", 243).into();
+            m["metadata"]["name"] = long("agent-", 64).into();
             m
         },
-        &["AgentSpec names are at most 242 characters"],
+        &["AgentSpec names are at most 63 characters"],
+    );
+    c.raw(
+        "server-name-too-long-for-its-label",
+        {
+            let mut m = manifest("McpServer", "x", json!({}));
+            m["metadata"]["name"] = long("server-", 64).into();
+            m
+        },
+        &["McpServer names are at most 63 characters"],
     );
 
     // --- McpTenantPolicy
@@ -1061,6 +1086,16 @@ fn check(
                 .iter()
                 .filter(|e| !status.message.contains(e.as_str()))
                 .collect();
+            // A rule that cannot evaluate its input says so in CEL's words, not the rule's.
+            let cel_failure = CEL_EVALUATION_ERRORS
+                .iter()
+                .find(|e| status.message.contains(*e));
+            if let Some(error) = cel_failure {
+                return Some(format!(
+                    "{case} ({how:?}): refused by a CEL evaluation error ({error:?}), not by the rule's message: {:?}",
+                    status.message
+                ));
+            }
             (status.code != code || !missing.is_empty()).then(|| {
                 format!(
                     "{case} ({how:?}): expected {code} with {expect:?}, got {} {:?} (missing {missing:?})",
@@ -1071,6 +1106,13 @@ fn check(
         Err(other) => Some(format!("{case} ({how:?}): {other}")),
     }
 }
+
+/// What the apiserver says when a CEL rule fails to evaluate rather than returning false.
+const CEL_EVALUATION_ERRORS: [&str; 3] = [
+    "type conversion error",
+    "no such overload",
+    "evaluation error",
+];
 
 #[tokio::test]
 async fn every_rule_refuses_what_it_should_with_its_message() {
@@ -1195,6 +1237,19 @@ fn accepted_cases() -> Vec<(&'static str, Value)> {
             ),
         ),
         (
+            // Digits after a decimal point and long millisecond counts are not mistaken for
+            // numbers too large for their unit.
+            "server-fractions-and-long-counts",
+            manifest(
+                "McpServer",
+                "ok-fractions-and-long-counts",
+                json!({
+                    "timeouts": {"connect": "299999ms", "call": "0.9999999h"},
+                    "discovery": {"refreshInterval": "1.1234567h"},
+                }),
+            ),
+        ),
+        (
             "server-authorization-header-without-bearer",
             manifest(
                 "McpServer",
@@ -1242,9 +1297,14 @@ fn accepted_cases() -> Vec<(&'static str, Value)> {
                 json!({"servers": (0..64).map(|i| json!({"name": format!("s{i}")})).collect::<Vec<_>>(), "approval": "none"}),
             ),
         ),
-        ("agent-name-242", {
+        ("agent-name-63", {
             let mut m = manifest("AgentSpec", "x", json!({}));
-            m["metadata"]["name"] = long("agent-", 242).into();
+            m["metadata"]["name"] = long("agent-", 63).into();
+            m
+        }),
+        ("server-name-63", {
+            let mut m = manifest("McpServer", "x", json!({}));
+            m["metadata"]["name"] = long("server-", 63).into();
             m
         }),
         (

@@ -53,8 +53,10 @@ pub fn grants_config_map_name(agent_spec: &str) -> String {
         json_path = r#".status.conditions[?(@.type=="Ready")].reason"#,
         priority = 1
     ),
-    validation = kube::core::Rule::new("size(self.metadata.name) <= 242").message(
-        "AgentSpec names are at most 242 characters: the grants ConfigMap is named <name>-mcp-grants"
+    // The name is a label value (mcp-operator.dev/agentspec on the grants ConfigMap,
+    // mcp-operator.dev/agent on the agent's pods), and label values stop at 63 characters.
+    validation = kube::core::Rule::new("size(self.metadata.name) <= 63").message(
+        "AgentSpec names are at most 63 characters: the name is a label value on its grants ConfigMap and on the agent's pods"
     ),
     printcolumn(name = "Tools", type_ = "integer", json_path = ".status.grantedTools"),
     printcolumn(

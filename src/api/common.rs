@@ -28,6 +28,13 @@ pub const TOOL_PATTERN_PATTERN: &str = r"^[A-Za-z0-9_.*?-]+$";
 /// size of the object.
 pub const TOOL_LIST_MAX_ITEMS: u32 = 256;
 
+/// Text the CEL range rules refuse before calling `duration()` on it: a number too large for
+/// its unit to be in any range we accept (at most 99999h, 9999999m, 999999999s,
+/// 999999999999ms each). Within [`DURATION_MAX_LENGTH`] characters, what passes sums to well
+/// under the 2562047h where Go's (and so CEL's) durations overflow, so a huge value gets the
+/// rule's message instead of a CEL "type conversion error".
+pub const DURATION_OVERFLOW_PATTERN: &str = "(^|[a-z])([0-9]{6,}([.][0-9]+)?h|[0-9]{8,}([.][0-9]+)?m($|[0-9])|[0-9]{10,}([.][0-9]+)?s|[0-9]{13,}([.][0-9]+)?ms)";
+
 /// The schema of an optional enum field: the enum's values, nullable, without the enum type's
 /// own description, so the field's doc comment describes the field (kube's rewrite of
 /// `Option<Enum>` would otherwise replace it with the type's description).

@@ -62,6 +62,11 @@ pub const REFRESH_ANNOTATION: &str = "mcp-operator.dev/refresh";
         json_path = ".status.protocolVersion"
     ),
     printcolumn(name = "URL", type_ = "string", json_path = ".spec.url", priority = 1),
+    // The name is a label value (mcp-operator.dev/mcpserver on its spilled catalogue), and label
+    // values stop at 63 characters.
+    validation = kube::core::Rule::new("size(self.metadata.name) <= 63").message(
+        "McpServer names are at most 63 characters: the name is a label value on its catalogue ConfigMap"
+    ),
     printcolumn(
         name = "Age",
         type_ = "date",
@@ -288,7 +293,7 @@ pub struct Timeouts {
     #[serde(default = "default_connect_timeout")]
     #[schemars(extend("x-kubernetes-validations" = [
         {
-            "rule": "!self.matches('^([0-9]+([.][0-9]+)?(ms|s|m|h))+$') || (duration(self) > duration('0s') && duration(self) <= duration('5m'))",
+            "rule": "!self.matches('^([0-9]+([.][0-9]+)?(ms|s|m|h))+$') || (!self.matches('(^|[a-z])([0-9]{6,}([.][0-9]+)?h|[0-9]{8,}([.][0-9]+)?m($|[0-9])|[0-9]{10,}([.][0-9]+)?s|[0-9]{13,}([.][0-9]+)?ms)') && duration(self) > duration('0s') && duration(self) <= duration('5m'))",
             "message": "timeouts.connect must be more than 0s and at most 5m",
         },
     ]))]
@@ -299,7 +304,7 @@ pub struct Timeouts {
     #[serde(default = "default_call_timeout")]
     #[schemars(extend("x-kubernetes-validations" = [
         {
-            "rule": "!self.matches('^([0-9]+([.][0-9]+)?(ms|s|m|h))+$') || (duration(self) > duration('0s') && duration(self) <= duration('1h'))",
+            "rule": "!self.matches('^([0-9]+([.][0-9]+)?(ms|s|m|h))+$') || (!self.matches('(^|[a-z])([0-9]{6,}([.][0-9]+)?h|[0-9]{8,}([.][0-9]+)?m($|[0-9])|[0-9]{10,}([.][0-9]+)?s|[0-9]{13,}([.][0-9]+)?ms)') && duration(self) > duration('0s') && duration(self) <= duration('1h'))",
             "message": "timeouts.call must be more than 0s and at most 1h",
         },
     ]))]
@@ -345,7 +350,7 @@ pub struct Discovery {
     #[serde(default = "default_refresh_interval")]
     #[schemars(extend("x-kubernetes-validations" = [
         {
-            "rule": "!self.matches('^([0-9]+([.][0-9]+)?(ms|s|m|h))+$') || (duration(self) >= duration('30s') && duration(self) <= duration('24h'))",
+            "rule": "!self.matches('^([0-9]+([.][0-9]+)?(ms|s|m|h))+$') || (!self.matches('(^|[a-z])([0-9]{6,}([.][0-9]+)?h|[0-9]{8,}([.][0-9]+)?m($|[0-9])|[0-9]{10,}([.][0-9]+)?s|[0-9]{13,}([.][0-9]+)?ms)') && duration(self) >= duration('30s') && duration(self) <= duration('24h'))",
             "message": "discovery.refreshInterval must be at least 30s and at most 24h",
         },
     ]))]

@@ -7,7 +7,9 @@ use std::path::Path;
 use serde_json::Value;
 
 use super::*;
-use crate::api::common::{DATA_KEY_PATTERN, DNS_SUBDOMAIN_PATTERN, DURATION_PATTERN};
+use crate::api::common::{
+    DATA_KEY_PATTERN, DNS_SUBDOMAIN_PATTERN, DURATION_OVERFLOW_PATTERN, DURATION_PATTERN,
+};
 
 fn manifest_dir() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -382,7 +384,9 @@ fn cel_rules_sit_where_they_belong() {
 /// duration gets the pattern's error and not a CEL evaluation error.
 #[test]
 fn duration_rules_are_guarded_by_the_duration_pattern() {
-    let guard = format!("!self.matches('{DURATION_PATTERN}') || ");
+    let guard = format!(
+        "!self.matches('{DURATION_PATTERN}') || (!self.matches('{DURATION_OVERFLOW_PATTERN}') && "
+    );
     for path in [
         "spec.timeouts.connect",
         "spec.timeouts.call",

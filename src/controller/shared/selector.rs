@@ -34,10 +34,16 @@ pub fn matches(
 ) -> Result<bool, InvalidSelector> {
     let mut selected = true;
     for (key, value) in selector.match_labels.iter().flatten() {
+        check_key(key)?;
+        check_value(key, value)?;
         selected &= labels.get(key) == Some(value);
     }
     for req in selector.match_expressions.iter().flatten() {
+        check_key(&req.key)?;
         let values = req.values.as_deref().unwrap_or_default();
+        for value in values {
+            check_value(&req.key, value)?;
+        }
         let value = labels.get(&req.key);
         let holds = match req.operator.as_str() {
             "In" | "NotIn" if values.is_empty() => {
@@ -69,6 +75,58 @@ pub fn matches(
     Ok(selected)
 }
 
+/// A label key as Kubernetes accepts it: an optional DNS-subdomain prefix and `/`, then a name
+/// of 1–63 characters. A selector naming an impossible key would select nothing, silently.
+fn check_key(key: &str) -> Result<(), InvalidSelector> {
+    let (prefix, name) = match key.split_once('/') {
+        Some((prefix, name)) => (Some(prefix), name),
+        None => (None, key),
+    };
+    let prefix_ok = prefix.is_none_or(|p| {
+        !p.is_empty()
+            && p.len() <= 253
+            && p.split('.').all(|part| {
+                !part.is_empty()
+                    && part.len() <= 63
+                    && part
+                        .bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                    && !part.starts_with('-')
+                    && !part.ends_with('-')
+            })
+    });
+    if prefix_ok && !name.is_empty() && is_label_name(name) {
+        Ok(())
+    } else {
+        Err(InvalidSelector(format!(
+            "{key:?} is not a valid label key: an optional DNS subdomain and '/', then 1-63 \
+             characters of A-Z a-z 0-9 - _ . that begin and end with a letter or digit"
+        )))
+    }
+}
+
+/// A label value: empty, or 1–63 characters like a key's name part.
+fn check_value(key: &str, value: &str) -> Result<(), InvalidSelector> {
+    if value.is_empty() || is_label_name(value) {
+        Ok(())
+    } else {
+        Err(InvalidSelector(format!(
+            "the value {value:?} for {key:?} is not a valid label value: at most 63 characters \
+             of A-Z a-z 0-9 - _ . that begin and end with a letter or digit"
+        )))
+    }
+}
+
+fn is_label_name(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    (1..=63).contains(&bytes.len())
+        && bytes[0].is_ascii_alphanumeric()
+        && bytes[bytes.len() - 1].is_ascii_alphanumeric()
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -94,6 +152,52 @@ mod tests {
             match_expressions: Some(reqs),
             match_labels: None,
         }
+    }
+
+    #[test]
+    fn impossible_keys_and_values_are_invalid_not_silently_selecting_nothing() {
+        for key in [
+            "",
+            "-team",
+            "team-",
+            "a b",
+            "/team",
+            "Example.com/team",
+            "example.com/",
+            &"k".repeat(64),
+            &format!("{}/team", "p".repeat(254)),
+        ] {
+            let s = LabelSelector {
+                match_labels: Some(labels(&[(key, "a")])),
+                match_expressions: None,
+            };
+            let err = matches(&s, &labels(&[(key, "a")])).unwrap_err();
+            assert!(err.0.contains("not a valid label key"), "{key:?}: {err}");
+            assert!(
+                validate(&expressions(vec![req(key, "Exists", &[])])).is_err(),
+                "{key:?} in an expression"
+            );
+        }
+        for key in ["team", "example.com/team", "a.b-c_d", "kubernetes.io/metadata.name"] {
+            let s = LabelSelector {
+                match_labels: Some(labels(&[(key, "a")])),
+                match_expressions: None,
+            };
+            assert_eq!(matches(&s, &labels(&[(key, "a")])), Ok(true), "{key:?}");
+        }
+        for value in ["-a", "a b", &"v".repeat(64)] {
+            let s = LabelSelector {
+                match_labels: Some(labels(&[("team", value)])),
+                match_expressions: None,
+            };
+            assert!(validate(&s).is_err(), "{value:?}");
+            assert!(validate(&expressions(vec![req("team", "In", &[value])])).is_err());
+        }
+        let empty_value = LabelSelector {
+            match_labels: Some(labels(&[("team", "")])),
+            match_expressions: None,
+        };
+        assert_eq!(matches(&empty_value, &labels(&[("team", "")])), Ok(true));
     }
 
     #[test]

@@ -48,9 +48,11 @@ fn patterns(shape: &str, salt: usize) -> Vec<String> {
 }
 
 fn main() {
-    let catalog: mcp_operator::mcp::catalog::Catalog =
+    let catalog: mcp_operator::core::Catalog =
         serde_json::from_value(catalog(TOOLS)).expect("the catalogue deserialises");
-    println!("| shape | entries | tools per server | patterns per entry | resolve (ms) | granted |");
+    println!(
+        "| shape | entries | tools per server | patterns per entry | resolve (ms) | granted |"
+    );
     println!("|---|---:|---:|---:|---:|---:|");
     for shape in ["literal", "prefix", "hostile", "wild"] {
         for entries in [1usize, 4] {

@@ -20,6 +20,7 @@
 #   E2E_KCM_CONTROLLERS  --controllers of kube-controller-manager (default: the
 #                        node-independent ones an operator needs; '*' for all)
 #   E2E_OWNER_PID        with `up`: stop the control plane when this process exits
+#   E2E_APISERVER_ARGS   extra kube-apiserver flags, split on spaces (e.g. an audit log)
 #   KEEP_LOGS            with `down`: keep DIR/logs
 #
 # DIR after `up`: kubeconfig (admin: CN=admin, O=system:masters), env (KEY=VALUE
@@ -338,7 +339,8 @@ start_components() {
     --service-cluster-ip-range="$SERVICE_CIDR" \
     --endpoint-reconciler-type=none \
     --profiling=false \
-    --v=1
+    --v=1 \
+    ${E2E_APISERVER_ARGS:-}
   wait_for kube-apiserver "kube-apiserver /readyz" apiserver_ready || return
 
   start kube-controller-manager "$KCM_BIN" \

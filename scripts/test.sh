@@ -2,7 +2,7 @@
 # Runs every test of mcp-operator on a fresh machine: installs the test MCP servers (Python SDK,
 # server-everything), builds the Kubernetes control plane and helm from Go modules (cached), starts one
 # control plane for the whole run, then unit, integration and e2e tests, then the control-plane
-# smoke test. Nothing is left running afterwards.
+# smoke test and the fault suite (on a control plane of its own). Nothing is left running afterwards.
 #
 #   bash scripts/test.sh            # everything
 #   bash scripts/test.sh -- probe   # extra arguments go to `cargo test`
@@ -44,3 +44,6 @@ cargo test --all-targets --no-fail-fast "$@"
 
 say "control-plane smoke test"
 bash e2e/smoke.sh
+
+say "fault suite (leader killed and paused, apiserver and etcd paused, restarts during a burst)"
+bash e2e/faults.sh

@@ -528,7 +528,7 @@ async fn sigterm_stops_cleanly_and_releases_the_lease() {
         "{}",
         first.log_text()
     );
-    // Released, not expired: the standby needs far less than the 15s lease duration.
+    // Released, not expired: the standby needs far less than the 4s lease duration.
     let handed_over = std::time::Instant::now();
     eventually(
         Duration::from_secs(30),

@@ -39,8 +39,10 @@ mod error;
 #[cfg(test)]
 mod fixtures;
 mod health;
+mod leader;
 pub mod mcp_server;
 mod metrics;
+mod readiness;
 mod shared;
 mod tenant_policy;
 mod watches;
@@ -84,6 +86,11 @@ pub struct ControllerArgs {
     /// This replica's identity in the Lease (defaults to the pod name, then host name and pid).
     #[arg(long, env = "POD_NAME")]
     pub identity: Option<String>,
+    /// How long a standby waits on an unrenewed Lease before taking over (whole seconds, at
+    /// least 2s). The leader renews every second and stops writing half a second before its
+    /// lease could be taken, so a crashed leader is replaced within this time plus a second.
+    #[arg(long, default_value = "4s", value_parser = parse_lease_duration)]
+    pub lease_duration: Duration,
     /// Reconciles running at once: a hanging server occupies one slot, never the others.
     #[arg(long, default_value_t = 32)]
     pub concurrency: u16,
@@ -106,9 +113,37 @@ pub struct ControllerArgs {
 
 /// Runs the controller until SIGTERM or SIGINT.
 pub async fn run(args: ControllerArgs) -> Result<(), StartError> {
-    let client = Client::try_default().await?;
-    check_crds(&client, args.watch_namespace.as_deref()).await?;
     let identity = args.identity.clone().unwrap_or_else(default_identity);
+    let config = kube::Config::infer()
+        .await
+        .map_err(kube::Error::InferConfig)?;
+    // Every request names this replica, so the apiserver's audit log tells replicas apart.
+    let user_agent = http::HeaderValue::from_str(&format!(
+        "mcp-operator/{} ({identity})",
+        env!("CARGO_PKG_VERSION")
+    ))
+    .unwrap_or_else(|_| http::HeaderValue::from_static("mcp-operator"));
+    let named = tower::util::MapRequestLayer::new(move |mut request: http::Request<_>| {
+        request
+            .headers_mut()
+            .insert(http::header::USER_AGENT, user_agent.clone());
+        request
+    });
+    // Every write of the reconcilers passes the fence: none is sent once this replica's lease
+    // may have expired. The Lease itself is written through a client without it.
+    let fence = if args.leader_election {
+        leader::Fence::closed()
+    } else {
+        leader::Fence::open()
+    };
+    let client = kube::client::ClientBuilder::try_from(config.clone())?
+        .with_layer(&named)
+        .with_layer(&leader::FenceLayer(fence.clone()))
+        .build();
+    let lease_client = kube::client::ClientBuilder::try_from(config)?
+        .with_layer(&named)
+        .build();
+    check_crds(&client, args.watch_namespace.as_deref()).await?;
     let metrics = Arc::new(Metrics::default());
     let ready = Arc::new(AtomicBool::new(false));
     let bound = health::serve(args.metrics_addr, metrics.clone(), ready.clone()).await?;
@@ -147,15 +182,19 @@ pub async fn run(args: ControllerArgs) -> Result<(), StartError> {
         .clone()
         .or_else(|| args.watch_namespace.clone())
         .unwrap_or_else(|| "default".into());
-    let manager = kube_lease_manager::LeaseManagerBuilder::new(client.clone(), &args.lease_name)
-        .with_namespace(&namespace)
-        .with_identity(&identity)
-        .with_duration(15)
-        .with_grace(5)
-        .build()
-        .await
-        .map_err(|e| StartError::LeaderElection(e.to_string()))?;
-    let (mut leading, lease_task) = manager.watch().await;
+    let (leading_tx, mut leading) = watch::channel(false);
+    let (may_lead_tx, may_lead_rx) = watch::channel(true);
+    let elector = leader::Elector {
+        api: Api::namespaced(lease_client, &namespace),
+        name: args.lease_name.clone(),
+        identity: identity.clone(),
+        timing: leader::Timing {
+            duration: args.lease_duration,
+            ..leader::Timing::default()
+        },
+        fence,
+    };
+    let election = tokio::spawn(elector.run(leading_tx, may_lead_rx, stop_rx.clone()));
     // A follower is ready: it serves and stands by.
     ready.store(true, Ordering::Relaxed);
     let mut stop = stop_rx.clone();
@@ -177,37 +216,58 @@ pub async fn run(args: ControllerArgs) -> Result<(), StartError> {
         // Not ready again until this replica's watches have listed.
         ready.store(false, Ordering::Relaxed);
         let (lost_tx, lost_rx) = watch::channel(false);
-        let controllers = watches::run(
-            ctx.clone(),
-            servers.clone(),
-            &args,
-            ready.clone(),
-            merge_stops(stop_rx.clone(), lost_rx),
-        );
-        tokio::pin!(controllers);
+        let mut term = tokio::spawn({
+            let (ctx, servers, args, ready) =
+                (ctx.clone(), servers.clone(), args.clone(), ready.clone());
+            let stop = merge_stops(stop_rx.clone(), lost_rx);
+            async move { watches::run(ctx, servers, &args, ready, stop).await }
+        });
         loop {
             tokio::select! {
-                _ = &mut controllers => break,
+                _ = &mut term => break,
                 changed = leading.changed() => {
                     if changed.is_err() || !*leading.borrow_and_update() {
-                        warn!("lost the leadership: stopping the reconcilers");
+                        if !*stop.borrow() {
+                            warn!("lost the leadership: stopping the reconcilers");
+                        }
                         let _ = lost_tx.send(true);
+                        break;
                     }
                 }
             }
         }
+        // One term at a time: the elector neither renews nor takes the Lease until this term's
+        // reconcilers are gone, and a reconciler stuck in its shutdown is cut off rather than
+        // left holding the Lease without reconciling.
+        let _ = may_lead_tx.send(false);
+        if !term.is_finished()
+            && tokio::time::timeout(TERM_SHUTDOWN, &mut term)
+                .await
+                .is_err()
+        {
+            warn!(
+                "the reconcilers did not stop within {}s: aborting them",
+                TERM_SHUTDOWN.as_secs()
+            );
+            term.abort();
+            let _ = term.await;
+        }
+        let _ = may_lead_tx.send(true);
         // Standing by again as a follower.
         ready.store(true, Ordering::Relaxed);
     }
-    // Dropping the receiver makes the lease task release the lease before it ends.
-    drop(leading);
-    match tokio::time::timeout(Duration::from_secs(5), lease_task).await {
-        Ok(Ok(Ok(_))) => info!("released the lease"),
-        Ok(Ok(Err(e))) => warn!("releasing the lease failed: {e}"),
-        _ => warn!("releasing the lease did not finish"),
+    // The elector closes the fence, then releases the Lease.
+    if tokio::time::timeout(Duration::from_secs(5), election)
+        .await
+        .is_err()
+    {
+        warn!("releasing the lease did not finish");
     }
     Ok(())
 }
+
+/// How long a term's reconcilers get to finish their in-flight work once leadership is lost.
+const TERM_SHUTDOWN: Duration = Duration::from_secs(10);
 
 /// Stops when either channel turns true.
 fn merge_stops(
@@ -242,6 +302,16 @@ async fn check_crds(client: &Client, namespace: Option<&str>) -> Result<(), Star
         )),
         Err(e) => Err(e.into()),
     }
+}
+
+fn parse_lease_duration(text: &str) -> Result<Duration, String> {
+    let d = crate::probe::parse_duration(text)?;
+    if d < Duration::from_secs(2) || d.subsec_nanos() != 0 {
+        return Err(format!(
+            "the lease duration must be whole seconds and at least 2s, not {text}"
+        ));
+    }
+    Ok(d)
 }
 
 fn default_identity() -> String {

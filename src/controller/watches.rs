@@ -25,7 +25,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{self, Controller};
@@ -41,6 +41,7 @@ use crate::api::tenant_policy::McpTenantPolicy;
 
 use super::context::Context;
 use super::mcp_server::{self, ServerContext};
+use super::readiness::{Readiness, listed};
 use super::{ControllerArgs, agent_spec, tenant_policy};
 
 /// Says the replica is ready once every reconciler's main watch has listed its kind: only then
@@ -74,8 +75,15 @@ impl Started {
         K::DynamicType: std::hash::Hash + Eq + Clone + Send + Sync,
     {
         let started = self.clone();
+        let listed = Readiness::all(vec![listed(&store)]);
         tokio::spawn(async move {
-            if store.wait_until_ready().await.is_ok() {
+            listed.wait().await;
+            // A writer dropped before its first list (the watch ended) leaves the store unready.
+            if store
+                .wait_until_ready()
+                .now_or_never()
+                .is_some_and(|r| r.is_ok())
+            {
                 started.listed();
             }
         });
@@ -322,6 +330,7 @@ async fn run_policies(
     .touched_objects();
     let policy_ctx = Arc::new(tenant_policy::PolicyContext {
         base: ctx,
+        namespaces_listed: Readiness::all(vec![listed(&namespaces)]),
         namespaces,
     });
     controller

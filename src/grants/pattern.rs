@@ -134,7 +134,10 @@ impl Automaton {
                 .collect()
         };
         let prefix = literal_run(&mut tokens.iter());
-        let suffix: String = literal_run(&mut tokens.iter().rev()).chars().rev().collect();
+        let suffix: String = literal_run(&mut tokens.iter().rev())
+            .chars()
+            .rev()
+            .collect();
         let min_chars = tokens.iter().filter(|t| **t != Token::Star).count();
         let has_star = tokens.contains(&Token::Star);
         let len = tokens.len();

@@ -39,6 +39,8 @@ use crate::api::tenant_policy::McpTenantPolicy;
 use crate::core::Catalog;
 use crate::grants::TenantDefault;
 
+use super::readiness::{Readiness, listed};
+
 use super::context::Context;
 use super::error::ReconcileError;
 use super::mcp_server::{key_of as server_key, read_spilled_catalog};
@@ -61,6 +63,8 @@ pub struct AgentContext {
     pub policies: Store<McpTenantPolicy>,
     pub namespaces: Store<PartialObjectMeta<Namespace>>,
     pub config_maps: Store<PartialObjectMeta<ConfigMap>>,
+    /// Every store above has received its first list.
+    stores_listed: Readiness,
     /// What a namespace no policy selects gets (`--tenant-default`).
     pub tenant_default: TenantDefault,
     /// Characters of granted schema above which a server is deferred (`--preload-budget`).
@@ -80,8 +84,15 @@ impl AgentContext {
         tenant_default: TenantDefault,
         preload_budget: u64,
     ) -> Self {
+        let stores_listed = Readiness::all(vec![
+            listed(&servers),
+            listed(&policies),
+            listed(&namespaces),
+            listed(&config_maps),
+        ]);
         AgentContext {
             base,
+            stores_listed,
             servers,
             policies,
             namespaces,
@@ -124,10 +135,7 @@ async fn reconcile_inner(agent: &AgentSpec, ctx: &AgentContext) -> Result<Action
         return Ok(Action::await_change());
     }
     // Resolving against a store that has not listed yet would publish too little.
-    let _ = ctx.servers.wait_until_ready().await;
-    let _ = ctx.policies.wait_until_ready().await;
-    let _ = ctx.namespaces.wait_until_ready().await;
-    let _ = ctx.config_maps.wait_until_ready().await;
+    ctx.stores_listed.wait().await;
 
     // Gather: the AgentSpec's servers (with spilled catalogues read back) and its namespace.
     let namespace = agent.namespace().unwrap_or_default();

@@ -178,7 +178,12 @@ mod tests {
                 "{key:?} in an expression"
             );
         }
-        for key in ["team", "example.com/team", "a.b-c_d", "kubernetes.io/metadata.name"] {
+        for key in [
+            "team",
+            "example.com/team",
+            "a.b-c_d",
+            "kubernetes.io/metadata.name",
+        ] {
             let s = LabelSelector {
                 match_labels: Some(labels(&[(key, "a")])),
                 match_expressions: None,

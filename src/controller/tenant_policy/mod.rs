@@ -40,6 +40,8 @@ pub const KIND: &str = "McpTenantPolicy";
 pub struct PolicyContext {
     pub base: Arc<Context>,
     pub namespaces: Store<PartialObjectMeta<Namespace>>,
+    /// The namespace store has received its first list.
+    pub namespaces_listed: super::readiness::Readiness,
 }
 
 /// Reconciles one McpTenantPolicy.
@@ -95,7 +97,7 @@ async fn reconcile_inner(
     if policy.meta().deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
-    let _ = ctx.namespaces.wait_until_ready().await;
+    ctx.namespaces_listed.wait().await;
     let selected = ctx
         .namespaces
         .state()

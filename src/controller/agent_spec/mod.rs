@@ -154,8 +154,9 @@ async fn reconcile_inner(agent: &AgentSpec, ctx: &AgentContext) -> Result<Action
         }
     }
 
-    // Decide.
-    let grants = decide(agent, ctx, &referenced, &servers, &spilled);
+    // Decide, off the async workers: one tenant's patterns can cost seconds of CPU at the CRD's
+    // maxima, and those threads also serve /healthz, renew the Lease and run other reconciles.
+    let grants = off_the_async_workers(|| decide(agent, ctx, &referenced, &servers, &spilled));
 
     // Apply: the ConfigMap, then the status, then the events.
     let published = publish(agent, ctx, &grants).await?;
@@ -176,6 +177,15 @@ async fn reconcile_inner(agent: &AgentSpec, ctx: &AgentContext) -> Result<Action
     }
     announce(agent, base, &transitions).await;
     Ok(Action::await_change())
+}
+
+/// Runs CPU-heavy work where it cannot stall the runtime's other tasks: on a multi-threaded
+/// runtime (the controller's) the worker hands its queue to another thread first.
+fn off_the_async_workers<T>(work: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(work),
+        _ => work(),
+    }
 }
 
 /// The pure step: converts what was gathered into the core's input and lets it decide.

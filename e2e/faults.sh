@@ -7,7 +7,8 @@
 #   2. the leader SIGSTOPped past its lease, a change made meanwhile, then SIGCONTed;
 #   3. kube-apiserver paused for 15 s mid-change;
 #   4. etcd paused for 15 s mid-change;
-#   5. both replicas killed and restarted during a burst of changes.
+#   5. both replicas killed and restarted during a burst of changes;
+#   6. kube-apiserver killed and started again (every watch starts over).
 #
 # After each, every AgentSpec's grants must converge to what the policy says (the time is
 # printed, not asserted). Throughout, a sampler checks that no grants ConfigMap is ever deleted or
@@ -265,6 +266,18 @@ flip
 start_replica replica-a
 start_replica replica-b
 await_convergence "both replicas restarted during a burst"
+
+say "6. kube-apiserver restarted: every watch must start over (410 Expired)"
+api_pid=$(component_pid kube-apiserver | tail -n 1)
+mapfile -d '' -t api_argv <"/proc/$api_pid/cmdline"
+kill -KILL "$api_pid"
+sleep 3
+"${api_argv[@]}" >>"$DIR/cluster/logs/kube-apiserver.log" 2>&1 </dev/null &
+echo "kube-apiserver $!" >>"$DIR/cluster/pids"
+for _ in $(seq 300); do k get --raw /readyz >/dev/null 2>&1 && break; sleep 0.2; done
+k get --raw /readyz >/dev/null 2>&1 || die "the restarted kube-apiserver never became ready"
+flip
+await_convergence "after an apiserver restart (from readyz)"
 
 kill "${PIDS[-1]}" 2>/dev/null || true
 if [[ -s $DIR/sampler.violations ]]; then

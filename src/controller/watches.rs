@@ -108,6 +108,54 @@ pub async fn run(
     info!("reconcilers stopped");
 }
 
+/// How a watch waits before trying again after an error. kube-runtime's default grows to 30 s
+/// and resets only after 120 s without an error, and the controller's trigger backoff is one
+/// for all its watches: after an apiserver restart (every watch answered 410 Expired) the
+/// controller stayed blind for minutes. Here every watch has its own, capped at 2 s and reset
+/// after 10 s of health, so the controller sees again within seconds of the apiserver
+/// answering, at the cost of a few requests per second per watch while it does not.
+struct Reconnect {
+    next: std::time::Duration,
+    last: Option<std::time::Instant>,
+}
+
+impl Reconnect {
+    const FIRST: std::time::Duration = std::time::Duration::from_millis(250);
+    const MAX: std::time::Duration = std::time::Duration::from_secs(2);
+    const HEALTHY: std::time::Duration = std::time::Duration::from_secs(10);
+
+    fn new() -> Self {
+        Reconnect {
+            next: Self::FIRST,
+            last: None,
+        }
+    }
+}
+
+impl Iterator for Reconnect {
+    type Item = std::time::Duration;
+
+    fn next(&mut self) -> Option<std::time::Duration> {
+        let now = std::time::Instant::now();
+        if self
+            .last
+            .is_some_and(|at| now.duration_since(at) > Self::HEALTHY)
+        {
+            self.next = Self::FIRST;
+        }
+        self.last = Some(now);
+        let wait = self.next;
+        self.next = (self.next * 2).min(Self::MAX);
+        Some(wait)
+    }
+}
+
+impl kube::runtime::utils::Backoff for Reconnect {
+    fn reset(&mut self) {
+        self.next = Self::FIRST;
+    }
+}
+
 /// An Api over every namespace, or the one the controller is limited to.
 pub(super) fn scoped<K>(client: &Client, namespace: Option<&str>) -> Api<K>
 where
@@ -132,18 +180,21 @@ async fn run_servers(
     // The controller is not called for deleted objects: drop what we hold for them here.
     let deletions = tokio::spawn(forget_deleted_servers(servers.clone(), ctx.clone()));
     let controller = Controller::new(servers, watcher::Config::default().any_semantic())
-        .with_config(controller::Config::default().concurrency(args.concurrency));
+        .with_config(controller::Config::default().concurrency(args.concurrency))
+        .trigger_backoff(Reconnect::new());
     let store = controller.store();
     started.when_listed(store.clone());
     let secrets = watcher(
         scoped::<PartialObjectMeta<Secret>>(&client, ns),
         watcher::Config::default(),
     )
+    .backoff(Reconnect::new())
     .touched_objects();
     let config_maps = watcher(
         scoped::<PartialObjectMeta<ConfigMap>>(&client, ns),
         watcher::Config::default(),
     )
+    .backoff(Reconnect::new())
     .touched_objects();
     // Servers that push tools/list_changed trigger their own reconcile through this channel.
     let (trigger_tx, trigger_rx) = tokio::sync::mpsc::channel(1024);
@@ -181,7 +232,7 @@ async fn run_servers(
 async fn forget_deleted_servers(servers: Api<McpServer>, ctx: Arc<ServerContext>) {
     let mut listed = std::collections::HashSet::new();
     let mut events = watcher(servers, watcher::Config::default().any_semantic())
-        .default_backoff()
+        .backoff(Reconnect::new())
         .boxed();
     while let Some(event) = events.next().await {
         match event {
@@ -232,13 +283,14 @@ async fn run_agent_specs(
         scoped::<AgentSpec>(&client, ns),
         watcher::Config::default().any_semantic(),
     )
-    .with_config(controller::Config::default().concurrency(args.concurrency));
+    .with_config(controller::Config::default().concurrency(args.concurrency))
+    .trigger_backoff(Reconnect::new());
     let agents = controller.store();
     started.when_listed(agents.clone());
 
     let (servers, servers_writer) = reflector::store::<McpServer>();
     let server_events = watcher(scoped::<McpServer>(&client, ns), watcher::Config::default())
-        .default_backoff()
+        .backoff(Reconnect::new())
         .reflect(servers_writer)
         .touched_objects();
     let (policies, policies_writer) = reflector::store::<McpTenantPolicy>();
@@ -246,7 +298,7 @@ async fn run_agent_specs(
         Api::<McpTenantPolicy>::all(client.clone()),
         watcher::Config::default(),
     )
-    .default_backoff()
+    .backoff(Reconnect::new())
     .reflect(policies_writer)
     .touched_objects();
     let (namespaces, namespaces_writer) = reflector::store::<PartialObjectMeta<Namespace>>();
@@ -258,7 +310,7 @@ async fn run_agent_specs(
         Api::<PartialObjectMeta<Namespace>>::all(client.clone()),
         namespace_config,
     )
-    .default_backoff()
+    .backoff(Reconnect::new())
     .reflect(namespaces_writer)
     .touched_objects();
     let (config_maps, config_maps_writer) = reflector::store::<PartialObjectMeta<ConfigMap>>();
@@ -266,7 +318,7 @@ async fn run_agent_specs(
         scoped::<PartialObjectMeta<ConfigMap>>(&client, ns),
         watcher::Config::default().labels(&agent_spec::publish::selector()),
     )
-    .default_backoff()
+    .backoff(Reconnect::new())
     .reflect(config_maps_writer)
     .touched_objects();
 
@@ -317,7 +369,8 @@ async fn run_policies(
         Api::<McpTenantPolicy>::all(client.clone()),
         watcher::Config::default().any_semantic(),
     )
-    .with_config(controller::Config::default().concurrency(args.concurrency));
+    .with_config(controller::Config::default().concurrency(args.concurrency))
+    .trigger_backoff(Reconnect::new());
     let policies = controller.store();
     started.when_listed(policies.clone());
     let (namespaces, namespaces_writer) = reflector::store::<PartialObjectMeta<Namespace>>();
@@ -325,7 +378,7 @@ async fn run_policies(
         Api::<PartialObjectMeta<Namespace>>::all(client.clone()),
         watcher::Config::default(),
     )
-    .default_backoff()
+    .backoff(Reconnect::new())
     .reflect(namespaces_writer)
     .touched_objects();
     let policy_ctx = Arc::new(tenant_policy::PolicyContext {
@@ -430,5 +483,23 @@ mod tests {
             )
             .is_empty()
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn reconnect_waits_grow_to_two_seconds_and_start_over() {
+        let mut b = Reconnect::new();
+        let waits: Vec<Duration> = (0..6).map(|_| b.next().unwrap()).collect();
+        assert_eq!(
+            waits,
+            [250, 500, 1000, 2000, 2000, 2000].map(Duration::from_millis)
+        );
+        kube::runtime::utils::Backoff::reset(&mut b);
+        assert_eq!(b.next(), Some(Duration::from_millis(250)));
     }
 }

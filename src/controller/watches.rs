@@ -421,6 +421,18 @@ mod tests {
     use crate::controller::fixtures::server;
 
     #[test]
+    fn reconnect_waits_grow_to_two_seconds_and_start_over() {
+        let mut b = Reconnect::new();
+        let waits: Vec<std::time::Duration> = (0..6).map(|_| b.next().unwrap()).collect();
+        assert_eq!(
+            waits,
+            [250, 500, 1000, 2000, 2000, 2000].map(std::time::Duration::from_millis)
+        );
+        kube::runtime::utils::Backoff::reset(&mut b);
+        assert_eq!(b.next(), Some(std::time::Duration::from_millis(250)));
+    }
+
+    #[test]
     fn ready_only_once_every_main_watch_has_listed() {
         let ready = Arc::new(AtomicBool::new(false));
         let started = Started::new(ready.clone(), 3);
@@ -483,23 +495,5 @@ mod tests {
             )
             .is_empty()
         );
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::time::Duration;
-
-    #[test]
-    fn reconnect_waits_grow_to_two_seconds_and_start_over() {
-        let mut b = Reconnect::new();
-        let waits: Vec<Duration> = (0..6).map(|_| b.next().unwrap()).collect();
-        assert_eq!(
-            waits,
-            [250, 500, 1000, 2000, 2000, 2000].map(Duration::from_millis)
-        );
-        kube::runtime::utils::Backoff::reset(&mut b);
-        assert_eq!(b.next(), Some(Duration::from_millis(250)));
     }
 }

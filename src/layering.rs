@@ -9,6 +9,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("grants", &["core"]),
     ("mcp", &["core"]),
     ("api", &["core"]),
+    ("sidecar", &["core", "grants", "mcp"]),
 ];
 
 /// Every module path the crate has at its top, so `crate::<name>` can be told apart.

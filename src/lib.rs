@@ -3,10 +3,10 @@
 //! Dependencies point one way, down to a pure vocabulary:
 //!
 //! ```text
-//!                 main.rs (clap: run | probe | crds)
-//!                    │            │
-//!                    ▼            ▼
-//!              controller      probe
+//!                 main.rs (clap: run | probe | crds | sidecar)
+//!                    │            │          │
+//!                    ▼            ▼          ▼
+//!              controller      probe      sidecar ──► grants, mcp (never api, controller)
 //!             ╱    │     ╲        │
 //!            ▼     ▼      ▼       ▼
 //!          api   grants    mcp ◄──┘
@@ -24,6 +24,8 @@
 //!   document. Uses only `core`.
 //! - [`controller`]: the reconcilers; the only module that talks to Kubernetes.
 //! - [`probe`]: the `probe` subcommand: one server, one JSON document.
+//! - [`sidecar`]: the `sidecar` subcommand: the agent's only MCP endpoint, enforcing its grants
+//!   at call time. Uses `grants`, `mcp` and `core` only (never `api` or `controller`).
 //!
 //! A unit test (`layering`) fails when a module of `core`, `api`, `mcp` or `grants` imports
 //! against this direction.
@@ -36,6 +38,7 @@ pub mod core;
 pub mod grants;
 pub mod mcp;
 pub mod probe;
+pub mod sidecar;
 
 #[cfg(test)]
 mod layering;

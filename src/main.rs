@@ -30,6 +30,9 @@ enum Command {
     /// Connect to one MCP server exactly as the controller would and print its catalogue, or the
     /// reason it could not be read, as one JSON document.
     Probe(mcp_operator::probe::ProbeArgs),
+    /// Serve the agent's MCP endpoint: exactly the tools its grants file names, every call
+    /// checked against it before it reaches an upstream.
+    Sidecar(mcp_operator::sidecar::SidecarArgs),
 }
 
 fn main() -> ExitCode {
@@ -41,6 +44,20 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Command::Probe(args) => mcp_operator::probe::main(args),
+        Command::Sidecar(args) => {
+            init_logging(cli.log_format);
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .expect("a tokio runtime starts");
+            match runtime.block_on(mcp_operator::sidecar::run(args)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    tracing::error!(reason = e.reason(), "{e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::Controller(args) => {
             init_logging(cli.log_format);
             let runtime = tokio::runtime::Builder::new_multi_thread()

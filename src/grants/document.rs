@@ -104,6 +104,14 @@ pub struct Endpoint {
     pub call_timeout_ms: u64,
     /// Retry budget for read-only or idempotent calls.
     pub retry: u32,
+    /// Most `tools/list` pages the sidecar reads (the McpServer's `discovery.maxToolPages`);
+    /// absent in documents written before the sidecar existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tool_pages: Option<u32>,
+    /// Largest response the sidecar accepts from the server, in bytes (the McpServer's
+    /// `discovery.maxResponseBytes`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_response_bytes: Option<u64>,
 }
 
 /// A header whose value is read from a Secret key.
@@ -166,7 +174,8 @@ impl GrantsDocument {
 }
 
 /// The call-time check: the granted tool `qualified_name` stands for, or None when the name does
-/// not survive narrowing (refuse the call).
+/// not survive narrowing (refuse the call). The sidecar calls this for every `tools/call`,
+/// however the agent got the name; [`GrantsDocument::find`] then names the tool's server.
 pub fn permits<'d>(doc: &'d GrantsDocument, qualified_name: &str) -> Option<&'d GrantedTool> {
     doc.find(qualified_name).map(|(_, tool)| tool)
 }
@@ -267,6 +276,8 @@ mod tests {
             connect_timeout_ms: 10_000,
             call_timeout_ms: 30_000,
             retry: 2,
+            max_tool_pages: Some(100),
+            max_response_bytes: None,
         });
         let value = serde_json::to_value(&doc).unwrap();
         let endpoint = &value["servers"][0]["endpoint"];

@@ -13,7 +13,9 @@ use super::connection::{Credentials, TlsSettings};
 use super::endpoint::CheckedEndpoint;
 use super::error::McpError;
 
-/// The HTTP client for one server.
+/// The HTTP client for one server. Cloning shares the connection pool (the sidecar sends
+/// concurrent calls over clones).
+#[derive(Clone)]
 pub struct Http {
     client: reqwest::Client,
     pub endpoint: CheckedEndpoint,

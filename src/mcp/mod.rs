@@ -11,7 +11,8 @@
 //!        │ (era detection, handshake)   streamable_http ┴ http_sse (old transport)
 //!        │                                      └── sse::SseReader ──┘   (also used by watch)
 //!        ├──► listing (every page, the rules) ──► core::catalog (pure: classify, digest)
-//!        └──► watch (one long-lived subscription to notifications/tools/list_changed)
+//!        ├──► watch (one long-lived subscription to notifications/tools/list_changed)
+//!        └──► call (the sidecar: concurrent tools/call on one negotiated connection)
 //!
 //!  rpc: JSON-RPC framing, classification and the reply type every transport returns
 //! ```
@@ -21,6 +22,7 @@
 //! [`read_server`] is the one entry point for reading: the probe and the controller both call it.
 //! [`watch_tool_changes`] is the controller's trigger: it says *when* to read again, never what.
 
+pub mod call;
 pub mod connection;
 pub mod endpoint;
 pub mod error;

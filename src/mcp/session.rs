@@ -41,7 +41,7 @@ pub fn client_capabilities() -> Value {
     serde_json::to_value(ClientCapabilities::default()).expect("capabilities serialise")
 }
 
-fn client_info() -> Value {
+pub(super) fn client_info() -> Value {
     serde_json::to_value(Implementation::new(
         "mcp-operator",
         env!("CARGO_PKG_VERSION"),
@@ -118,6 +118,27 @@ impl Session {
                 Ok(session)
             }
         }
+    }
+
+    /// Opens a Streamable HTTP session with the handshake of a server already known to be
+    /// legacy (skips the modern probe); any other hint detects the era as usual.
+    pub async fn open_streamable_expecting(
+        http: Http,
+        era: Option<Era>,
+    ) -> Result<Session, McpError> {
+        if era != Some(Era::Legacy) {
+            return Session::open_streamable(http).await;
+        }
+        let mut session = Session {
+            wire: Wire::Streamable(StreamableHttp::new(http)),
+            era: Era::Legacy,
+            protocol_version: String::new(),
+            server_info: ServerInfo::default(),
+            capabilities: Value::Null,
+            next_id: 2,
+        };
+        session.initialize().await?;
+        Ok(session)
     }
 
     /// Opens an old HTTP+SSE connection (always the legacy era).
@@ -299,7 +320,7 @@ enum Discovery {
     Legacy,
 }
 
-fn modern_meta() -> Value {
+pub(super) fn modern_meta() -> Value {
     json!({
         META_PROTOCOL_VERSION: MODERN_VERSION,
         META_CLIENT_INFO: client_info(),

@@ -44,10 +44,37 @@ impl Fixtures {
             .unwrap_or_else(|| panic!("{key} missing from fixtures.env"))
     }
 
+    /// The fixtures venv's Python (the official SDK is importable).
+    pub fn python(&self) -> &str {
+        self.var("MCP_FIXTURES_PYTHON")
+    }
+
+    /// `tests/fixtures/<name>` of this checkout (fixtures.env is shared by every checkout using
+    /// the cache, so its MCP_FIXTURES_DIR may name another one).
+    pub fn fixture(&self, name: &str) -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures")
+            .join(name)
+    }
+
+    /// Node, and the TypeScript SDK package directory (the copy server-everything pins).
+    pub fn typescript_sdk(&self) -> (String, PathBuf) {
+        let everything = PathBuf::from(self.var("MCP_FIXTURES_EVERYTHING"));
+        let node_modules = everything
+            .ancestors()
+            .find(|p| p.ends_with("node_modules"))
+            .expect("server-everything lives under node_modules")
+            .to_path_buf();
+        (
+            self.var("MCP_FIXTURES_NODE").to_string(),
+            node_modules.join("@modelcontextprotocol/sdk"),
+        )
+    }
+
     /// The official-SDK server with extra arguments; its URL is the MCP endpoint.
     pub fn sdk_server(&self, args: &[&str]) -> Server {
         let mut cmd = Command::new(self.var("MCP_FIXTURES_PYTHON"));
-        cmd.arg(self.var("MCP_FIXTURES_SDK_SERVER"))
+        cmd.arg(self.fixture("sdk_server.py"))
             .args(["--port", "0"])
             .args(args);
         Server::start(cmd, "sdk_server")
@@ -56,7 +83,7 @@ impl Fixtures {
     /// Our hostile server; its URL is the base, modes are `{url}/{mode}/mcp`.
     pub fn hostile_server(&self) -> Server {
         let mut cmd = Command::new(self.var("MCP_FIXTURES_PYTHON"));
-        cmd.arg(self.var("MCP_FIXTURES_HOSTILE_SERVER"))
+        cmd.arg(self.fixture("hostile_server.py"))
             .args(["--port", "0"]);
         Server::start(cmd, "hostile_server")
     }
@@ -66,7 +93,7 @@ impl Fixtures {
     pub fn hostile_server_tls(&self, dir: &std::path::Path) -> (Server, PathBuf) {
         let ca = make_test_ca(dir);
         let mut cmd = Command::new(self.var("MCP_FIXTURES_PYTHON"));
-        cmd.arg(self.var("MCP_FIXTURES_HOSTILE_SERVER"))
+        cmd.arg(self.fixture("hostile_server.py"))
             .args(["--port", "0", "--tls-cert"])
             .arg(dir.join("server.pem"))
             .arg("--tls-key")

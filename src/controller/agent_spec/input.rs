@@ -235,6 +235,8 @@ pub fn endpoint(server: &McpServer) -> Endpoint {
         connect_timeout_ms: millis(spec.timeouts.connect.as_std()),
         call_timeout_ms: millis(spec.timeouts.call.as_std()),
         retry: spec.retry,
+        max_tool_pages: Some(spec.discovery.max_tool_pages),
+        max_response_bytes: Some(spec.discovery.max_response_bytes),
     }
 }
 
@@ -377,6 +379,7 @@ mod tests {
                 "headers": [{"name": "X-Tenant", "secretKeyRef": {"name": "gh-tenant", "key": "id"}}],
                 "tls": {"caBundleConfigMap": {"name": "ca", "key": "ca.crt"}, "insecureSkipVerify": false},
                 "connectTimeoutMs": 5000, "callTimeoutMs": 60000, "retry": 4,
+                "maxToolPages": 100, "maxResponseBytes": 4194304,
             })
         );
         let plain = server(

@@ -1,0 +1,155 @@
+//! The load client of `bench/sidecar.sh`: one MCP agent (legacy session or modern stateless)
+//! calling one tool as fast as it can from C concurrent tasks over TCP_NODELAY connections,
+//! printing one JSON line of latency percentiles and throughput. Measures; asserts nothing.
+//!
+//!   sidecar_load URL legacy|modern TOOL CONCURRENCY CALLS
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+const MODERN: &str = "2026-07-28";
+
+#[derive(Clone)]
+struct Agent {
+    http: reqwest::Client,
+    url: String,
+    modern: bool,
+    session: Option<String>,
+    tool: String,
+}
+
+impl Agent {
+    async fn post(
+        &self,
+        body: Value,
+        method: &str,
+        name: Option<&str>,
+    ) -> (reqwest::header::HeaderMap, Vec<u8>) {
+        let mut r = self
+            .http
+            .post(&self.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream");
+        if self.modern {
+            r = r
+                .header("mcp-protocol-version", MODERN)
+                .header("mcp-method", method);
+            if let Some(n) = name {
+                r = r.header("mcp-name", n);
+            }
+        } else {
+            r = r.header("mcp-protocol-version", "2025-11-25");
+        }
+        if let Some(s) = &self.session {
+            r = r.header("mcp-session-id", s);
+        }
+        let response = r
+            .body(body.to_string())
+            .send()
+            .await
+            .expect("the server answers");
+        let headers = response.headers().clone();
+        let bytes = response.bytes().await.expect("a body").to_vec();
+        (headers, bytes)
+    }
+
+    async fn call(&self, id: u64) {
+        let mut params = json!({"name": self.tool, "arguments": {"x": "bench"}});
+        if self.modern {
+            params["_meta"] = json!({
+                "io.modelcontextprotocol/protocolVersion": MODERN,
+                "io.modelcontextprotocol/clientCapabilities": {},
+                "io.modelcontextprotocol/clientInfo": {"name": "bench", "version": "1"},
+            });
+        }
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params});
+        let (_, bytes) = self
+            .post(body, "tools/call", Some(&self.tool.clone()))
+            .await;
+        let text = String::from_utf8_lossy(&bytes);
+        assert!(
+            text.contains("\"result\"") && !text.contains("\"isError\":true"),
+            "the call failed: {text}"
+        );
+    }
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> f64 {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i].as_secs_f64() * 1e6
+}
+
+#[tokio::main]
+async fn main() {
+    mcp_operator::install_crypto_provider();
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
+    let [url, era, tool, concurrency, calls] = &args[..5] else {
+        panic!("usage: sidecar_load URL legacy|modern TOOL CONCURRENCY CALLS");
+    };
+    let concurrency: usize = concurrency.parse().unwrap();
+    let calls: usize = calls.parse().unwrap();
+    let http = reqwest::Client::builder()
+        .no_proxy()
+        .tcp_nodelay(true)
+        .pool_max_idle_per_host(concurrency * 2)
+        .build()
+        .unwrap();
+    let mut agent = Agent {
+        http,
+        url: url.clone(),
+        modern: era == "modern",
+        session: None,
+        tool: tool.clone(),
+    };
+    if !agent.modern {
+        let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}}});
+        let (headers, _) = agent.post(init, "initialize", None).await;
+        agent.session = headers
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        agent
+            .post(
+                json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+                "notifications/initialized",
+                None,
+            )
+            .await;
+    }
+    for i in 0..200 {
+        agent.call(i).await;
+    }
+    let per_task = calls / concurrency;
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for t in 0..concurrency {
+        let agent = agent.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut latencies = Vec::with_capacity(per_task);
+            for i in 0..per_task {
+                let begin = Instant::now();
+                agent.call(1_000 + (t * per_task + i) as u64).await;
+                latencies.push(begin.elapsed());
+            }
+            latencies
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    let elapsed = started.elapsed();
+    all.sort();
+    println!(
+        "{}",
+        json!({
+            "p50_us": percentile(&all, 0.50), "p95_us": percentile(&all, 0.95), "p99_us": percentile(&all, 0.99),
+            "calls_per_s": all.len() as f64 / elapsed.as_secs_f64(), "calls": all.len(),
+        })
+    );
+}

@@ -1,0 +1,386 @@
+//! Calling tools on one server: a negotiated connection that many calls share at once (the
+//! sidecar's upstream side). Listing stays in [`super::listing`]; this module only sends
+//! `tools/call` and `notifications/cancelled`, and says precisely what is known about a call
+//! that failed — whether the server can have run it — because the caller's resend rule depends
+//! on nothing else.
+//!
+//! ```text
+//! ToolSession::open ─► endpoint guard ─► Http ─► Session (era, handshake) ─► pieces kept here
+//! ToolSession::call ─► POST (clone of Http: concurrent) ─► JSON or SSE reply
+//!                          └─ notifications on the call's stream ─► the caller's channel
+//! ```
+//!
+//! Over Streamable HTTP calls run concurrently (each is its own POST on a shared connection
+//! pool). The old HTTP+SSE transport has one stream per connection, so calls on it take turns.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use reqwest::StatusCode;
+use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+use serde_json::{Map, Value};
+use tokio::sync::{Mutex, mpsc};
+
+use super::connection::{ServerConnection, TransportKind};
+use super::endpoint;
+use super::error::McpError;
+use super::http::{Http, content_type};
+use super::http_sse::HttpSse;
+use super::rpc::{self, Incoming, RpcReply};
+use super::session::{Era, MODERN_VERSION, Session, Wire, modern_meta};
+use super::sse::{SseMessage, SseReader};
+use super::streamable_http::SESSION_HEADER;
+
+/// What a server answered to `tools/call`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CallAnswer {
+    /// The result object, exactly as the server sent it.
+    Result(Map<String, Value>),
+    /// A JSON-RPC error: its code and structured data (never the server's free text).
+    Error { code: i64, data: Option<Value> },
+}
+
+/// Why a call got no answer, sorted by what the server can have done with it.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum CallFailure {
+    /// The request never reached the server (connection refused): nothing ran.
+    #[error("{0}")]
+    NotSent(McpError),
+    /// The server does not know the session (404, or the 400 some servers answer): it ran
+    /// nothing, and the connection must be opened again.
+    #[error("the server no longer knows the session (HTTP {status})")]
+    SessionGone { status: u16 },
+    /// 401 or 403: the credential is wrong or not allowed. Not worth repeating as is.
+    #[error("{0}")]
+    Refused(McpError),
+    /// The request was sent and no answer came back: the server may or may not have run it.
+    #[error("{0}")]
+    AfterSending(McpError),
+}
+
+/// One negotiated connection to a server, shared by concurrent calls.
+pub struct ToolSession {
+    wire: CallWire,
+    pub era: Era,
+    pub protocol_version: String,
+    next_id: AtomicU64,
+}
+
+enum CallWire {
+    Streamable {
+        http: Http,
+        session_id: Option<HeaderValue>,
+    },
+    Sse(Mutex<HttpSse>),
+}
+
+impl ToolSession {
+    /// Connects, negotiates the protocol (the era `expect` names tried first) and keeps the
+    /// connection for calls. Bounded by `conn.limits.connect_timeout`.
+    pub async fn open(conn: &ServerConnection, expect: Option<Era>) -> Result<Self, McpError> {
+        let limit = conn.limits.connect_timeout;
+        tokio::time::timeout(limit, Self::open_unbounded(conn, expect))
+            .await
+            .unwrap_or(Err(McpError::Timeout {
+                what: "connecting and negotiating the protocol",
+                limit,
+                pages_read: 0,
+            }))
+    }
+
+    async fn open_unbounded(
+        conn: &ServerConnection,
+        expect: Option<Era>,
+    ) -> Result<Self, McpError> {
+        let url = endpoint::parse_url(&conn.url)?;
+        let checked = endpoint::check(&url, conn.endpoint_policy).await?;
+        let http = Http::new(
+            checked,
+            &conn.credentials,
+            &conn.tls,
+            conn.limits.connect_timeout,
+            conn.limits.max_response_bytes,
+        )?;
+        let session = match conn.transport {
+            TransportKind::Sse => Session::open_sse(http).await?,
+            TransportKind::StreamableHttp => {
+                match Session::open_streamable_expecting(http.clone(), expect).await {
+                    Ok(session) => session,
+                    // The server changed era since the controller read it: detect afresh.
+                    Err(McpError::NotMcp(_) | McpError::ProtocolError(_))
+                        if expect == Some(Era::Legacy) =>
+                    {
+                        Session::open_streamable(http).await?
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        };
+        let era = session.era;
+        let protocol_version = session.protocol_version.clone();
+        let wire = match session.into_wire() {
+            Wire::Streamable(wire) => CallWire::Streamable {
+                http: wire.http,
+                session_id: wire.session_id,
+            },
+            Wire::Sse(wire) => CallWire::Sse(Mutex::new(wire)),
+        };
+        Ok(ToolSession {
+            wire,
+            era,
+            protocol_version,
+            next_id: AtomicU64::new(100),
+        })
+    }
+
+    /// A fresh request id for [`Self::call`] (so the caller can cancel it by id).
+    pub fn next_request_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Sends `tools/call` with `params` (name, arguments and the agent's `_meta`, to which the
+    /// modern era's own metadata is added) as request `id`. Notifications the server sends on
+    /// the call's stream (progress, log messages) go to `notifications`.
+    pub async fn call(
+        &self,
+        id: u64,
+        mut params: Map<String, Value>,
+        notifications: Option<&mpsc::UnboundedSender<Value>>,
+    ) -> Result<CallAnswer, CallFailure> {
+        let tool_name = params
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        if self.era == Era::Modern {
+            let mut meta = match params.remove("_meta") {
+                Some(Value::Object(m)) => m,
+                _ => Map::new(),
+            };
+            if let Value::Object(ours) = modern_meta() {
+                meta.extend(ours);
+            }
+            params.insert("_meta".into(), Value::Object(meta));
+        }
+        let body = rpc::request(id, "tools/call", params);
+        match &self.wire {
+            CallWire::Streamable { http, session_id } => {
+                let headers = self.headers("tools/call", Some(&tool_name));
+                self.call_streamable(http, session_id.as_ref(), &body, id, headers, notifications)
+                    .await
+            }
+            CallWire::Sse(wire) => {
+                let mut wire = wire.lock().await;
+                wire.request(&body, id, "call the tool")
+                    .await
+                    .map(answer_of)
+                    .map_err(after_sending)
+            }
+        }
+    }
+
+    /// Tells the server the agent no longer waits for request `id`. Best effort.
+    pub async fn cancel(&self, id: u64, reason: &str) {
+        let note = serde_json::json!({
+            "jsonrpc": "2.0",
+            "method": "notifications/cancelled",
+            "params": {"requestId": id, "reason": reason},
+        });
+        match &self.wire {
+            CallWire::Streamable { http, session_id } => {
+                let headers = self.headers("notifications/cancelled", None);
+                let mut request = http
+                    .post(&http.endpoint.url)
+                    .header(ACCEPT, "application/json, text/event-stream")
+                    .header(CONTENT_TYPE, "application/json")
+                    .headers(headers)
+                    .body(serde_json::to_vec(&note).expect("JSON serialises"));
+                if let Some(session) = session_id {
+                    request = request.header(SESSION_HEADER, session.clone());
+                }
+                if let Ok(response) = http.send(request, "").await {
+                    let _ = http.read_body(response).await;
+                }
+            }
+            CallWire::Sse(wire) => {
+                if let Ok(mut wire) = wire.try_lock() {
+                    let _ = wire.notify(&note).await;
+                }
+            }
+        }
+    }
+
+    /// Ends a legacy session politely (failures do not matter).
+    pub async fn close(self) {
+        if let CallWire::Streamable {
+            http,
+            session_id: Some(session),
+        } = self.wire
+        {
+            let request = http
+                .delete(&http.endpoint.url)
+                .header(SESSION_HEADER, session);
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(2), http.send(request, ""))
+                .await;
+        }
+    }
+
+    fn headers(&self, method: &str, name: Option<&str>) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        let version = match self.era {
+            Era::Modern => MODERN_VERSION,
+            Era::Legacy => self.protocol_version.as_str(),
+        };
+        if let Ok(v) = HeaderValue::from_str(version) {
+            headers.insert(HeaderName::from_static("mcp-protocol-version"), v);
+        }
+        if self.era == Era::Modern {
+            if let Ok(v) = HeaderValue::from_str(method) {
+                headers.insert(HeaderName::from_static("mcp-method"), v);
+            }
+            if let Some(v) = name.and_then(|n| HeaderValue::from_str(n).ok()) {
+                headers.insert(HeaderName::from_static("mcp-name"), v);
+            }
+        }
+        headers
+    }
+
+    async fn call_streamable(
+        &self,
+        http: &Http,
+        session_id: Option<&HeaderValue>,
+        body: &Value,
+        id: u64,
+        headers: HeaderMap,
+        notifications: Option<&mpsc::UnboundedSender<Value>>,
+    ) -> Result<CallAnswer, CallFailure> {
+        let mut request = http
+            .post(&http.endpoint.url)
+            .header(ACCEPT, "application/json, text/event-stream")
+            .header(CONTENT_TYPE, "application/json")
+            .headers(headers)
+            .body(serde_json::to_vec(body).expect("a JSON value serialises"));
+        if let Some(session) = session_id {
+            request = request.header(SESSION_HEADER, session.clone());
+        }
+        let response = http
+            .send(request, "call the tool")
+            .await
+            .map_err(|e| match e {
+                McpError::Unauthorized { .. } | McpError::Forbidden { .. } => {
+                    CallFailure::Refused(e)
+                }
+                McpError::ConnectionRefused { .. } => CallFailure::NotSent(e),
+                e => CallFailure::AfterSending(e),
+            })?;
+        let status = response.status();
+        if !status.is_success() {
+            let is_json = content_type(&response).starts_with("application/json");
+            let body = http.read_body(response).await.unwrap_or_default();
+            // A legacy server that lost the session ran nothing: 404 per the spec, 400 from
+            // server-everything and Python SDK 1.24/1.25.
+            if session_id.is_some()
+                && (status == StatusCode::NOT_FOUND || status == StatusCode::BAD_REQUEST)
+            {
+                return Err(CallFailure::SessionGone {
+                    status: status.as_u16(),
+                });
+            }
+            let reply = is_json
+                .then(|| serde_json::from_slice::<Value>(&body).ok())
+                .flatten()
+                .and_then(|v| match rpc::classify(&v, id) {
+                    Incoming::Reply(r) => Some(r),
+                    _ => None,
+                });
+            return match reply {
+                Some(reply) => Ok(answer_of(reply)),
+                None if status.is_client_error() => {
+                    Err(CallFailure::NotSent(McpError::ProtocolError(format!(
+                        "the server refused the call with HTTP {}",
+                        status.as_u16()
+                    ))))
+                }
+                None => Err(CallFailure::AfterSending(McpError::ProtocolError(format!(
+                    "the server answered the call with HTTP {}",
+                    status.as_u16()
+                )))),
+            };
+        }
+        if content_type(&response).starts_with("text/event-stream") {
+            return read_call_stream(http, response, id, notifications).await;
+        }
+        let body = http.read_body(response).await.map_err(after_sending)?;
+        let value: Value = serde_json::from_slice(&body).map_err(|_| {
+            after_sending(McpError::ProtocolError(
+                "the answer to the call is not JSON".into(),
+            ))
+        })?;
+        match rpc::classify(&value, id) {
+            Incoming::Reply(reply) => Ok(answer_of(reply)),
+            Incoming::Other => Err(after_sending(McpError::ProtocolError(
+                "the answer does not answer the call".into(),
+            ))),
+            Incoming::Malformed(why) => Err(after_sending(McpError::ProtocolError(format!(
+                "the answer to the call is {why}"
+            )))),
+        }
+    }
+}
+
+/// Reads a call's event stream until it carries the answer, handing notifications over.
+async fn read_call_stream(
+    http: &Http,
+    mut response: reqwest::Response,
+    id: u64,
+    notifications: Option<&mpsc::UnboundedSender<Value>>,
+) -> Result<CallAnswer, CallFailure> {
+    let mut reader = SseReader::whole(http.max_response_bytes);
+    loop {
+        let chunk = response
+            .chunk()
+            .await
+            .map_err(|e| after_sending(http.transport_error(&e)))?;
+        let Some(chunk) = chunk else {
+            return Err(after_sending(McpError::ProtocolError(
+                "the server closed the call's stream without answering".into(),
+            )));
+        };
+        for message in reader.feed(&chunk).map_err(after_sending)? {
+            let value = match message {
+                SseMessage::Json(value) => value,
+                SseMessage::NotJson => {
+                    return Err(after_sending(McpError::ProtocolError(
+                        "an event on the call's stream is not JSON".into(),
+                    )));
+                }
+                SseMessage::Empty | SseMessage::Endpoint(_) | SseMessage::Other => continue,
+            };
+            match rpc::classify(&value, id) {
+                Incoming::Reply(reply) => return Ok(answer_of(reply)),
+                Incoming::Other => {
+                    let is_notification =
+                        value.get("method").is_some() && value.get("id").is_none();
+                    if let (true, Some(tx)) = (is_notification, notifications) {
+                        let _ = tx.send(value);
+                    }
+                }
+                Incoming::Malformed(why) => {
+                    return Err(after_sending(McpError::ProtocolError(format!(
+                        "an event on the call's stream is {why}"
+                    ))));
+                }
+            }
+        }
+    }
+}
+
+fn answer_of(reply: RpcReply) -> CallAnswer {
+    match reply {
+        RpcReply::Result(result) => CallAnswer::Result(result),
+        RpcReply::Error { code, data } => CallAnswer::Error { code, data },
+    }
+}
+
+fn after_sending(e: McpError) -> CallFailure {
+    CallFailure::AfterSending(e)
+}

@@ -1,0 +1,95 @@
+//! The audit line: one structured log line per tool call (target `mcp_sidecar::audit`), with
+//! who called what, what was decided, how it ended, how long it took and how many times it was
+//! sent. Never the arguments, the result or a credential: none of them is passed in.
+
+use std::time::Duration;
+
+use crate::mcp::Access;
+
+/// What the sidecar decided before sending.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    Allowed,
+    NotGranted,
+    DefinitionChanged,
+    ServerUnavailable,
+    /// The tool needs a person's approval, which could not be obtained.
+    ApprovalRequired,
+}
+
+impl Decision {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decision::Allowed => "allowed",
+            Decision::NotGranted => "not_granted",
+            Decision::DefinitionChanged => "definition_changed",
+            Decision::ServerUnavailable => "server_unavailable",
+            Decision::ApprovalRequired => "approval_required",
+        }
+    }
+}
+
+/// How an allowed call ended (refused calls end `refused`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// The server answered with a result.
+    Ok,
+    /// The server answered with a result marked `isError`.
+    IsError,
+    /// No result: a JSON-RPC error, or a failure known to have run nothing.
+    Error,
+    /// Sent, and no answer: the server may have run it.
+    OutcomeUnknown,
+    /// The call timeout struck.
+    Timeout,
+    /// Not sent: the decision was not `allowed`.
+    Refused,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::IsError => "is_error",
+            Outcome::Error => "error",
+            Outcome::OutcomeUnknown => "outcome_unknown",
+            Outcome::Timeout => "timeout",
+            Outcome::Refused => "refused",
+        }
+    }
+}
+
+/// One call, as audited.
+#[derive(Debug, Clone)]
+pub struct CallRecord<'a> {
+    pub agent: &'a str,
+    pub server: Option<&'a str>,
+    pub tool: &'a str,
+    pub raw_tool: Option<&'a str>,
+    pub access: Option<Access>,
+    pub decision: Decision,
+    pub outcome: Outcome,
+    pub duration: Duration,
+    pub attempts: u32,
+}
+
+pub fn write(record: &CallRecord<'_>) {
+    let access = record.access.map(|a| match a {
+        Access::Read => "read",
+        Access::Write => "write",
+        Access::Destructive => "destructive",
+    });
+    tracing::info!(
+        target: "mcp_sidecar::audit",
+        agent = record.agent,
+        server = record.server.unwrap_or(""),
+        tool = record.tool,
+        raw_tool = record.raw_tool.unwrap_or(""),
+        access = access.unwrap_or(""),
+        decision = record.decision.as_str(),
+        outcome = record.outcome.as_str(),
+        duration_ms = record.duration.as_secs_f64() * 1000.0,
+        attempts = record.attempts,
+        "tool call"
+    );
+}

@@ -1,0 +1,192 @@
+//! Credentials and CA bundles as files: the grants name Secret and ConfigMap keys, the Pod mounts
+//! them under `DIR/secrets/<secret>/<key>` and `DIR/configmaps/<configmap>/<key>`. They are read
+//! again for every connection (so a rotated Secret is used on the next connect), and the
+//! connection is keyed by a digest of what was read, never by the value.
+//!
+//! A missing or unreadable file makes that server unavailable with a reason naming the Secret
+//! (or ConfigMap) and key, never the value.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+
+use crate::core::Transport;
+use crate::grants::Endpoint;
+use crate::mcp::{
+    Credentials, EndpointPolicy, Limits, SecretValue, ServerConnection, TlsSettings, TransportKind,
+};
+
+/// A server's connection with its credentials read, and their identity.
+#[derive(Debug, Clone)]
+pub struct Resolved {
+    pub conn: ServerConnection,
+    /// `sha256:<hex>` over the URL and every credential value read: equal identities can share
+    /// one connection.
+    pub identity: String,
+}
+
+/// Where the mounted Secrets and ConfigMaps are.
+#[derive(Debug, Clone)]
+pub struct CredentialsDir {
+    root: PathBuf,
+}
+
+impl CredentialsDir {
+    pub fn new(root: PathBuf) -> Self {
+        CredentialsDir { root }
+    }
+
+    fn secret(&self, name: &str, key: &str) -> Result<String, String> {
+        read_text(&self.root.join("secrets"), "Secret", name, key)
+    }
+
+    fn config_map(&self, name: &str, key: &str) -> Result<String, String> {
+        read_text(&self.root.join("configmaps"), "ConfigMap", name, key)
+    }
+
+    /// Builds a server's connection from its endpoint and the files it references.
+    pub fn resolve(&self, endpoint: &Endpoint, policy: EndpointPolicy) -> Result<Resolved, String> {
+        let mut hasher = Sha256::new();
+        hasher.update(endpoint.url.as_bytes());
+        let mut credentials = Credentials::default();
+        if let Some(r) = &endpoint.bearer_token {
+            let token = self.secret(&r.name, &r.key)?;
+            hasher.update(b"\0bearer\0");
+            hasher.update(token.trim().as_bytes());
+            credentials.bearer_token = Some(SecretValue::new(token.trim()));
+        }
+        for header in &endpoint.headers {
+            let r = &header.secret_key_ref;
+            let value = self.secret(&r.name, &r.key)?;
+            hasher.update(b"\0header\0");
+            hasher.update(header.name.as_bytes());
+            hasher.update(b"\0");
+            hasher.update(value.trim().as_bytes());
+            credentials
+                .headers
+                .push((header.name.clone(), SecretValue::new(value.trim())));
+        }
+        let mut tls = TlsSettings::default();
+        if let Some(t) = &endpoint.tls {
+            tls.insecure_skip_verify = t.insecure_skip_verify;
+            let pem = match (&t.ca_bundle_secret, &t.ca_bundle_config_map) {
+                (Some(r), _) => Some(self.secret(&r.name, &r.key)?),
+                (None, Some(r)) => Some(self.config_map(&r.name, &r.key)?),
+                (None, None) => None,
+            };
+            if let Some(pem) = pem {
+                hasher.update(b"\0ca\0");
+                hasher.update(pem.as_bytes());
+                tls.ca_pem = Some(pem.into_bytes());
+            }
+            hasher.update(if t.insecure_skip_verify {
+                b"\0insecure"
+            } else {
+                b"\0verify\0\0"
+            });
+        }
+        let defaults = Limits::default();
+        let conn = ServerConnection {
+            url: endpoint.url.clone(),
+            transport: match endpoint.transport {
+                Transport::Sse => TransportKind::Sse,
+                Transport::StreamableHttp => TransportKind::StreamableHttp,
+            },
+            credentials,
+            tls,
+            limits: Limits {
+                connect_timeout: Duration::from_millis(endpoint.connect_timeout_ms.max(1)),
+                max_tool_pages: endpoint.max_tool_pages.unwrap_or(defaults.max_tool_pages),
+                max_response_bytes: endpoint
+                    .max_response_bytes
+                    .unwrap_or(defaults.max_response_bytes),
+            },
+            endpoint_policy: policy,
+        };
+        Ok(Resolved {
+            conn,
+            identity: format!("sha256:{}", hex::encode(hasher.finalize())),
+        })
+    }
+}
+
+fn read_text(base: &Path, kind: &str, name: &str, key: &str) -> Result<String, String> {
+    let invalid = |s: &str| s.is_empty() || s.contains('/') || s == "." || s == "..";
+    if invalid(name) || invalid(key) {
+        return Err(format!(
+            "the {kind} reference {name:?}/{key:?} is not a valid name and key"
+        ));
+    }
+    let path = base.join(name).join(key);
+    let bytes = std::fs::read(&path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => format!(
+            "{kind} {name} key {key} is not mounted (no file {}); the sidecar needs it to reach the server",
+            path.display()
+        ),
+        _ => format!("{kind} {name} key {key} cannot be read ({})", e.kind()),
+    })?;
+    String::from_utf8(bytes).map_err(|_| format!("{kind} {name} key {key} is not UTF-8 text"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::grants::HeaderReference;
+
+    fn endpoint(dir_token: bool) -> Endpoint {
+        serde_json::from_value(serde_json::json!({
+            "url": "http://127.0.0.1:1/mcp",
+            "transport": "streamable-http",
+            "connectTimeoutMs": 1000,
+            "callTimeoutMs": 1000,
+            "retry": 1,
+            "bearerToken": if dir_token { serde_json::json!({"name": "tok", "key": "token"}) } else { serde_json::Value::Null },
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn reads_the_files_at_each_resolve_and_the_identity_follows_the_value() {
+        let dir = tempfile::tempdir().unwrap();
+        let creds = CredentialsDir::new(dir.path().to_path_buf());
+        let err = creds
+            .resolve(&endpoint(true), EndpointPolicy::default())
+            .unwrap_err();
+        assert!(err.contains("Secret tok key token is not mounted"), "{err}");
+        std::fs::create_dir_all(dir.path().join("secrets/tok")).unwrap();
+        std::fs::write(dir.path().join("secrets/tok/token"), "s3cret-one\n").unwrap();
+        let one = creds
+            .resolve(&endpoint(true), EndpointPolicy::default())
+            .unwrap();
+        assert_eq!(
+            one.conn.credentials.bearer_token.as_ref().unwrap().expose(),
+            "s3cret-one"
+        );
+        assert!(!one.identity.contains("s3cret"));
+        assert!(!format!("{:?}", one.conn).contains("s3cret"));
+        std::fs::write(dir.path().join("secrets/tok/token"), "s3cret-two").unwrap();
+        let two = creds
+            .resolve(&endpoint(true), EndpointPolicy::default())
+            .unwrap();
+        assert_ne!(one.identity, two.identity);
+        let none = creds
+            .resolve(&endpoint(false), EndpointPolicy::default())
+            .unwrap();
+        assert!(none.conn.credentials.bearer_token.is_none());
+    }
+
+    #[test]
+    fn a_reference_cannot_leave_the_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let creds = CredentialsDir::new(dir.path().to_path_buf());
+        let mut ep = endpoint(false);
+        ep.headers.push(HeaderReference {
+            name: "X-Key".into(),
+            secret_key_ref: serde_json::from_value(serde_json::json!({"name": "..", "key": "etc"}))
+                .unwrap(),
+        });
+        let err = creds.resolve(&ep, EndpointPolicy::default()).unwrap_err();
+        assert!(err.contains("not a valid name"), "{err}");
+    }
+}

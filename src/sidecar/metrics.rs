@@ -1,0 +1,121 @@
+//! Prometheus metrics of the sidecar, served on `/metrics` (`--metrics-addr`). Label values are
+//! the words of the audit line: decision (allowed, not_granted, definition_changed,
+//! server_unavailable) and outcome (ok, is_error, error, outcome_unknown, timeout, refused).
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CallLabels {
+    pub server: String,
+    pub decision: &'static str,
+    pub outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ServerLabels {
+    pub server: String,
+}
+
+/// Every metric the sidecar exports.
+pub struct Metrics {
+    registry: Registry,
+    pub calls: Family<CallLabels, Counter>,
+    pub call_duration: Family<ServerLabels, Histogram>,
+    pub upstream_connections: Family<ServerLabels, Gauge>,
+    pub upstream_connects: Family<ServerLabels, Counter>,
+    pub grants_reloads: Family<Vec<(String, String)>, Counter>,
+    pub definitions_withheld: Family<ServerLabels, Gauge>,
+    pub catalog_reads: Family<Vec<(String, String)>, Counter>,
+    pub agent_sessions: Gauge,
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("mcp_sidecar");
+        let calls = Family::<CallLabels, Counter>::default();
+        registry.register(
+            "tool_calls",
+            "Tool calls by server, decision and outcome",
+            calls.clone(),
+        );
+        let call_duration = Family::<ServerLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.0005, 2.0, 18))
+        });
+        registry.register(
+            "tool_call_duration_seconds",
+            "Time from the agent's tools/call to its answer, allowed calls only",
+            call_duration.clone(),
+        );
+        let upstream_connections = Family::<ServerLabels, Gauge>::default();
+        registry.register(
+            "upstream_connections",
+            "Open upstream connections used for calls",
+            upstream_connections.clone(),
+        );
+        let upstream_connects = Family::<ServerLabels, Counter>::default();
+        registry.register(
+            "upstream_connects",
+            "Upstream connections opened for calls (reconnects included)",
+            upstream_connects.clone(),
+        );
+        let grants_reloads = Family::<Vec<(String, String)>, Counter>::default();
+        registry.register(
+            "grants_reloads",
+            "Reads of the grants file by result (ok or invalid)",
+            grants_reloads.clone(),
+        );
+        let definitions_withheld = Family::<ServerLabels, Gauge>::default();
+        registry.register(
+            "definitions_withheld",
+            "Granted tools not offered because their live definition differs from the granted one",
+            definitions_withheld.clone(),
+        );
+        let catalog_reads = Family::<Vec<(String, String)>, Counter>::default();
+        registry.register(
+            "catalog_reads",
+            "Reads of an upstream's tool list by server and result (ok or the reason)",
+            catalog_reads.clone(),
+        );
+        let agent_sessions = Gauge::default();
+        registry.register(
+            "agent_sessions",
+            "Open legacy-era agent sessions",
+            agent_sessions.clone(),
+        );
+        Metrics {
+            registry,
+            calls,
+            call_duration,
+            upstream_connections,
+            upstream_connects,
+            grants_reloads,
+            definitions_withheld,
+            catalog_reads,
+            agent_sessions,
+        }
+    }
+
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("encoding to a String");
+        out
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+pub fn server_label(server: &str) -> ServerLabels {
+    ServerLabels {
+        server: server.to_string(),
+    }
+}

@@ -1,0 +1,285 @@
+//! `mcp-operator sidecar`: the agent's only MCP endpoint. It reads the agent's grants from the
+//! mounted grants ConfigMap, offers exactly the granted tools (with the upstreams' live
+//! definitions) and checks every call against the grants before anything reaches an upstream.
+//! Depends on [`crate::grants`] and [`crate::mcp`] only: no Kubernetes client, no CRD types.
+//!
+//! ```text
+//!            grants_file (poll ..data swap) ──► GrantsState ─┐
+//!                                                            ├─► view task ──► View (listing) ──► downstream
+//! definitions (one refresher per upstream) ─► Live tools ────┘                   tools/list, list_changed
+//!                                                                                      │
+//! agent ──► downstream /mcp ──► calls (narrow → available → definition → [approval] → send)
+//!                                  │                                                  │
+//!                                  └─► audit line, metrics          upstream pool ◄───┘ (server, credential)
+//!                                                                     credentials (files, read per connect)
+//! ```
+//!
+//! - [`grants_file`]: reads and watches `grants.json`; a bad document keeps the last good one.
+//! - [`credentials`]: Secret and ConfigMap keys as files, read for every connection.
+//! - [`definitions`]: per-upstream live tool definitions (ttlMs, list_changed).
+//! - [`listing`]: pure: the grants and the live definitions → what the agent sees.
+//! - [`calls`]: the call pipeline and the resend rules.
+//! - [`upstream`]: the connection pool.
+//! - [`downstream`]: the agent-facing `/mcp` handler, both protocol eras.
+//! - [`audit`], [`metrics`], [`ops`]: the audit line, Prometheus metrics, health and readiness.
+
+pub mod audit;
+pub mod calls;
+pub mod credentials;
+pub mod definitions;
+pub mod downstream;
+pub mod grants_file;
+pub mod listing;
+pub mod metrics;
+pub mod ops;
+pub mod upstream;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::mcp::EndpointPolicy;
+
+use self::calls::Calls;
+use self::credentials::CredentialsDir;
+use self::definitions::{Definitions, Refresh};
+use self::downstream::Downstream;
+use self::listing::View;
+use self::metrics::{Metrics, server_label};
+use self::ops::Readiness;
+
+/// Flags of `mcp-operator sidecar` (the injector and the tests rely on them).
+#[derive(clap::Args, Debug, Clone)]
+pub struct SidecarArgs {
+    /// `grants.json` inside the mounted grants ConfigMap; its directory is watched.
+    #[arg(long, env = "MCP_SIDECAR_GRANTS_FILE")]
+    pub grants_file: PathBuf,
+    /// Where the referenced Secret and ConfigMap keys are mounted: DIR/secrets/<secret>/<key>,
+    /// DIR/configmaps/<configmap>/<key>.
+    #[arg(long, env = "MCP_SIDECAR_CREDENTIALS_DIR")]
+    pub credentials_dir: PathBuf,
+    /// Address the agent connects to (`http://<listen>/mcp`). Loopback only unless
+    /// --allow-remote-agents.
+    #[arg(long, default_value = "127.0.0.1:9500")]
+    pub listen: SocketAddr,
+    /// Address for /healthz, /readyz and /metrics (they are also served on --listen).
+    #[arg(long)]
+    pub metrics_addr: Option<SocketAddr>,
+    /// The AgentSpec's name, for the audit line.
+    #[arg(long, default_value = "agent")]
+    pub agent: String,
+    /// Let upstream URLs point at loopback addresses (tests, a server in the same Pod).
+    #[arg(long)]
+    pub allow_loopback: bool,
+    /// Accept agents from other machines (listen on a non-loopback address, no Host check).
+    #[arg(long)]
+    pub allow_remote_agents: bool,
+    /// Largest agent request body, in bytes.
+    #[arg(long, default_value_t = 4 * 1024 * 1024)]
+    pub max_request_bytes: usize,
+    /// How often a server that gives no ttlMs and pushes no list_changed is read again.
+    #[arg(long, default_value = "60s", value_parser = humantime_secs)]
+    pub refresh_interval: Duration,
+    /// How long SIGTERM waits for in-flight calls before exiting.
+    #[arg(long, default_value = "30s", value_parser = humantime_secs)]
+    pub drain_timeout: Duration,
+}
+
+fn humantime_secs(s: &str) -> Result<Duration, String> {
+    let (n, unit) = s
+        .find(|c: char| !c.is_ascii_digit())
+        .map_or((s, "s"), |i| (&s[..i], &s[i..]));
+    let n: u64 = n
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration like 30s or 500ms"))?;
+    match unit {
+        "ms" => Ok(Duration::from_millis(n)),
+        "s" => Ok(Duration::from_secs(n)),
+        "m" => Ok(Duration::from_secs(n * 60)),
+        _ => Err(format!("{s:?} is not a duration like 30s or 500ms")),
+    }
+}
+
+/// Why the sidecar could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum SidecarError {
+    #[error(
+        "refusing to listen on {0}: agents are served on loopback only (pass --allow-remote-agents to change that)"
+    )]
+    NotLoopback(SocketAddr),
+    #[error("cannot listen on {addr}: {error}")]
+    Bind {
+        addr: SocketAddr,
+        error: std::io::Error,
+    },
+    #[error("serving agents failed: {0}")]
+    Serve(std::io::Error),
+}
+
+impl SidecarError {
+    pub fn reason(&self) -> &'static str {
+        match self {
+            SidecarError::NotLoopback(_) => "NotLoopback",
+            SidecarError::Bind { .. } => "BindFailed",
+            SidecarError::Serve(_) => "ServeFailed",
+        }
+    }
+}
+
+/// Runs the sidecar until SIGTERM (or Ctrl-C), then drains in-flight calls.
+pub async fn run(args: SidecarArgs) -> Result<(), SidecarError> {
+    if !args.listen.ip().is_loopback() && !args.allow_remote_agents {
+        return Err(SidecarError::NotLoopback(args.listen));
+    }
+    let metrics = Arc::new(Metrics::new());
+    let grants = grants_file::watch_file(args.grants_file.clone(), Arc::clone(&metrics));
+    let policy = EndpointPolicy {
+        allow_loopback: args.allow_loopback,
+    };
+    let credentials = CredentialsDir::new(args.credentials_dir.clone());
+    let definitions = Definitions::new(
+        credentials.clone(),
+        policy,
+        Refresh {
+            fallback: args.refresh_interval,
+            ..Refresh::default()
+        },
+        Arc::clone(&metrics),
+    );
+    let (view_tx, view_rx) = watch::channel(Arc::new(View::default()));
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let calls = Arc::new(Calls {
+        agent: args.agent.clone(),
+        view: view_rx.clone(),
+        definitions: Arc::clone(&definitions),
+        credentials,
+        policy,
+        pool: upstream::Pool::new(Arc::clone(&metrics)),
+        metrics: Arc::clone(&metrics),
+    });
+    let readiness = Arc::new(Readiness::new(grants.clone(), view_rx.clone()));
+    tokio::spawn(maintain_view(
+        grants,
+        Arc::clone(&definitions),
+        Arc::clone(&calls),
+        view_tx,
+        Arc::clone(&metrics),
+    ));
+
+    let downstream = Downstream::new(
+        Arc::clone(&calls),
+        view_rx,
+        Arc::clone(&metrics),
+        args.max_request_bytes,
+        !args.allow_remote_agents,
+        shutdown_rx.clone(),
+    );
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .map_err(|error| SidecarError::Bind {
+            addr: args.listen,
+            error,
+        })?;
+    let bound = listener.local_addr().map_err(SidecarError::Serve)?;
+    let ops_routes = ops::router(Arc::clone(&readiness), Arc::clone(&metrics));
+    if let Some(addr) = args.metrics_addr {
+        let ops_listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|error| SidecarError::Bind { addr, error })?;
+        let routes = ops_routes.clone();
+        let stop = shutdown_rx.clone();
+        tokio::spawn(async move {
+            let _ = downstream::serve(ops_listener, routes, stop).await;
+        });
+    }
+    let router = downstream.router().merge(ops_routes);
+    tracing::info!(
+        listen = %bound,
+        agent = %args.agent,
+        grants_file = %args.grants_file.display(),
+        "serving agents at http://{bound}/mcp"
+    );
+    let mut server = tokio::spawn(downstream::serve(listener, router, shutdown_rx));
+    tokio::select! {
+        served = &mut server => {
+            definitions.stop();
+            return served.map_err(|e| SidecarError::Serve(std::io::Error::other(e)))?.map_err(SidecarError::Serve);
+        }
+        _ = terminated() => {}
+    }
+    tracing::info!("stopping: no new calls, waiting for in-flight calls to finish");
+    let _ = shutdown_tx.send(true);
+    match tokio::time::timeout(args.drain_timeout, &mut server).await {
+        Ok(_) => tracing::info!("in-flight calls finished; stopped"),
+        Err(_) => tracing::warn!(
+            "in-flight calls did not finish within {:?}; stopping anyway",
+            args.drain_timeout
+        ),
+    }
+    definitions.stop();
+    Ok(())
+}
+
+async fn terminated() {
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("a SIGTERM handler installs");
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = tokio::signal::ctrl_c().await;
+}
+
+/// Keeps the shared [`View`] equal to what the current grants and live definitions say, and
+/// the refreshers and pool in line with the grants.
+async fn maintain_view(
+    mut grants: watch::Receiver<grants_file::GrantsState>,
+    definitions: Arc<Definitions>,
+    calls: Arc<Calls>,
+    view: watch::Sender<Arc<View>>,
+    metrics: Arc<Metrics>,
+) {
+    let mut live = definitions.subscribe();
+    let mut digest: Option<String> = None;
+    loop {
+        let current = grants.borrow_and_update().current.clone();
+        let grants_digest = current.as_ref().map(|c| c.digest.clone());
+        if grants_digest != digest {
+            digest = grants_digest;
+            if let Some(loaded) = &current {
+                definitions.reconcile(&loaded.doc);
+                let names: Vec<String> =
+                    loaded.doc.servers.iter().map(|s| s.name.clone()).collect();
+                calls.pool.retain_servers(&names).await;
+            }
+        }
+        live.borrow_and_update();
+        let next = listing::build(current, &|server| definitions.get(server));
+        for (server, n) in next.withheld_by_server() {
+            metrics
+                .definitions_withheld
+                .get_or_create(&server_label(&server))
+                .set(n);
+        }
+        let moved = view.borrow().digest != next.digest;
+        if moved {
+            tracing::info!(
+                tools = next.tools.len(),
+                not_offered = next.missing.len(),
+                "the agent's tool list changed"
+            );
+        }
+        view.send_replace(Arc::new(next));
+        tokio::select! {
+            changed = grants.changed() => if changed.is_err() { return },
+            changed = live.changed() => if changed.is_err() { return },
+        }
+    }
+}

@@ -1,0 +1,204 @@
+//! `/healthz`, `/readyz` (with reasons) and `/metrics`. Ready means: a good grants document is
+//! loaded and every required server's tools have been read. An optional server that is down
+//! does not make the sidecar not ready; a grants file that went bad keeps it ready on the last
+//! good document, and `/readyz` says so.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use tokio::sync::watch;
+
+use super::grants_file::GrantsState;
+use super::listing::View;
+use super::metrics::Metrics;
+
+pub struct Readiness {
+    grants: watch::Receiver<GrantsState>,
+    view: watch::Receiver<Arc<View>>,
+}
+
+impl Readiness {
+    pub fn new(grants: watch::Receiver<GrantsState>, view: watch::Receiver<Arc<View>>) -> Self {
+        Readiness { grants, view }
+    }
+
+    /// Whether the sidecar is ready, and the sentences saying why (not).
+    pub fn check(&self) -> (bool, Vec<String>) {
+        let grants = self.grants.borrow().clone();
+        let view = Arc::clone(&self.view.borrow());
+        judge(&grants, &view)
+    }
+}
+
+/// Pure: the readiness verdict from the grants state and the view built from it.
+pub fn judge(grants: &GrantsState, view: &View) -> (bool, Vec<String>) {
+    let mut ready = true;
+    let mut reasons = Vec::new();
+    match (&grants.current, &grants.problem) {
+        (None, problem) => {
+            ready = false;
+            reasons.push(format!(
+                "no grants document yet: {}",
+                problem.as_deref().unwrap_or("reading it")
+            ));
+        }
+        (Some(good), Some(problem)) => reasons.push(format!(
+            "serving the last good grants ({}); the newest file was not used: {problem}",
+            good.digest
+        )),
+        (Some(_), None) => {}
+    }
+    let same_grants = match (&grants.current, &view.grants) {
+        (Some(a), Some(b)) => a.digest == b.digest,
+        (None, None) => true,
+        _ => false,
+    };
+    if !same_grants {
+        ready = false;
+        reasons.push("applying the newest grants".into());
+    }
+    for server in &view.reading {
+        ready = false;
+        reasons.push(format!("reading the tools of server {server}"));
+    }
+    for u in &view.unavailable {
+        if u.optional {
+            reasons.push(format!(
+                "optional server {} is unavailable: {}",
+                u.server, u.reason
+            ));
+        } else {
+            ready = false;
+            reasons.push(format!(
+                "required server {} is unavailable: {}",
+                u.server, u.reason
+            ));
+        }
+    }
+    (ready, reasons)
+}
+
+#[derive(Clone)]
+struct Shared {
+    readiness: Arc<Readiness>,
+    metrics: Arc<Metrics>,
+}
+
+pub fn router(readiness: Arc<Readiness>, metrics: Arc<Metrics>) -> axum::Router {
+    axum::Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics_text))
+        .with_state(Shared { readiness, metrics })
+}
+
+async fn readyz(State(s): State<Shared>) -> impl IntoResponse {
+    let (ready, reasons) = s.readiness.check();
+    let mut text = if ready {
+        "ok".to_string()
+    } else {
+        "not ready".to_string()
+    };
+    for r in reasons {
+        text.push_str("\n- ");
+        text.push_str(&r);
+    }
+    text.push('\n');
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, text)
+}
+
+async fn metrics_text(State(s): State<Shared>) -> impl IntoResponse {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        s.metrics.render(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::sidecar::grants_file::Loaded;
+    use crate::sidecar::listing::Unavailable;
+
+    fn loaded() -> Arc<Loaded> {
+        let doc = crate::grants::GrantsDocument::new(vec![]);
+        let digest = doc.digest();
+        Arc::new(Loaded { doc, digest })
+    }
+
+    #[test]
+    fn ready_needs_grants_and_every_required_server() {
+        let none = GrantsState {
+            current: None,
+            problem: Some("the grants file /g does not exist".into()),
+        };
+        let (ready, reasons) = judge(&none, &View::default());
+        assert!(!ready);
+        assert!(reasons[0].contains("does not exist"));
+
+        let good = GrantsState {
+            current: Some(loaded()),
+            problem: None,
+        };
+        let mut view = View {
+            grants: Some(loaded()),
+            ..View::default()
+        };
+        assert_eq!(judge(&good, &view), (true, vec![]));
+
+        view.unavailable.push(Unavailable {
+            server: "cache".into(),
+            optional: true,
+            reason: "connection refused".into(),
+        });
+        let (ready, reasons) = judge(&good, &view);
+        assert!(ready, "an optional server does not block");
+        assert!(reasons[0].contains("optional server cache"));
+
+        view.unavailable.push(Unavailable {
+            server: "files".into(),
+            optional: false,
+            reason: "401".into(),
+        });
+        view.reading.push("other".into());
+        let (ready, reasons) = judge(&good, &view);
+        assert!(!ready);
+        assert!(
+            reasons
+                .iter()
+                .any(|r| r.contains("required server files is unavailable: 401"))
+        );
+        assert!(
+            reasons
+                .iter()
+                .any(|r| r.contains("reading the tools of server other"))
+        );
+
+        let kept = GrantsState {
+            current: Some(loaded()),
+            problem: Some("not JSON".into()),
+        };
+        let (ready, reasons) = judge(
+            &kept,
+            &View {
+                grants: Some(loaded()),
+                ..View::default()
+            },
+        );
+        assert!(ready, "the last good grants are served");
+        assert!(reasons[0].contains("last good") && reasons[0].contains("not JSON"));
+    }
+}

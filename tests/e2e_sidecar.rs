@@ -1,0 +1,167 @@
+//! The sidecar on grants the real controller published: an McpServer and an AgentSpec on the
+//! real control plane, the grants ConfigMap laid out on disk as the kubelet lays out a ConfigMap
+//! volume (a timestamped directory behind `..data`, swapped on every change), the sidecar on it,
+//! and the official Python SDK client as the agent. A platform engineer's policy change narrows
+//! what the agent can see and call within seconds.
+
+mod e2e;
+mod operator;
+mod sidecar_support;
+mod support;
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use kube::api::{Api, ApiResource, Patch, PatchParams};
+use kube::{Client, ResourceExt};
+use mcp_operator::api::agent_spec::AgentSpec;
+use mcp_operator::api::tenant_policy::McpTenantPolicy;
+use operator::{Operator, apply_server, server_manifest};
+use serde_json::json;
+use sidecar_support::{Sidecar, agent, agent_with, names, swap_grants, upstream_calls};
+use support::Fixtures;
+
+const TENANT_LABEL: &str = "mcp-operator.dev/e2e-tenant";
+
+/// Copies the ConfigMap's `grants.json` into `root` whenever the ConfigMap changes, the way the
+/// kubelet updates a ConfigMap volume.
+fn mirror_config_map(client: Client, namespace: String, name: String, root: std::path::PathBuf) {
+    tokio::spawn(async move {
+        let api: Api<ConfigMap> = Api::namespaced(client, &namespace);
+        let mut seen = String::new();
+        let mut generation = 1000;
+        loop {
+            if let Ok(Some(cm)) = api.get_opt(&name).await
+                && cm.resource_version().unwrap_or_default() != seen
+                && let Some(text) = cm.data.as_ref().and_then(|d| d.get("grants.json"))
+            {
+                seen = cm.resource_version().unwrap_or_default();
+                swap_grants(&root, &mut generation, text.as_bytes());
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    });
+}
+
+#[tokio::test]
+async fn the_sidecar_serves_the_published_grants_and_a_policy_change_narrows_them_within_seconds() {
+    let (client, ns) = e2e::setup("sidecar").await;
+    Api::<Namespace>::all(client.clone())
+        .patch(
+            ns.name(),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {TENANT_LABEL: ns.name()}}})),
+        )
+        .await
+        .unwrap();
+    let fixture = Fixtures::load().sdk_server(&[]);
+    let _op = Operator::start(&e2e::kubeconfig_path().await, ns.name(), "op-sidecar");
+    apply_server(
+        &client,
+        ns.name(),
+        server_manifest("files", &fixture.url, json!({})),
+    )
+    .await;
+    let agent_spec: AgentSpec = serde_json::from_value(json!({
+        "apiVersion": "mcp-operator.dev/v1alpha1", "kind": "AgentSpec",
+        "metadata": {"name": "bot"}, "spec": {"servers": [{"name": "files"}]},
+    }))
+    .unwrap();
+    Api::<AgentSpec>::namespaced(client.clone(), ns.name())
+        .patch(
+            "bot",
+            &PatchParams::apply("mcp-operator-e2e").force(),
+            &Patch::Apply(&agent_spec),
+        )
+        .await
+        .unwrap();
+
+    let sidecar = Sidecar::start(None);
+    mirror_config_map(
+        client.clone(),
+        ns.name().to_string(),
+        "bot-mcp-grants".into(),
+        sidecar.dir.path().join("grants"),
+    );
+    sidecar.wait_ready().await;
+    // The controller's digests match what the sidecar reads live: every granted tool is offered.
+    let out = agent(
+        &sidecar.url,
+        "auto",
+        json!([
+            {"op": "list"},
+            {"op": "call", "name": "files__write_file", "arguments": {"path": "/a"}},
+            {"op": "call", "name": "files__delete_file", "arguments": {"path": "/a"}},
+        ]),
+    )
+    .await;
+    let steps = &out["steps"];
+    assert_eq!(
+        names(&steps[0]),
+        [
+            "files__delete_file",
+            "files__put_object",
+            "files__read_file",
+            "files__write_file"
+        ],
+        "{out}"
+    );
+    assert_eq!(steps[1]["isError"], false, "{out}");
+    // approval: destructive (the default) gates delete_file; the sidecar cannot ask yet.
+    assert!(
+        steps[2]["text"].as_str().unwrap().contains("approval"),
+        "{out}"
+    );
+
+    // The platform team caps this tenant at read while the agent is connected.
+    let policy_name = ns.scoped_name("read-only");
+    let policy: McpTenantPolicy = serde_json::from_value(json!({
+        "apiVersion": "mcp-operator.dev/v1alpha1", "kind": "McpTenantPolicy",
+        "metadata": {"name": policy_name},
+        "spec": {"namespaceSelector": {"matchLabels": {TENANT_LABEL: ns.name()}},
+                 "rules": [{"servers": {"names": ["files"]}, "maxAccess": "read"}]},
+    }))
+    .unwrap();
+    ns.delete_later(ApiResource::erase::<McpTenantPolicy>(&()), &policy_name);
+    let applied = std::sync::Arc::new(std::sync::Mutex::new(None::<Instant>));
+    let applied_at = applied.clone();
+    let policy_client = client.clone();
+    let out = agent_with(
+        &sidecar.url,
+        "legacy",
+        json!([
+            {"op": "wait_list_changed", "timeout": 30, "trigger": true},
+            {"op": "call", "name": "files__write_file", "arguments": {"path": "/b"}},
+        ]),
+        || async move {
+            *applied_at.lock().unwrap() = Some(Instant::now());
+            Api::<McpTenantPolicy>::all(policy_client)
+                .patch(
+                    &policy_name,
+                    &PatchParams::apply("mcp-operator-e2e").force(),
+                    &Patch::Apply(&policy),
+                )
+                .await
+                .unwrap();
+        },
+    )
+    .await;
+    let narrowed_in = applied.lock().unwrap().unwrap().elapsed();
+    eprintln!(
+        "policy applied → the agent was told and listed the narrower set within {narrowed_in:?}"
+    );
+    let steps = &out["steps"];
+    assert_eq!(steps[0]["changed"], true, "no list_changed: {out}");
+    assert_eq!(names(&steps[0]), ["files__read_file"], "{out}");
+    assert!(
+        steps[1]["text"].as_str().unwrap().contains("not granted"),
+        "{out}"
+    );
+    assert!(narrowed_in < Duration::from_secs(15), "{narrowed_in:?}");
+    let calls = upstream_calls(&fixture.url).await;
+    assert_eq!(
+        calls,
+        ["write_file"],
+        "only the call made while granted reached the server"
+    );
+}

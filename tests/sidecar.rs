@@ -1,0 +1,744 @@
+//! The sidecar between real agents and real servers: the official Python SDK client (both eras)
+//! talks to `mcp-operator sidecar`, which talks to the Python SDK fixture server,
+//! server-everything and the hostile fixture. The grants file is laid out as the kubelet lays
+//! out a ConfigMap volume (a timestamped directory behind a `..data` symlink, swapped on update).
+
+mod sidecar_support;
+mod support;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use sidecar_support::{
+    Sidecar, agent, agent_with, grants_for, http, json_of, names, upstream_calls,
+};
+use support::Fixtures;
+
+async fn hostile_calls(base: &str) -> Vec<String> {
+    let v = json_of(
+        http()
+            .get(format!("{base}/call-faults/calls"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    serde_json::from_value(v["calls"].clone()).unwrap()
+}
+
+const MODES: [&str; 2] = ["legacy", "auto"];
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_lets_the_in_flight_call_finish_then_exits_zero() {
+    let fixtures = Fixtures::load();
+    let hostile = fixtures.hostile_server();
+    let url = format!("{}/call-faults/mcp", hostile.url);
+    let grants = grants_for(
+        "faulty",
+        "ff",
+        &url,
+        &["hang_once"],
+        json!({"callTimeoutMs": 3000}),
+        None,
+    )
+    .await;
+    let mut sidecar = Sidecar::start(Some(&grants));
+    sidecar.wait_ready().await;
+    let pid = sidecar.child.id().to_string();
+    let out = agent_with(
+        &sidecar.url.clone(),
+        "auto",
+        json!([{"op": "wait_list_changed", "timeout": 0.1, "trigger": true}, {"op": "call", "name": "ff__hang_once", "arguments": {}}]),
+        || async move {
+            // SIGTERM lands while the call below is in flight.
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(1500)).await;
+                let _ = Command::new("kill").args(["-TERM", &pid]).status();
+            });
+        },
+    )
+    .await;
+    assert!(
+        out["steps"][1]["text"]
+            .as_str()
+            .unwrap()
+            .contains("did not finish within 3s"),
+        "the in-flight call got its answer: {out}"
+    );
+    let status = sidecar.child.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "{}", sidecar.log_text());
+    assert!(sidecar.log_text().contains("in-flight calls finished"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_upstream_on_the_old_sse_transport_is_called_too() {
+    let fixtures = Fixtures::load();
+    let server = fixtures.sdk_server(&["--sse"]);
+    let grants = grants_for(
+        "old",
+        "old",
+        &server.url,
+        &["read_file"],
+        json!({"transport": "sse"}),
+        None,
+    )
+    .await;
+    let sidecar = Sidecar::start(Some(&grants));
+    sidecar.wait_ready().await;
+    let out = agent(
+        &sidecar.url,
+        "auto",
+        json!([{"op": "list"}, {"op": "call", "name": "old__read_file", "arguments": {"path": "/x"}}, {"op": "calls", "name": "old__read_file", "count": 4}]),
+    )
+    .await;
+    assert_eq!(names(&out["steps"][0]), ["old__read_file"], "{out}");
+    assert_eq!(out["steps"][1]["isError"], false, "{out}");
+    assert!(
+        out["steps"][2]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["isError"] == false),
+        "{out}"
+    );
+    assert_eq!(upstream_calls(&server.url).await.len(), 5);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_typescript_sdk_client_lists_calls_and_hears_of_changes() {
+    let fixtures = Fixtures::load();
+    let server = fixtures.sdk_server(&[]);
+    let grants = grants_for(
+        "files",
+        "fs",
+        &server.url,
+        &["read_file", "write_file"],
+        json!({}),
+        None,
+    )
+    .await;
+    let mut sidecar = Sidecar::start(Some(&grants));
+    sidecar.wait_ready().await;
+    let narrow = grants_for("files", "fs", &server.url, &["write_file"], json!({}), None).await;
+    let url = sidecar.url.clone();
+    let sidecar_ref = &mut sidecar;
+    let out = agent_with(
+        &url,
+        "typescript",
+        json!([
+            {"op": "list"},
+            {"op": "call", "name": "fs__read_file", "arguments": {"path": "/ts"}},
+            {"op": "call", "name": "fs__delete_file", "arguments": {"path": "/ts"}},
+            {"op": "wait_list_changed", "timeout": 10, "trigger": true},
+        ]),
+        || async move { sidecar_ref.swap_grants(narrow.to_string().as_bytes()) },
+    )
+    .await;
+    let steps = &out["steps"];
+    assert_eq!(
+        names(&steps[0]),
+        ["fs__read_file", "fs__write_file"],
+        "{out}"
+    );
+    assert_eq!(steps[1]["isError"], false, "{out}");
+    assert!(steps[1]["text"].as_str().unwrap().contains("read_file"));
+    assert!(
+        steps[2]["text"].as_str().unwrap().contains("not granted"),
+        "{out}"
+    );
+    assert_eq!(steps[3]["changed"], true, "{out}");
+    assert_eq!(names(&steps[3]), ["fs__write_file"], "{out}");
+    assert_eq!(upstream_calls(&server.url).await, ["read_file"]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn both_eras_see_exactly_the_grants_and_a_refused_name_never_reaches_the_server() {
+    let fixtures = Fixtures::load();
+    let server = fixtures.sdk_server(&[]);
+    let grants = grants_for(
+        "files",
+        "fs",
+        &server.url,
+        &["read_file", "write_file"],
+        json!({}),
+        None,
+    )
+    .await;
+    let sidecar = Sidecar::start(Some(&grants));
+    sidecar.wait_ready().await;
+    for mode in MODES {
+        let out = agent(
+            &sidecar.url,
+            mode,
+            json!([
+                {"op": "list"},
+                {"op": "call", "name": "fs__read_file", "arguments": {"path": "ARG-VALUE-7731"}},
+                {"op": "call", "name": "fs__delete_file", "arguments": {"path": "/etc"}},
+                {"op": "call", "name": "delete_file", "arguments": {"path": "/etc"}},
+                {"op": "calls", "name": "fs__write_file", "count": 8},
+            ]),
+        )
+        .await;
+        let expected_version = if mode == "legacy" {
+            "2025-11-25"
+        } else {
+            "2026-07-28"
+        };
+        assert_eq!(out["protocolVersion"], expected_version, "{out}");
+        let steps = &out["steps"];
+        assert_eq!(names(&steps[0]), ["fs__read_file", "fs__write_file"]);
+        // The upstream's live definition, under the qualified name.
+        assert_eq!(steps[0]["tools"][0]["description"], "Read a file.");
+        assert_eq!(steps[0]["tools"][0]["annotations"]["readOnlyHint"], true);
+        assert_eq!(steps[1]["isError"], false, "{out}");
+        let echoed: Value = serde_json::from_str(steps[1]["text"].as_str().unwrap()).unwrap();
+        assert_eq!(
+            echoed,
+            json!({"tool": "read_file", "arguments": {"path": "ARG-VALUE-7731"}})
+        );
+        for refused in [&steps[2], &steps[3]] {
+            assert_eq!(refused["isError"], true, "{out}");
+            let text = refused["text"].as_str().unwrap();
+            assert!(text.contains("is not granted to this agent"), "{text}");
+            assert!(
+                !text.contains("fs__read_file"),
+                "a refusal lists no other tools: {text}"
+            );
+        }
+        let concurrent = steps[4].as_array().unwrap();
+        assert_eq!(concurrent.len(), 8);
+        assert!(concurrent.iter().all(|r| r["isError"] == false), "{out}");
+    }
+    let calls = upstream_calls(&server.url).await;
+    assert!(
+        !calls.iter().any(|c| c.contains("delete")),
+        "a refused call reached the server: {calls:?}"
+    );
+    assert_eq!(calls.iter().filter(|c| *c == "read_file").count(), 2);
+    assert_eq!(calls.iter().filter(|c| *c == "write_file").count(), 16);
+
+    let audit = sidecar.audit();
+    let refused: Vec<&Value> = audit
+        .iter()
+        .filter(|a| a["decision"] == "not_granted")
+        .collect();
+    assert_eq!(refused.len(), 4, "{audit:?}");
+    let allowed = audit
+        .iter()
+        .find(|a| a["tool"] == "fs__read_file")
+        .expect("an audit line for the allowed call");
+    assert_eq!(allowed["agent"], "test-agent");
+    assert_eq!(allowed["server"], "files");
+    assert_eq!(allowed["raw_tool"], "read_file");
+    assert_eq!(allowed["access"], "read");
+    assert_eq!(allowed["outcome"], "ok");
+    assert_eq!(allowed["attempts"], 1);
+    assert!(
+        !sidecar.log_text().contains("ARG-VALUE-7731"),
+        "arguments must never be logged"
+    );
+
+    let metrics = http()
+        .get(format!("{}/metrics", sidecar.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(
+            "mcp_sidecar_tool_calls_total{server=\"files\",decision=\"allowed\",outcome=\"ok\"}"
+        ),
+        "{metrics}"
+    );
+    assert!(metrics.contains("decision=\"not_granted\""), "{metrics}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn server_everything_is_called_through_the_sidecar() {
+    let fixtures = Fixtures::load();
+    let server = fixtures.everything_server();
+    let grants = grants_for(
+        "everything",
+        "ev",
+        &server.url,
+        &["echo", "trigger-long-running-operation"],
+        json!({}),
+        None,
+    )
+    .await;
+    let sidecar = Sidecar::start(Some(&grants));
+    sidecar.wait_ready().await;
+    for mode in MODES {
+        let out = agent(
+            &sidecar.url,
+            mode,
+            json!([{"op": "list"}, {"op": "call", "name": "ev__echo", "arguments": {"message": "hello through the sidecar"}},
+                   {"op": "call", "name": "ev__get-env", "arguments": {}},
+                   {"op": "call", "name": "ev__trigger-long-running-operation", "arguments": {"duration": 1, "steps": 3}, "progress": true}]),
+        )
+        .await;
+        assert_eq!(
+            names(&out["steps"][0]),
+            ["ev__echo", "ev__trigger-long-running-operation"],
+            "{out}"
+        );
+        // The upstream's progress notifications reach the agent on the call's stream.
+        assert_eq!(out["steps"][3]["progress"], json!([1.0, 2.0, 3.0]), "{out}");
+        assert!(
+            out["steps"][3]["text"]
+                .as_str()
+                .unwrap()
+                .contains("completed"),
+            "{out}"
+        );
+        assert_eq!(out["steps"][1]["isError"], false, "{out}");
+        assert!(
+            out["steps"][1]["text"]
+                .as_str()
+                .unwrap()
+                .contains("hello through the sidecar"),
+            "{out}"
+        );
+        assert!(
+            out["steps"][2]["text"]
+                .as_str()
+                .unwrap()
+                .contains("not granted"),
+            "{out}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_changed_definition_is_withheld_and_the_agent_is_told() {
+    let fixtures = Fixtures::load();
+    for mode in MODES {
+        let server = fixtures.sdk_server(&[]);
+        let grants = grants_for(
+            "files",
+            "fs",
+            &server.url,
+            &["read_file", "write_file"],
+            json!({}),
+            None,
+        )
+        .await;
+        let sidecar = Sidecar::start(Some(&grants));
+        sidecar.wait_ready().await;
+        let url = server.url.clone();
+        let out = agent_with(
+            &sidecar.url,
+            mode,
+            json!([
+                {"op": "list"},
+                {"op": "wait_list_changed", "timeout": 20, "trigger": true},
+                // The change is two upstream notifications (remove, add): let both land.
+                {"op": "sleep", "seconds": 2},
+                {"op": "call", "name": "fs__read_file", "arguments": {"path": "/x"}},
+            ]),
+            || async move {
+                // The same name, another definition: what a rug pull looks like.
+                support::sdk_control(&url, "remove-tool", "read_file").await;
+                support::sdk_control_with(
+                    &url,
+                    "add-tool",
+                    &[("name", "read_file"), ("access", "destructive")],
+                )
+                .await;
+            },
+        )
+        .await;
+        let steps = &out["steps"];
+        assert_eq!(names(&steps[0]), ["fs__read_file", "fs__write_file"]);
+        assert_eq!(steps[1]["changed"], true, "{mode}: no list_changed: {out}");
+        assert_eq!(names(&steps[1]), ["fs__write_file"], "{out}");
+        let text = steps[3]["text"].as_str().unwrap();
+        assert_eq!(steps[3]["isError"], true);
+        assert!(
+            text.contains("fs__read_file") && text.contains("changed since it was granted"),
+            "{text}"
+        );
+        assert!(
+            !upstream_calls(&server.url)
+                .await
+                .contains(&"read_file".to_string())
+        );
+        assert!(
+            sidecar
+                .audit()
+                .iter()
+                .any(|a| a["decision"] == "definition_changed")
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_grants_file_is_reloaded_and_a_bad_one_keeps_the_last_good() {
+    let fixtures = Fixtures::load();
+    let server = fixtures.sdk_server(&[]);
+    let mut sidecar = Sidecar::start(None);
+    let (status, text) = sidecar.readyz().await;
+    assert_eq!(status, 503);
+    assert!(
+        text.contains("no grants document yet") && text.contains("does not exist"),
+        "{text}"
+    );
+
+    let wide = grants_for(
+        "files",
+        "fs",
+        &server.url,
+        &["read_file", "write_file"],
+        json!({}),
+        None,
+    )
+    .await;
+    sidecar.swap_grants(wide.to_string().as_bytes());
+    sidecar.wait_ready().await;
+
+    sidecar.swap_grants(b"{\"schemaVersion\": \"mcp-operator.dev/grants/v1\", \"servers\": [");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let (status, text) = sidecar.readyz().await;
+        if text.contains("last good") {
+            assert_eq!(status, 200, "{text}");
+            assert!(text.contains("is not JSON"), "{text}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the bad file was not noticed: {text}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let out = agent(&sidecar.url, "auto", json!([{"op": "list"}])).await;
+    assert_eq!(names(&out["steps"][0]), ["fs__read_file", "fs__write_file"]);
+
+    // A narrower document: an open agent session is told, and its next list is narrower.
+    let narrow = grants_for("files", "fs", &server.url, &["write_file"], json!({}), None).await;
+    for mode in MODES {
+        let doc = if mode == "legacy" {
+            narrow.clone()
+        } else {
+            wide.clone()
+        };
+        let expected: Vec<&str> = if mode == "legacy" {
+            vec!["fs__write_file"]
+        } else {
+            vec!["fs__read_file", "fs__write_file"]
+        };
+        let sidecar_ref = &mut sidecar;
+        let bytes = doc.to_string();
+        let out = agent_with(
+            &sidecar_ref.url.clone(),
+            mode,
+            json!([{"op": "wait_list_changed", "timeout": 10, "trigger": true},
+                   {"op": "call", "name": "fs__read_file", "arguments": {"path": "/x"}}]),
+            || async move {
+                sidecar_ref.swap_grants(bytes.as_bytes());
+            },
+        )
+        .await;
+        assert_eq!(out["steps"][0]["changed"], true, "{mode}: {out}");
+        assert_eq!(names(&out["steps"][0]), expected, "{mode}: {out}");
+        let refused = out["steps"][1]["text"]
+            .as_str()
+            .unwrap()
+            .contains("not granted");
+        assert_eq!(refused, mode == "legacy", "{mode}: {out}");
+    }
+    let reloads = http()
+        .get(format!("{}/metrics", sidecar.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        reloads.contains("mcp_sidecar_grants_reloads_total{result=\"invalid\"}"),
+        "{reloads}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn resends_only_what_is_safe_and_says_when_the_outcome_is_unknown() {
+    let fixtures = Fixtures::load();
+    let hostile = fixtures.hostile_server();
+    let url = format!("{}/call-faults/mcp", hostile.url);
+    let grants = grants_for(
+        "faulty",
+        "ff",
+        &url,
+        &[],
+        json!({"callTimeoutMs": 1500, "retry": 2}),
+        None,
+    )
+    .await;
+    let sidecar = Sidecar::start(Some(&grants));
+    sidecar.wait_ready().await;
+    let out = agent(
+        &sidecar.url,
+        "legacy",
+        json!([
+            {"op": "call", "name": "ff__drop_read", "arguments": {}},
+            {"op": "call", "name": "ff__drop_write", "arguments": {}},
+            {"op": "call", "name": "ff__hang_once", "arguments": {}},
+            {"op": "call", "name": "ff__hang_once", "arguments": {}},
+            {"op": "call", "name": "ff__steady", "arguments": {}},
+        ]),
+    )
+    .await;
+    let steps = &out["steps"];
+    // A read-only tool whose server dropped the connection is resent once.
+    assert_eq!(steps[0]["isError"], false, "{out}");
+    assert_eq!(steps[0]["text"], "called drop_read");
+    // A write is not: the agent is told the outcome is unknown.
+    assert_eq!(steps[1]["isError"], true, "{out}");
+    let text = steps[1]["text"].as_str().unwrap();
+    assert!(
+        text.contains("outcome of the call to ff__drop_write is unknown") && text.contains("check"),
+        "{text}"
+    );
+    // A hanging call times out; the next one works.
+    assert!(
+        steps[2]["text"]
+            .as_str()
+            .unwrap()
+            .contains("did not finish within 1500ms"),
+        "{out}"
+    );
+    assert_eq!(steps[3]["text"], "called hang_once", "{out}");
+    assert_eq!(steps[4]["text"], "called steady");
+
+    // The server "restarts": every session is unknown (404). Nothing ran, so even a write is
+    // sent again, on a new session, exactly once.
+    http()
+        .post(format!("{}/call-faults/forget-sessions", hostile.url))
+        .send()
+        .await
+        .unwrap();
+    let out = agent(
+        &sidecar.url,
+        "auto",
+        json!([{"op": "call", "name": "ff__drop_write", "arguments": {}}]),
+    )
+    .await;
+    assert_eq!(out["steps"][0]["text"], "called drop_write", "{out}");
+
+    let calls = hostile_calls(&hostile.url).await;
+    let count = |n: &str| calls.iter().filter(|c| *c == n).count();
+    assert_eq!(count("drop_read"), 2, "{calls:?}");
+    assert_eq!(
+        count("drop_write"),
+        2,
+        "one execution per agent call: {calls:?}"
+    );
+    assert_eq!(count("hang_once"), 2, "{calls:?}");
+    assert_eq!(count("steady"), 1, "{calls:?}");
+
+    let audit = sidecar.audit();
+    let outcome = |tool: &str| -> Vec<(String, u64)> {
+        audit
+            .iter()
+            .filter(|a| a["tool"] == tool)
+            .map(|a| {
+                (
+                    a["outcome"].as_str().unwrap().to_string(),
+                    a["attempts"].as_u64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(outcome("ff__drop_read"), [("ok".to_string(), 2)]);
+    assert_eq!(
+        outcome("ff__drop_write"),
+        [("outcome_unknown".to_string(), 1), ("ok".to_string(), 2)]
+    );
+    assert_eq!(outcome("ff__hang_once")[0].0, "timeout");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rotated_secret_file_is_used_on_the_next_connect() {
+    let fixtures = Fixtures::load();
+    let port = support::free_port().to_string();
+    let first = fixtures.sdk_server(&["--port", &port, "--bearer", "TOKEN-ONE-5521"]);
+    let grants = grants_for(
+        "files",
+        "fs",
+        &first.url,
+        &["read_file"],
+        json!({}),
+        Some("TOKEN-ONE-5521"),
+    )
+    .await;
+    let sidecar = Sidecar::start(Some(&grants));
+    sidecar.write_secret("upstream-token", "token", "TOKEN-ONE-5521\n");
+    sidecar.wait_ready().await;
+    let call = json!([{"op": "call", "name": "fs__read_file", "arguments": {"path": "/x"}}]);
+    let out = agent(&sidecar.url, "auto", call.clone()).await;
+    assert_eq!(out["steps"][0]["isError"], false, "{out}");
+
+    // The server comes back with a new token; the Secret is rotated after that.
+    drop(first);
+    let _second = fixtures.sdk_server(&["--port", &port, "--bearer", "TOKEN-TWO-8834"]);
+    let out = agent(&sidecar.url, "auto", call.clone()).await;
+    let text = out["steps"][0]["text"].as_str().unwrap();
+    assert!(
+        text.contains("401"),
+        "the old token is refused, not retried: {text}"
+    );
+    sidecar.write_secret("upstream-token", "token", "TOKEN-TWO-8834");
+    sidecar.wait_ready().await;
+    let out = agent(&sidecar.url, "legacy", call).await;
+    assert_eq!(
+        out["steps"][0]["isError"], false,
+        "the rotated file was not read: {out}"
+    );
+
+    let log = sidecar.log_text();
+    assert!(
+        !log.contains("TOKEN-ONE") && !log.contains("TOKEN-TWO"),
+        "a credential reached the log"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_endpoint_refuses_what_agents_must_not_do() {
+    let fixtures = Fixtures::load();
+    let server = fixtures.sdk_server(&[]);
+    let grants = grants_for("files", "fs", &server.url, &["read_file"], json!({}), None).await;
+    let sidecar = Sidecar::start(Some(&grants));
+    sidecar.wait_ready().await;
+    let post = |body: Value, headers: &[(&str, &str)]| {
+        let mut r = http()
+            .post(&sidecar.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(body.to_string());
+        for (k, v) in headers {
+            r = r.header(*k, *v);
+        }
+        r.send()
+    };
+    let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}});
+    // An unknown legacy session: 404 with a JSON-RPC body.
+    let r = post(list.clone(), &[("mcp-session-id", "no-such-session")])
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 404);
+    let body: Value = json_of(r).await;
+    assert_eq!(body["id"], 1);
+    assert!(body["error"]["code"].is_i64());
+    // A web page's origin is refused.
+    let r = post(list.clone(), &[("origin", "https://evil.example.com")])
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 403);
+    let r = post(list.clone(), &[("host", "evil.example.com")])
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 403);
+    // Modern: headers must match the body; unknown versions name the supported one.
+    let meta = |v: &str| json!({"io.modelcontextprotocol/protocolVersion": v, "io.modelcontextprotocol/clientCapabilities": {}});
+    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "fs__read_file", "arguments": {"path": "/x"}, "_meta": meta("2026-07-28")}});
+    let r = post(
+        call.clone(),
+        &[
+            ("mcp-protocol-version", "2026-07-28"),
+            ("mcp-method", "tools/call"),
+            ("mcp-name", "fs__write_file"),
+        ],
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    assert_eq!(json_of(r).await["error"]["code"], -32020);
+    let r = post(
+        call.clone(),
+        &[
+            ("mcp-protocol-version", "2026-07-28"),
+            ("mcp-method", "tools/list"),
+            ("mcp-name", "fs__read_file"),
+        ],
+    )
+    .await
+    .unwrap();
+    assert_eq!(json_of(r).await["error"]["code"], -32020);
+    let old = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list", "params": {"_meta": meta("2027-01-01")}});
+    let r = post(
+        old,
+        &[
+            ("mcp-protocol-version", "2027-01-01"),
+            ("mcp-method", "tools/list"),
+        ],
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    let body: Value = json_of(r).await;
+    assert_eq!(body["error"]["code"], -32022);
+    assert_eq!(body["error"]["data"]["supported"], json!(["2026-07-28"]));
+    let r = post(
+        call,
+        &[
+            ("mcp-protocol-version", "2026-07-28"),
+            ("mcp-method", "tools/call"),
+            ("mcp-name", "fs__read_file"),
+        ],
+    )
+    .await
+    .unwrap();
+    let body: Value = json_of(r).await;
+    assert_eq!(body["result"]["isError"], false, "{body}");
+    assert_eq!(body["result"]["resultType"], "complete");
+    // A body over the bound.
+    let huge = json!({"jsonrpc": "2.0", "id": 4, "method": "tools/list", "params": {"pad": "x".repeat(5 * 1024 * 1024)}});
+    let r = post(huge, &[]).await.unwrap();
+    assert_eq!(r.status().as_u16(), 413);
+    assert_eq!(upstream_calls(&server.url).await, ["read_file"]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_approval_gated_tool_is_refused_until_the_sidecar_can_ask() {
+    let fixtures = Fixtures::load();
+    let server = fixtures.sdk_server(&[]);
+    let mut grants = grants_for(
+        "files",
+        "fs",
+        &server.url,
+        &["read_file", "delete_file"],
+        json!({}),
+        None,
+    )
+    .await;
+    for tool in grants["servers"][0]["tools"].as_array_mut().unwrap() {
+        if tool["name"] == "delete_file" {
+            tool["requiresApproval"] = json!(true);
+        }
+    }
+    let sidecar = Sidecar::start(Some(&grants));
+    sidecar.wait_ready().await;
+    let out = agent(
+        &sidecar.url,
+        "auto",
+        json!([{"op": "call", "name": "fs__delete_file", "arguments": {"path": "/gated"}}]),
+    )
+    .await;
+    let text = out["steps"][0]["text"].as_str().unwrap();
+    assert!(
+        text.contains("needs a person's approval") && text.contains("was not run"),
+        "{text}"
+    );
+    assert!(upstream_calls(&server.url).await.is_empty());
+    assert!(
+        sidecar
+            .audit()
+            .iter()
+            .any(|a| a["decision"] == "approval_required")
+    );
+}

@@ -1,0 +1,302 @@
+//! Shared by the sidecar tests: a sidecar process on kubelet-style grants and credentials
+//! directories, grants documents built from a live server, and the SDK clients as agents.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::support::{self, Fixtures};
+use mcp_operator::mcp::{self, EndpointPolicy, ServerConnection};
+
+/// A running sidecar on its own grants and credentials directories.
+pub struct Sidecar {
+    pub child: Child,
+    pub url: String,
+    pub base: String,
+    pub dir: tempfile::TempDir,
+    pub log: PathBuf,
+    generation: u32,
+}
+
+impl Sidecar {
+    pub fn start(grants: Option<&Value>) -> Sidecar {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("grants");
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::create_dir_all(dir.path().join("creds/secrets")).unwrap();
+        let mut generation = 0;
+        if let Some(doc) = grants {
+            swap_grants(&root, &mut generation, &serde_json::to_vec(doc).unwrap());
+        }
+        let port = support::free_port();
+        let log = dir.path().join("sidecar.log");
+        let child = Command::new(env!("CARGO_BIN_EXE_mcp-operator"))
+            .args(["--log-format", "json", "sidecar", "--grants-file"])
+            .arg(root.join("grants.json"))
+            .arg("--credentials-dir")
+            .arg(dir.path().join("creds"))
+            .args([
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--agent",
+                "test-agent",
+                "--allow-loopback",
+            ])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("the sidecar starts");
+        let sidecar = Sidecar {
+            child,
+            url: format!("http://127.0.0.1:{port}/mcp"),
+            base: format!("http://127.0.0.1:{port}"),
+            dir,
+            log,
+            generation,
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "the sidecar did not listen: {}",
+                sidecar.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        sidecar
+    }
+
+    pub fn swap_grants(&mut self, bytes: &[u8]) {
+        swap_grants(&self.dir.path().join("grants"), &mut self.generation, bytes);
+    }
+
+    pub fn write_secret(&self, name: &str, key: &str, value: &str) {
+        let dir = self.dir.path().join("creds/secrets").join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        let tmp = dir.join(format!(".{key}.tmp"));
+        std::fs::write(&tmp, value).unwrap();
+        std::fs::rename(&tmp, dir.join(key)).unwrap();
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The audit lines written so far.
+    pub fn audit(&self) -> Vec<Value> {
+        self.log_text()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|v| v["target"] == "mcp_sidecar::audit")
+            .map(|v| v["fields"].clone())
+            .collect()
+    }
+
+    pub async fn readyz(&self) -> (u16, String) {
+        let response = http()
+            .get(format!("{}/readyz", self.base))
+            .send()
+            .await
+            .unwrap();
+        (response.status().as_u16(), response.text().await.unwrap())
+    }
+
+    pub async fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let (status, text) = self.readyz().await;
+            if status == 200 {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "not ready: {text}\n{}",
+                self.log_text()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+/// Replaces the grants file as the kubelet does: a new timestamped directory, then an atomic
+/// rename of the `..data` symlink (`grants.json` points through it).
+pub fn swap_grants(root: &Path, generation: &mut u32, bytes: &[u8]) {
+    *generation += 1;
+    let stamp = format!("..2026_12_01_10_00_00.{:04}", generation);
+    std::fs::create_dir_all(root.join(&stamp)).unwrap();
+    std::fs::write(root.join(&stamp).join("grants.json"), bytes).unwrap();
+    let tmp = root.join("..data_tmp");
+    let _ = std::fs::remove_file(&tmp);
+    std::os::unix::fs::symlink(&stamp, &tmp).unwrap();
+    std::fs::rename(&tmp, root.join("..data")).unwrap();
+    if std::fs::symlink_metadata(root.join("grants.json")).is_err() {
+        std::os::unix::fs::symlink("..data/grants.json", root.join("grants.json")).unwrap();
+    }
+}
+
+impl Drop for Sidecar {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub async fn json_of(response: reqwest::Response) -> Value {
+    serde_json::from_slice(&response.bytes().await.unwrap()).expect("a JSON body")
+}
+
+pub fn http() -> reqwest::Client {
+    mcp_operator::install_crypto_provider();
+    reqwest::Client::builder().no_proxy().build().unwrap()
+}
+
+/// One grants document for one server, granting `names` (every tool when empty), with the
+/// digests the controller would have published (read from the live server now).
+pub async fn grants_for(
+    server: &str,
+    prefix: &str,
+    url: &str,
+    names: &[&str],
+    endpoint_extra: Value,
+    token: Option<&str>,
+) -> Value {
+    mcp_operator::install_crypto_provider();
+    let mut conn = ServerConnection::new(url);
+    if endpoint_extra["transport"] == "sse" {
+        conn.transport = mcp::TransportKind::Sse;
+    }
+    conn.endpoint_policy = EndpointPolicy {
+        allow_loopback: true,
+    };
+    if let Some(token) = token {
+        conn.credentials.bearer_token = Some(mcp::SecretValue::new(token));
+    }
+    let report = mcp::read_server(&conn)
+        .await
+        .expect("the fixture server is readable");
+    let catalog = report.catalog(&Default::default());
+    let mut tools: Vec<Value> = catalog
+        .tools
+        .iter()
+        .filter(|t| names.is_empty() || names.contains(&t.name.as_str()))
+        .map(|t| {
+            json!({"qualifiedName": format!("{prefix}__{}", t.name), "name": t.name, "access": t.access,
+                   "idempotent": t.idempotent, "requiresApproval": false, "definitionDigest": t.definition_digest})
+        })
+        .collect();
+    tools.sort_by(|a, b| {
+        a["qualifiedName"]
+            .as_str()
+            .cmp(&b["qualifiedName"].as_str())
+    });
+    let mut endpoint = json!({
+        "url": url, "transport": "streamable-http", "era": report.era,
+        "protocolVersion": report.protocol_version,
+        "connectTimeoutMs": 5000, "callTimeoutMs": 10000, "retry": 1,
+    });
+    if token.is_some() {
+        endpoint["bearerToken"] = json!({"name": "upstream-token", "key": "token"});
+    }
+    for (k, v) in endpoint_extra.as_object().cloned().unwrap_or_default() {
+        endpoint[k] = v;
+    }
+    json!({"schemaVersion": "mcp-operator.dev/grants/v1", "servers": [{
+        "name": server, "prefix": prefix, "optional": false, "available": true, "deferred": false,
+        "endpoint": endpoint, "tools": tools,
+    }]})
+}
+
+/// Runs an SDK client with `steps`: the Python one (tests/fixtures/sdk_client.py) in `mode`
+/// legacy or auto, or the TypeScript one (tests/fixtures/ts_client.mjs) for mode
+/// `typescript`. When a step
+/// carries `"trigger": true`, `trigger` runs once the client is listening for list_changed.
+pub async fn agent_with<F, Fut>(url: &str, mode: &str, steps: Value, trigger: F) -> Value
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let fixtures = Fixtures::load();
+    let mut command = if mode == "typescript" {
+        let (node, sdk) = fixtures.typescript_sdk();
+        let mut c = Command::new(node);
+        c.arg(fixtures.fixture("ts_client.mjs"))
+            .args([url, &steps.to_string()])
+            .env("MCP_TS_SDK", sdk);
+        c
+    } else {
+        let mut c = Command::new(fixtures.python());
+        c.arg(fixtures.fixture("sdk_client.py"))
+            .args([url, mode, &steps.to_string()]);
+        c
+    };
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the SDK client starts");
+    let stdout = child.stdout.take().unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(line);
+        }
+    });
+    let mut trigger = Some(trigger);
+    let result = tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some(line) = rx.recv().await {
+            let value: Value = serde_json::from_str(line.trim()).unwrap_or(Value::Null);
+            if value.get("listening").is_some() {
+                if let Some(t) = trigger.take() {
+                    t().await;
+                }
+                continue;
+            }
+            if value.get("steps").is_some() {
+                return Some(value);
+            }
+        }
+        None
+    })
+    .await;
+    let _ = child.kill();
+    let output = child.wait_with_output().unwrap();
+    match result {
+        Ok(Some(v)) => v,
+        Ok(None) => panic!(
+            "the SDK client failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        ),
+        Err(_) => panic!(
+            "the SDK client did not finish within 60s: {}",
+            String::from_utf8_lossy(&output.stderr)
+        ),
+    }
+}
+
+pub async fn agent(url: &str, mode: &str, steps: Value) -> Value {
+    agent_with(url, mode, steps, || async {}).await
+}
+
+pub fn names(step: &Value) -> Vec<String> {
+    step["names"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap().to_string())
+        .collect()
+}
+
+pub async fn upstream_calls(url: &str) -> Vec<String> {
+    let mut u = url::Url::parse(url).unwrap();
+    u.set_path("/control/calls");
+    let v = json_of(http().get(u).send().await.unwrap()).await;
+    serde_json::from_value(v["calls"].clone()).unwrap()
+}

@@ -48,6 +48,12 @@ fn patterns(shape: &str, salt: usize) -> Vec<String> {
 }
 
 fn main() {
+    // `cargo test --all-targets` runs bench targets too, unoptimised and without `--bench`:
+    // figures from that would mislead, and the hostile shapes take minutes there.
+    if !std::env::args().any(|a| a == "--bench") {
+        eprintln!("resolve: a benchmark; run it with `bash bench/resolve.sh` (cargo bench)");
+        return;
+    }
     let catalog: mcp_operator::core::Catalog =
         serde_json::from_value(catalog(TOOLS)).expect("the catalogue deserialises");
     println!(

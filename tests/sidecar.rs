@@ -586,8 +586,24 @@ async fn a_rotated_secret_file_is_used_on_the_next_connect() {
     // The server comes back with a new token; the Secret is rotated after that.
     drop(first);
     let _second = fixtures.sdk_server(&["--port", &port, "--bearer", "TOKEN-TWO-8834"]);
-    let out = agent(&sidecar.url, "auto", call.clone()).await;
-    let text = out["steps"][0]["text"].as_str().unwrap();
+    // The sidecar may still report the moment the old server was gone (connection refused)
+    // until it reads the new one; then the old token must be refused with 401.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    let text = loop {
+        let out = agent(&sidecar.url, "auto", call.clone()).await;
+        let text = out["steps"][0]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        if text.contains("401") || std::time::Instant::now() > deadline {
+            break text;
+        }
+        assert!(
+            text.contains("refused"),
+            "before the new server is read, only the gap may show: {text}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    };
     assert!(
         text.contains("401"),
         "the old token is refused, not retried: {text}"

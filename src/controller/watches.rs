@@ -25,7 +25,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use futures::{FutureExt, StreamExt};
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{self, Controller};
@@ -68,25 +68,36 @@ impl Started {
         }
     }
 
-    /// Marks the reconciler whose main store this is once the store has listed.
-    fn when_listed<K>(&self, store: reflector::Store<K>)
+    /// A controller over its own watch of `api`, whose first list marks one reconciler as
+    /// listed. The controller's store is polled by nobody but the controller: kube-runtime
+    /// 5.0.0's `Store::wait_until_ready` wakes only the last of several pollers, and the
+    /// controller's runner is one of them (see `readiness`), so a second waiter could leave
+    /// either this replica unready or the reconciler never started.
+    fn controller<K>(&self, api: Api<K>, config: watcher::Config) -> Controller<K>
     where
-        K: kube::Resource + Clone + Send + Sync + 'static,
-        K::DynamicType: std::hash::Hash + Eq + Clone + Send + Sync,
+        K: kube::Resource
+            + Clone
+            + std::fmt::Debug
+            + serde::de::DeserializeOwned
+            + Send
+            + Sync
+            + 'static,
+        K::DynamicType: std::hash::Hash + Eq + Clone + Default + Send + Sync + Unpin,
     {
+        let (reader, writer) = reflector::store::<K>();
         let started = self.clone();
-        let listed = Readiness::all(vec![listed(&store)]);
-        tokio::spawn(async move {
-            listed.wait().await;
-            // A writer dropped before its first list (the watch ended) leaves the store unready.
-            if store
-                .wait_until_ready()
-                .now_or_never()
-                .is_some_and(|r| r.is_ok())
-            {
-                started.listed();
-            }
-        });
+        let mut first = true;
+        let stream = watcher(api, config)
+            .backoff(Reconnect::new())
+            .reflect(writer)
+            .inspect(move |event| {
+                if first && matches!(event, Ok(watcher::Event::InitDone)) {
+                    first = false;
+                    started.listed();
+                }
+            })
+            .applied_objects();
+        Controller::for_stream(stream, reader)
     }
 }
 
@@ -179,11 +190,11 @@ async fn run_servers(
     let servers: Api<McpServer> = scoped(&client, ns);
     // The controller is not called for deleted objects: drop what we hold for them here.
     let deletions = tokio::spawn(forget_deleted_servers(servers.clone(), ctx.clone()));
-    let controller = Controller::new(servers, watcher::Config::default().any_semantic())
+    let controller = started
+        .controller(servers, watcher::Config::default().any_semantic())
         .with_config(controller::Config::default().concurrency(args.concurrency))
         .trigger_backoff(Reconnect::new());
     let store = controller.store();
-    started.when_listed(store.clone());
     let secrets = watcher(
         scoped::<PartialObjectMeta<Secret>>(&client, ns),
         watcher::Config::default(),
@@ -279,14 +290,14 @@ async fn run_agent_specs(
 ) {
     let client = ctx.client.clone();
     let ns = args.watch_namespace.as_deref();
-    let controller = Controller::new(
-        scoped::<AgentSpec>(&client, ns),
-        watcher::Config::default().any_semantic(),
-    )
-    .with_config(controller::Config::default().concurrency(args.concurrency))
-    .trigger_backoff(Reconnect::new());
+    let controller = started
+        .controller(
+            scoped::<AgentSpec>(&client, ns),
+            watcher::Config::default().any_semantic(),
+        )
+        .with_config(controller::Config::default().concurrency(args.concurrency))
+        .trigger_backoff(Reconnect::new());
     let agents = controller.store();
-    started.when_listed(agents.clone());
 
     let (servers, servers_writer) = reflector::store::<McpServer>();
     let server_events = watcher(scoped::<McpServer>(&client, ns), watcher::Config::default())
@@ -365,14 +376,14 @@ async fn run_policies(
     mut stop: watch::Receiver<bool>,
 ) {
     let client = ctx.client.clone();
-    let controller = Controller::new(
-        Api::<McpTenantPolicy>::all(client.clone()),
-        watcher::Config::default().any_semantic(),
-    )
-    .with_config(controller::Config::default().concurrency(args.concurrency))
-    .trigger_backoff(Reconnect::new());
+    let controller = started
+        .controller(
+            Api::<McpTenantPolicy>::all(client.clone()),
+            watcher::Config::default().any_semantic(),
+        )
+        .with_config(controller::Config::default().concurrency(args.concurrency))
+        .trigger_backoff(Reconnect::new());
     let policies = controller.store();
-    started.when_listed(policies.clone());
     let (namespaces, namespaces_writer) = reflector::store::<PartialObjectMeta<Namespace>>();
     let namespace_events = watcher(
         Api::<PartialObjectMeta<Namespace>>::all(client.clone()),

@@ -28,9 +28,10 @@
 # bin/kubectl, pki/ (ca.crt and ca.key: mint more client certificates with them),
 # logs/*.log, pids.
 #
-# No container runtime and no kubelet: Pods never run. What is real is the API
-# (admission, validation, CRDs, CEL, RBAC, watches) and the controllers that
-# need no node: garbage collector, namespace lifecycle, service accounts.
+# No container runtime and no kubelet: Pods never run, unless e2e/node.sh adds a
+# node to it. What is real is the API (admission, validation, CRDs, CEL, RBAC,
+# watches) and the controllers: garbage collector, namespace lifecycle, service
+# accounts, Deployments.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -161,6 +162,9 @@ subjectAltName=IP:127.0.0.1,IP:$SERVICE_IP,DNS:localhost,DNS:kubernetes,DNS:kube
 extendedKeyUsage=clientAuth"
   cert kube-controller-manager "/CN=system:kube-controller-manager" "$leaf
 extendedKeyUsage=clientAuth"
+  # How the apiserver authenticates to kubelets (e2e/node.sh): logs, exec, port-forward.
+  cert kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client" "$leaf
+extendedKeyUsage=clientAuth"
   # Front proxy (requestheader) CA and client: how an aggregating proxy
   # authenticates to the apiserver; also what delegated authentication of the
   # controller-manager expects to find in kube-system/extension-apiserver-authentication.
@@ -282,8 +286,10 @@ SERVICE_CIDR=10.0.0.0/24
 # ownerReference garbage collection, namespace deletion, service accounts and
 # their tokens, kube-root-ca.crt, aggregated ClusterRoles (admin/edit/view),
 # Deployments -> ReplicaSets (their Pods stay Pending: there is no kubelet).
+# With a node (e2e/node.sh): node lifecycle (lifts the not-ready taint), pod GC, taint
+# eviction and EndpointSlices for the Services in front of pods.
 # Starting all of them ('*') costs ~6 s more; set E2E_KCM_CONTROLLERS='*' for that.
-KCM_CONTROLLERS=garbage-collector-controller,namespace-controller,serviceaccount-controller,serviceaccount-token-controller,root-ca-certificate-publisher-controller,clusterrole-aggregation-controller,deployment-controller,replicaset-controller
+KCM_CONTROLLERS=garbage-collector-controller,namespace-controller,serviceaccount-controller,serviceaccount-token-controller,root-ca-certificate-publisher-controller,clusterrole-aggregation-controller,deployment-controller,replicaset-controller,node-lifecycle-controller,pod-garbage-collector-controller,taint-eviction-controller,endpointslice-controller
 SERVICE_IP=10.0.0.1
 
 set_dir() {
@@ -330,6 +336,8 @@ start_components() {
     --requestheader-extra-headers-prefix=X-Remote-Extra- \
     --proxy-client-cert-file="$pki/front-proxy-client.crt" \
     --proxy-client-key-file="$pki/front-proxy-client.key" \
+    --kubelet-client-certificate="$pki/kubelet-client.crt" \
+    --kubelet-client-key="$pki/kubelet-client.key" \
     --authorization-mode=Node,RBAC \
     --enable-admission-plugins=OwnerReferencesPermissionEnforcement \
     --anonymous-auth=false \

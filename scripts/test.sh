@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # Runs every test of mcp-operator on a fresh machine: installs the test MCP servers (Python SDK,
-# server-everything), builds the Kubernetes control plane and helm from Go modules (cached), starts one
-# control plane for the whole run, then unit, integration and e2e tests, then the control-plane
-# smoke test and the fault suite (on a control plane of its own). Nothing is left running afterwards.
+# server-everything), builds the Kubernetes control plane, the node (kubelet, kube-scheduler,
+# containerd from Debian) and helm (cached), starts one control plane and one node for the whole
+# run, builds the operator image from the release binary, then unit, integration and e2e tests
+# (tests/e2e_node.rs installs the chart in real pods), then checks the node leaves nothing behind
+# and runs the control-plane smoke test and the fault suite (on a control plane of its own).
+# Nothing is left running afterwards.
+#
+# The node needs root; without it the other tests still run and tests/e2e_node.rs fails saying why.
 #
 #   bash scripts/test.sh            # everything
 #   bash scripts/test.sh -- probe   # extra arguments go to `cargo test`
@@ -18,17 +23,27 @@ say() { printf '[test %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 say "installing the test MCP servers (cached in $CACHE)"
 bash tests/fixtures/install.sh >/dev/null
 
-say "building the control plane and helm (cached in $CACHE/bin)"
+say "building the control plane, the node and helm (cached in $CACHE/bin)"
 bash e2e/cluster.sh build >/dev/null
+node_unavailable="$(bash e2e/node.sh check)" && node_unavailable="" || true
+[[ -n $node_unavailable ]] || bash e2e/node.sh build >/dev/null
 bash e2e/helm.sh build >/dev/null
+if [[ -z $node_unavailable ]]; then
+  say "building the operator image from the release binary"
+  OPERATOR_IMAGE="$(mktemp -d "${TMPDIR:-/tmp}/mcp-operator-image.XXXXXX")"
+  bash e2e/image.sh operator "$OPERATOR_IMAGE/image.tar" >/dev/null
+fi
 
 CLUSTER_DIR="$(mktemp -d "${TMPDIR:-/tmp}/mcp-operator-test.XXXXXX")"
 cleanup() {
   local rc=$?
+  [[ -n ${OPERATOR_IMAGE:-} ]] && rm -rf "$OPERATOR_IMAGE"
   if ((rc != 0)); then
+    KEEP_LOGS=1 bash e2e/node.sh down "$CLUSTER_DIR" >/dev/null 2>&1 || true
     KEEP_LOGS=1 bash e2e/cluster.sh down "$CLUSTER_DIR" >/dev/null 2>&1 || true
     say "failed; control-plane logs kept in $CLUSTER_DIR/logs"
   else
+    bash e2e/node.sh down "$CLUSTER_DIR" >/dev/null 2>&1 || true
     bash e2e/cluster.sh down "$CLUSTER_DIR" >/dev/null 2>&1 || true
     rm -rf "$CLUSTER_DIR"
   fi
@@ -39,8 +54,29 @@ say "starting the control plane in $CLUSTER_DIR"
 E2E_OWNER_PID=$$ bash e2e/cluster.sh up "$CLUSTER_DIR" >/dev/null
 export MCP_E2E_KUBECONFIG="$CLUSTER_DIR/kubeconfig"
 
+if [[ -z $node_unavailable ]]; then
+  say "starting the node (kubelet, containerd) for the control plane"
+  if node_log="$(E2E_OWNER_PID=$$ bash e2e/node.sh up "$CLUSTER_DIR" 2>&1)"; then
+    say "${node_log##*] }"
+    bash e2e/node.sh import "$CLUSTER_DIR" "$OPERATOR_IMAGE/image.tar"
+    export MCP_E2E_OPERATOR_IMAGE="$OPERATOR_IMAGE/image.tar"
+  else
+    node_unavailable="e2e/node.sh up failed: $(tail -n 15 <<<"$node_log")"
+  fi
+fi
+if [[ -n $node_unavailable ]]; then
+  export MCP_E2E_NODE_UNAVAILABLE="$node_unavailable"
+  say "no node, so no real pods (tests/e2e_node.rs will fail): $node_unavailable"
+fi
+
 say "cargo test (unit, integration against real MCP servers, e2e against the control plane)"
 cargo test --all-targets --no-fail-fast "$@"
+
+if [[ -z $node_unavailable ]]; then
+  say "the node's down leaves nothing behind"
+  bash e2e/node.sh down "$CLUSTER_DIR" >/dev/null
+  bash e2e/node.sh leftovers "$CLUSTER_DIR" || { say "FAIL: e2e/node.sh down left the above"; exit 1; }
+fi
 
 say "control-plane smoke test"
 bash e2e/smoke.sh

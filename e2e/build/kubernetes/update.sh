@@ -33,7 +33,7 @@ done
 
 {
   cat <<EOF
-// Pins the Kubernetes control-plane binaries used by the e2e harness (e2e/cluster.sh).
+// Pins the Kubernetes binaries used by the e2e harness (e2e/cluster.sh, e2e/node.sh).
 // k8s.io/kubernetes replaces its staging modules with ./staging paths, which do not apply
 // to a dependent module; every one of them is pinned here to the published v0.x tag that
 // matches the Kubernetes release. Regenerate with ./update.sh <k8s version>.
@@ -47,6 +47,8 @@ tool (
 	k8s.io/kubernetes/cmd/kube-apiserver
 	k8s.io/kubernetes/cmd/kube-controller-manager
 	k8s.io/kubernetes/cmd/kubectl
+	k8s.io/kubernetes/cmd/kubelet
+	k8s.io/kubernetes/cmd/kube-scheduler
 )
 
 require k8s.io/kubernetes $version

@@ -1,0 +1,428 @@
+//! The operator as users run it, in real pods: `helm install --wait` of charts/mcp-operator on
+//! the e2e node (e2e/node.sh: a kubelet, containerd and runc), from the image e2e/image.sh built
+//! out of the release binary. Two replicas elect a leader through their Lease; the leader makes
+//! the McpServer example Ready against an MCP server on the node's address; `kubectl logs` is
+//! JSON; a SIGKILLed leader's container is restarted by the kubelet; deleting the leader's pod
+//! hands the Lease to the standby, which reconciles.
+//!
+//! ```text
+//!  scripts/test.sh: cluster.sh up ─► node.sh up ─► image.sh operator (release) ─► this test
+//!                                                    MCP_E2E_OPERATOR_IMAGE=<tarball>
+//!  helm install --wait ─► Deployment (2 pods on bridge mcpnodeN) ─► Lease ◄─ leader
+//!       leader ──HTTP──► sdk_server.py on the node IP (10.244.N.1, not loopback: the
+//!                        in-cluster guard refuses 127.0.0.1 and must accept this)
+//!       kubernetes Service 10.0.0.1:443 ──DNAT on the bridge──► apiserver 127.0.0.1
+//! ```
+//!
+//! The node needs root. Without it (or when it cannot start) this test fails with the reason.
+
+mod e2e;
+mod operator;
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use kube::ResourceExt;
+use kube::api::{Api, ApiResource, ListParams};
+use mcp_operator::api::mcp_server::McpServer;
+use operator::{apply_server, eventually, server_manifest, wait_condition};
+use serde_json::Value;
+use support::Fixtures;
+
+const CHART: &str = "charts/mcp-operator";
+const SOON: Duration = Duration::from_secs(60);
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The node of the shared control plane (`CLUSTER_DIR/node/env`).
+struct Node {
+    ip: String,
+    containerd: String,
+    crictl: PathBuf,
+}
+
+/// The node scripts/test.sh started, or one started here for this test binary (its watchdog
+/// takes it down when this process exits). Any reason it cannot run becomes the failure.
+fn node(cluster_dir: &Path) -> Node {
+    if let Ok(reason) = std::env::var("MCP_E2E_NODE_UNAVAILABLE") {
+        panic!("no e2e node, so no real pods: {reason}");
+    }
+    let env_file = cluster_dir.join("node/env");
+    if !env_file.exists() {
+        let out = Command::new("bash")
+            .arg(repo().join("e2e/node.sh"))
+            .arg("up")
+            .arg(cluster_dir)
+            .env("E2E_OWNER_PID", std::process::id().to_string())
+            .stdin(Stdio::null())
+            .output()
+            .expect("bash runs e2e/node.sh");
+        assert!(
+            out.status.success(),
+            "no e2e node, so no real pods: `e2e/node.sh up` failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let vars = read_env(&env_file);
+    let paths = Command::new("bash")
+        .arg(repo().join("e2e/node.sh"))
+        .arg("paths")
+        .output()
+        .expect("node.sh paths");
+    let paths = String::from_utf8_lossy(&paths.stdout).to_string();
+    let crictl = paths
+        .lines()
+        .find_map(|l| l.strip_prefix("CRICTL="))
+        .expect("node.sh paths names crictl");
+    Node {
+        ip: vars["E2E_NODE_IP"].clone(),
+        containerd: vars["E2E_NODE_CONTAINERD"].clone(),
+        crictl: PathBuf::from(crictl),
+    }
+}
+
+fn read_env(path: &Path) -> BTreeMap<String, String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}
+
+/// The operator image in the node's containerd: the tarball scripts/test.sh built from the
+/// release binary, else one packed here from this test's own build. Returns (repository, tag).
+fn operator_image(cluster_dir: &Path, scratch: &Path) -> (String, String) {
+    let tarball = match std::env::var_os("MCP_E2E_OPERATOR_IMAGE") {
+        Some(path) => PathBuf::from(path),
+        None => {
+            let tarball = scratch.join("operator-image.tar");
+            run(Command::new("bash")
+                .arg(repo().join("e2e/image.sh"))
+                .arg("operator")
+                .arg(&tarball)
+                .arg(env!("CARGO_BIN_EXE_mcp-operator")));
+            tarball
+        }
+    };
+    let manifest = run(Command::new("tar")
+        .arg("-xOf")
+        .arg(&tarball)
+        .arg("manifest.json"));
+    let manifest: Value = serde_json::from_str(&manifest).expect("manifest.json");
+    let reference = manifest[0]["RepoTags"][0]
+        .as_str()
+        .expect("a tagged image")
+        .to_owned();
+    run(Command::new("bash")
+        .arg(repo().join("e2e/node.sh"))
+        .arg("import")
+        .arg(cluster_dir)
+        .arg(&tarball));
+    let (repository, tag) = reference.rsplit_once(':').expect("repository:tag");
+    (repository.to_owned(), tag.to_owned())
+}
+
+/// Runs a command, panicking with its output when it fails; returns its stdout.
+fn run(command: &mut Command) -> String {
+    let out = command
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("{command:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{command:?} failed ({}):\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn kubectl(cluster_dir: &Path) -> Command {
+    let mut command = Command::new(cluster_dir.join("bin/kubectl"));
+    command
+        .arg("--kubeconfig")
+        .arg(cluster_dir.join("kubeconfig"));
+    command
+}
+
+/// The host pid of a pod's first container, from the node's CRI.
+fn container_pid(node: &Node, pod: &Pod) -> u32 {
+    let id = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|c| c.first())
+        .and_then(|c| c.container_id.clone())
+        .unwrap_or_else(|| panic!("pod {} has no container", pod.name_any()));
+    let id = id.trim_start_matches("containerd://");
+    let inspect = run(Command::new(&node.crictl)
+        .arg("--runtime-endpoint")
+        .arg(format!("unix://{}", node.containerd))
+        .args(["inspect", id]));
+    let inspect: Value = serde_json::from_str(&inspect).expect("crictl inspect prints JSON");
+    inspect["info"]["pid"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no pid in crictl inspect {id}")) as u32
+}
+
+/// The real user of a host process and whether its root file system is mounted read-only.
+fn process_identity(pid: u32) -> (String, bool) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc/PID/status");
+    let uid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|l| l.split_whitespace().next())
+        .expect("a Uid line")
+        .to_owned();
+    let mounts =
+        std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).expect("/proc/PID/mountinfo");
+    let root_ro = mounts
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|f| f.get(4) == Some(&"/"))
+        .is_some_and(|f| f[5].split(',').any(|o| o == "ro"));
+    (uid, root_ro)
+}
+
+async fn running_pods(pods: &Api<Pod>, selector: &str) -> Result<Vec<Pod>, String> {
+    let list = pods
+        .list(&ListParams::default().labels(selector))
+        .await
+        .map_err(|e| e.to_string())?;
+    let ready: Vec<Pod> = list
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter(|p| {
+            p.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        })
+        .collect();
+    Ok(ready)
+}
+
+async fn lease_holder(leases: &Api<Lease>, name: &str) -> Option<String> {
+    leases
+        .get_opt(name)
+        .await
+        .ok()
+        .flatten()
+        .and_then(|l| l.spec)
+        .and_then(|s| s.holder_identity)
+        .filter(|h| !h.is_empty())
+}
+
+#[tokio::test]
+async fn the_chart_runs_on_a_real_node_and_fails_over() {
+    let (client, ns) = e2e::setup("node-chart").await;
+    let kubeconfig = e2e::kubeconfig_path().await;
+    let cluster_dir = kubeconfig.parent().expect("the cluster dir").to_path_buf();
+    let node = node(&cluster_dir);
+    let scratch = tempfile::tempdir().expect("a temp dir");
+    let (repository, tag) = operator_image(&cluster_dir, scratch.path());
+
+    // The release is named after the test's namespace: its ClusterRole(Binding) names are
+    // unique, and go with the namespace when the test ends.
+    let release = ns.name().to_owned();
+    let started = Instant::now();
+    run(Command::new("bash")
+        .arg(repo().join("e2e/helm.sh"))
+        .args(["install", &release, CHART, "--namespace", ns.name()])
+        .args(["--skip-crds", "--wait", "--timeout", "3m"])
+        .args(["--set", &format!("image.repository={repository}")])
+        .args(["--set", &format!("image.tag={tag}")])
+        .args(["--set", "image.pullPolicy=Never"])
+        .env("KUBECONFIG", &kubeconfig)
+        .current_dir(repo()));
+    eprintln!(
+        "e2e_node: helm install --wait took {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+    let fullname = format!("{release}-mcp-operator");
+    ns.delete_later(ApiResource::erase::<ClusterRole>(&()), &fullname);
+    ns.delete_later(ApiResource::erase::<ClusterRoleBinding>(&()), &fullname);
+
+    // --- two replicas run as the chart says: non-root, read-only root, probes passing.
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns.name());
+    let deployment = deployments.get(&fullname).await.expect("the Deployment");
+    let status = deployment.status.clone().unwrap_or_default();
+    assert_eq!(
+        status.ready_replicas,
+        Some(2),
+        "helm --wait left {status:?}"
+    );
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
+    let selector = format!("app.kubernetes.io/instance={release}");
+    let ready = running_pods(&pods, &selector).await.expect("pods");
+    assert_eq!(ready.len(), 2, "two Ready pods");
+    for pod in &ready {
+        let spec = pod.spec.as_ref().expect("a spec");
+        assert_eq!(spec.node_name.as_deref(), Some(node.ip.as_str()));
+        let container = &spec.containers[0];
+        assert!(container.liveness_probe.is_some() && container.readiness_probe.is_some());
+        // What the kernel says, not what the spec asks for.
+        let (uid, root_ro) = process_identity(container_pid(&node, pod));
+        assert_eq!(uid, "65532", "{} runs as uid {uid}", pod.name_any());
+        assert!(
+            root_ro,
+            "{}: the root file system is writable",
+            pod.name_any()
+        );
+    }
+
+    // --- one leads.
+    let leases: Api<Lease> = Api::namespaced(client.clone(), ns.name());
+    let names: Vec<String> = ready.iter().map(|p| p.name_any()).collect();
+    let leader = eventually(SOON, "a replica to hold the Lease", || async {
+        match lease_holder(&leases, &fullname).await {
+            Some(h) if names.contains(&h) => Ok(h),
+            other => Err(format!("holder {other:?}, pods {names:?}")),
+        }
+    })
+    .await;
+
+    // --- the McpServer example becomes Ready through the in-cluster controller. The fixture
+    // listens on the node's bridge address: the pods reach it there, and it is not loopback, so
+    // the endpoint guard (no --allow-loopback in the chart) lets it through...
+    let fixtures = Fixtures::load();
+    let upstream = fixtures.sdk_server(&["--host", &node.ip]);
+    assert!(upstream.url.contains(&node.ip), "{}", upstream.url);
+    let mut example = e2e::yaml_documents(&repo().join("examples/mcpserver-local.yaml"))
+        .into_iter()
+        .find(|d| d["kind"] == "McpServer")
+        .expect("the example McpServer");
+    example["metadata"]["namespace"] = ns.name().into();
+    example["spec"]["url"] = upstream.url.clone().into();
+    let name = example["metadata"]["name"]
+        .as_str()
+        .expect("a name")
+        .to_owned();
+    apply_server(&client, ns.name(), example).await;
+    let servers: Api<McpServer> = Api::namespaced(client.clone(), ns.name());
+    wait_condition(&servers, &name, "Ready", "True", None, SOON).await;
+    // ...while 127.0.0.1 (the operator's own pod) stays refused.
+    apply_server(
+        &client,
+        ns.name(),
+        server_manifest("loopback", "http://127.0.0.1:9/mcp", serde_json::json!({})),
+    )
+    .await;
+    let refused = wait_condition(&servers, "loopback", "Ready", "False", None, SOON).await;
+    let message =
+        operator::condition(&refused, "Ready").expect("a Ready condition")["message"].to_string();
+    assert!(message.contains("loopback"), "refused for: {message}");
+
+    // --- kubectl logs: JSON lines, the leader saying it leads.
+    let logs = run(kubectl(&cluster_dir).args(["logs", "-n", ns.name(), &leader]));
+    let lines: Vec<&str> = logs.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert!(!lines.is_empty(), "the leader logged nothing");
+    for line in &lines {
+        let parsed: Value = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("not a JSON log line ({e}): {line}"));
+        assert!(parsed.is_object(), "{line}");
+    }
+    assert!(
+        logs.contains("became the leader"),
+        "the leader's log: {logs}"
+    );
+
+    // --- a crash: SIGKILL of the leader's process. The kubelet restarts the container (its
+    // liveness and readiness probes pass again) and a replica leads.
+    let leader_pod = ready
+        .iter()
+        .find(|p| p.name_any() == leader)
+        .expect("leader pod");
+    let pid = container_pid(&node, leader_pod);
+    let killed = Instant::now();
+    run(Command::new("kill").args(["-KILL", &pid.to_string()]));
+    eventually(SOON, "the killed container restarted and Ready", || async {
+        let pod = pods.get(&leader).await.map_err(|e| e.to_string())?;
+        let restarts = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref())
+            .and_then(|c| c.first())
+            .map(|c| c.restart_count)
+            .unwrap_or(0);
+        let ready = running_pods(&pods, &selector).await?.len();
+        if restarts >= 1 && ready == 2 {
+            Ok(())
+        } else {
+            Err(format!("{restarts} restarts, {ready} Ready"))
+        }
+    })
+    .await;
+    eprintln!(
+        "e2e_node: the killed leader's container restarted and Ready in {:.1}s",
+        killed.elapsed().as_secs_f64()
+    );
+    let leader = eventually(
+        SOON,
+        "a replica to hold the Lease after the crash",
+        || async {
+            match lease_holder(&leases, &fullname).await {
+                Some(h) if names.contains(&h) => Ok(h),
+                other => Err(format!("holder {other:?}")),
+            }
+        },
+    )
+    .await;
+    let standby = names
+        .iter()
+        .find(|n| **n != leader)
+        .expect("a standby")
+        .clone();
+
+    // --- the leader's pod deleted: the standby leads and reconciles; the ReplicaSet replaces
+    // the pod, which stands by.
+    let deleted = Instant::now();
+    run(kubectl(&cluster_dir).args(["delete", "pod", "-n", ns.name(), &leader, "--wait=false"]));
+    let new_leader = eventually(SOON, "the standby to take the Lease", || async {
+        match lease_holder(&leases, &fullname).await {
+            Some(h) if h == standby => Ok(h),
+            other => Err(format!("holder {other:?}")),
+        }
+    })
+    .await;
+    eprintln!(
+        "e2e_node: the standby {new_leader} leads {:.1}s after the leader's pod was deleted",
+        deleted.elapsed().as_secs_f64()
+    );
+    let mut second = server_manifest("after-failover", &upstream.url, serde_json::json!({}));
+    second["metadata"]["namespace"] = ns.name().into();
+    apply_server(&client, ns.name(), second).await;
+    wait_condition(&servers, "after-failover", "Ready", "True", None, SOON).await;
+    let logs = run(kubectl(&cluster_dir).args(["logs", "-n", ns.name(), &new_leader]));
+    assert!(
+        logs.contains("became the leader"),
+        "the new leader's log: {logs}"
+    );
+    eventually(SOON, "two Ready replicas again", || async {
+        let ready = running_pods(&pods, &selector).await?;
+        let fresh = ready.iter().any(|p| !names.contains(&p.name_any()));
+        if ready.len() == 2 && fresh {
+            Ok(())
+        } else {
+            Err(format!("{} Ready", ready.len()))
+        }
+    })
+    .await;
+
+    run(Command::new("bash")
+        .arg(repo().join("e2e/helm.sh"))
+        .args(["uninstall", &release, "--namespace", ns.name(), "--wait"])
+        .env("KUBECONFIG", &kubeconfig));
+}

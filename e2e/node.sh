@@ -16,9 +16,10 @@
 #                                  containerd (pods use them with imagePullPolicy Never)
 #   e2e/node.sh down CLUSTER_DIR   stop it: no process, mount, cgroup, link, rule or file of
 #                                  it is left (KEEP_LOGS=1 keeps CLUSTER_DIR/node/logs)
-#   e2e/node.sh leftovers CLUSTER_DIR
-#                                  print whatever of a node in CLUSTER_DIR is still on this
-#                                  machine (nothing after `down`); exit 1 if anything is
+#   e2e/node.sh leftovers CLUSTER_DIR [SLOT]
+#                                  print whatever of a node in CLUSTER_DIR (and of slot SLOT, or
+#                                  of any slot) is still on this machine (nothing after `down`);
+#                                  exit 1 if anything is
 #   e2e/node.sh paths              print the cached paths (KEY=path)
 #
 # Environment:
@@ -77,7 +78,7 @@ go_build() {
   for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
     ld+=" -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean"
   done
-  log "building $(basename "$out") (cold Go cache: ~3 min for the kubelet)"
+  log "building $(basename "$out") (with a cold Go cache: minutes; the kubelet ~3)"
   local start=$SECONDS tmp="$out.tmp.$$"
   (
     cd "$HERE/build/kubernetes"
@@ -161,6 +162,10 @@ have_packages() {
 }
 
 cmd_build() {
+  # Tests may call this in parallel: one builds, the others wait for it.
+  mkdir -p "$BIN"
+  exec 7>"$BIN/.node-build.lock"
+  flock 7
   install_packages
   go_build k8s.io/kubernetes/cmd/kubelet "$KUBELET_BIN"
   go_build k8s.io/kubernetes/cmd/kube-scheduler "$SCHEDULER_BIN"
@@ -646,6 +651,7 @@ cmd_down() {
   for f in /var/log/containers/*.log; do
     [[ -L $f && "$(readlink "$f")" == "$NODE/"* ]] && rm -f "$f"
   done
+  rmdir /var/log/containers 2>/dev/null || true
   [[ -n ${BRIDGE:-} ]] && rm -f /var/lib/cni/results/"$BRIDGE"-* 2>/dev/null
   rmdir /var/lib/cni/results /var/lib/cni 2>/dev/null || true
   # containerd 1.6 puts its shims' sockets in /run/containerd/s whatever its state dir; each

@@ -74,8 +74,10 @@ cargo test --all-targets --no-fail-fast "$@"
 
 if [[ -z $node_unavailable ]]; then
   say "the node's down leaves nothing behind"
+  # Only this run's slot: a crashed run of another checkout may have left its own.
+  node_slot="$(cat "$CLUSTER_DIR/node/slot")"
   bash e2e/node.sh down "$CLUSTER_DIR" >/dev/null
-  bash e2e/node.sh leftovers "$CLUSTER_DIR" || { say "FAIL: e2e/node.sh down left the above"; exit 1; }
+  bash e2e/node.sh leftovers "$CLUSTER_DIR" "$node_slot" || { say "FAIL: e2e/node.sh down left the above"; exit 1; }
 fi
 
 say "control-plane smoke test"

@@ -549,8 +549,9 @@ cmd_up() {
   if [[ -e $NODE ]]; then cmd_down "$CLUSTER_DIR" >/dev/null 2>&1 || true; fi
   [[ -x $KUBELET_BIN && -x $SCHEDULER_BIN && -x $CRICTL_BIN && -f $PAUSE_TAR ]] && have_packages || cmd_build >/dev/null
   local start_s=$SECONDS
+  # The control plane's addresses (not exported: the node's processes get none of the admin's).
   # shellcheck disable=SC1091
-  set -a; . "$CLUSTER_DIR/env"; set +a
+  . "$CLUSTER_DIR/env"
   APISERVER_PORT="${E2E_APISERVER_URL##*:}"
   mkdir -p "$NODE/logs" "$NODE/pki"
   chmod 700 "$NODE/pki"

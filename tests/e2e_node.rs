@@ -245,18 +245,19 @@ async fn the_chart_runs_on_a_real_node_and_fails_over() {
         .args(["--set", &format!("image.repository={repository}")])
         .args(["--set", &format!("image.tag={tag}")])
         .args(["--set", "image.pullPolicy=Never"])
-        // The chart as users install it, but watching only this test's namespace: the other
-        // e2e tests run their own controllers on the same control plane.
-        .args([
-            "--set",
-            &format!("controller.extraArgs={{--watch-namespace={}}}", ns.name()),
-        ])
         .env("KUBECONFIG", &kubeconfig)
         .current_dir(repo()));
     eprintln!(
         "e2e_node: helm install --wait took {:.1}s",
         started.elapsed().as_secs_f64()
     );
+    // Cluster-wide, as users run it: uninstalled when the test ends, pass or fail, so the next
+    // e2e tests (their own controllers, the same control plane) never meet it.
+    let _uninstall = Uninstall {
+        release: release.clone(),
+        namespace: ns.name().to_owned(),
+        kubeconfig: kubeconfig.clone(),
+    };
     let fullname = format!("{release}-mcp-operator");
     ns.delete_later(ApiResource::erase::<ClusterRole>(&()), &fullname);
     ns.delete_later(ApiResource::erase::<ClusterRoleBinding>(&()), &fullname);
@@ -460,9 +461,25 @@ async fn the_chart_runs_on_a_real_node_and_fails_over() {
         "e2e_node: reconciling again {:.1}s after the leader's SIGKILL",
         killed.elapsed().as_secs_f64()
     );
+}
 
-    run(Command::new("bash")
-        .arg(repo().join("e2e/helm.sh"))
-        .args(["uninstall", &release, "--namespace", ns.name(), "--wait"])
-        .env("KUBECONFIG", &kubeconfig));
+/// `helm uninstall --wait` of the test's release when dropped (also on a panic).
+struct Uninstall {
+    release: String,
+    namespace: String,
+    kubeconfig: PathBuf,
+}
+
+impl Drop for Uninstall {
+    fn drop(&mut self) {
+        let _ = Command::new("timeout")
+            .arg("90")
+            .arg("bash")
+            .arg(repo().join("e2e/helm.sh"))
+            .args(["uninstall", &self.release, "--namespace", &self.namespace])
+            .args(["--wait", "--ignore-not-found"])
+            .env("KUBECONFIG", &self.kubeconfig)
+            .stdin(Stdio::null())
+            .output();
+    }
 }

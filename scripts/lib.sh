@@ -48,8 +48,8 @@ start_fixture() {
     fi
     sleep 0.1
   done
-  local url
-  url=$(awk '/^READY /{print $2; exit}' "$log")
-  [[ -n $url ]] || die "fixture '$*' said READY without a URL (log: $log)"
-  printf -v "$var" '%s' "$url"
+  local ready_url
+  ready_url=$(awk '/^READY /{print $2; exit}' "$log")
+  [[ -n $ready_url ]] || die "fixture '$*' said READY without a URL (log: $log)"
+  printf -v "$var" '%s' "$ready_url"
 }

@@ -3,7 +3,8 @@
 #
 #   e2e/demo.sh [DIR]          build what is needed, start the control plane, install the CRDs,
 #                              start the example MCP servers and the controller, apply examples/,
-#                              wait, print `kubectl get mcp -A` and the resulting status, then
+#                              wait, print `kubectl get mcp -A` and the resulting status, run
+#                              an agent through the sidecar on the published grants, then
 #                              stop everything
 #   e2e/demo.sh --keep [DIR]   the same, but leave it all running and print how to reach it
 #   e2e/demo.sh down [DIR]     stop a kept demo
@@ -97,6 +98,7 @@ demo_up() {
     echo
     echo "\$ kubectl get configmap research-assistant-mcp-grants -n mcp-demo -o jsonpath='{.data.grants\.json}'"
     k get configmap research-assistant-mcp-grants -n mcp-demo -o jsonpath='{.data.grants\.json}{"\n"}' 2>/dev/null || echo "(not published)"
+    agent_through_sidecar "$dir" "$op"
   fi
 
   trap - EXIT
@@ -116,6 +118,56 @@ MSG
     say "stopping everything (run with --keep to leave it running)"
     demo_down "$dir" >/dev/null 2>&1
   fi
+}
+
+# agent_through_sidecar DIR BIN: the agent's side. Lays the grants ConfigMap and the Secret it
+# names out as the kubelet mounts them (a timestamped directory behind a `..data` symlink), runs
+# `mcp-operator sidecar` on them, and lets an agent built on the official Python SDK client list
+# its tools through the sidecar, call a granted one, and try one that is not granted.
+agent_through_sidecar() {
+  local dir="$1" op="$2" grants="$1/agent/grants" creds="$1/agent/credentials" port mport
+  [[ -n ${MCP_FIXTURES_PYTHON:-} ]] || return 0
+  local published=$((SECONDS + 30))
+  until k get configmap research-assistant-mcp-grants -n mcp-demo >/dev/null 2>&1; do
+    ((SECONDS < published)) || { say "no grants published after 30s: no agent to run"; return 0; }
+    sleep 0.5
+  done
+  rm -rf "$dir/agent"
+  mkdir -p "$grants/..demo" "$creds/secrets/files-admin-token"
+  k get configmap research-assistant-mcp-grants -n mcp-demo -o jsonpath='{.data.grants\.json}' \
+    >"$grants/..demo/grants.json"
+  ln -s ..demo "$grants/..data"
+  ln -s ..data/grants.json "$grants/grants.json"
+  k get secret files-admin-token -n mcp-demo -o jsonpath='{.data.token}' | base64 -d \
+    >"$creds/secrets/files-admin-token/token"
+  read -r port mport <<<"$("$CLUSTER" free-ports 2)"
+  say "starting the agent's sidecar on http://127.0.0.1:$port/mcp (log: $dir/logs/sidecar.log)"
+  "$op" sidecar --grants-file "$grants/grants.json" --credentials-dir "$creds" \
+    --listen "127.0.0.1:$port" --metrics-addr "127.0.0.1:$mport" --agent research-assistant \
+    --allow-loopback >>"$dir/logs/sidecar.log" 2>&1 </dev/null &
+  echo "sidecar $!" >>"$dir/demo.pids"
+  local deadline=$((SECONDS + 30))
+  until curl -sf "http://127.0.0.1:$mport/readyz" >/dev/null 2>&1; do
+    if ((SECONDS >= deadline)); then
+      say "the sidecar is not ready after 30s: $(curl -s "http://127.0.0.1:$mport/readyz")"
+      return 0
+    fi
+    sleep 0.2
+  done
+  echo
+  echo "\$ an agent (official Python SDK client) through the sidecar: list, call files__read_file, call files__write_file (not granted)"
+  "$MCP_FIXTURES_PYTHON" "$ROOT/tests/fixtures/sdk_client.py" "http://127.0.0.1:$port/mcp" auto \
+    '[{"op": "list"},
+      {"op": "call", "name": "files__read_file", "arguments": {"path": "/demo.txt"}},
+      {"op": "call", "name": "files__write_file", "arguments": {"path": "/demo.txt", "content": "x"}}]' |
+    "$MCP_FIXTURES_PYTHON" -c '
+import json, sys
+out = json.loads(sys.stdin.read())
+listed, granted, refused = out["steps"]
+print("tools the agent sees:", " ".join(listed["names"]))
+print("files__read_file  ->", "error" if granted.get("isError") else "ok", "|", (granted.get("text") or "")[:100])
+print("files__write_file ->", json.dumps(refused)[:200])'
+  echo "(the sidecar's audit lines: grep audit $dir/logs/sidecar.log)"
 }
 
 demo_down() {

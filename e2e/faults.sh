@@ -222,7 +222,8 @@ printf '| step | time | tools per agent |\n|---|---:|---:|\n' >"$DIR/figures.md"
 say "waiting for the first grants"
 await_convergence "first grants for $AGENTS AgentSpecs"
 sampler &
-PIDS+=($!)
+SAMPLER=$!
+PIDS+=("$SAMPLER")
 
 say "1. the leader killed mid-change, three times"
 for round in 1 2 3; do
@@ -273,13 +274,15 @@ mapfile -d '' -t api_argv <"/proc/$api_pid/cmdline"
 kill -KILL "$api_pid"
 sleep 3
 "${api_argv[@]}" >>"$DIR/cluster/logs/kube-apiserver.log" 2>&1 </dev/null &
+# Ours to stop (cleanup waits for every child), and cluster.sh's to know about.
+PIDS+=($!)
 echo "kube-apiserver $!" >>"$DIR/cluster/pids"
 for _ in $(seq 300); do k get --raw /readyz >/dev/null 2>&1 && break; sleep 0.2; done
 k get --raw /readyz >/dev/null 2>&1 || die "the restarted kube-apiserver never became ready"
 flip
 await_convergence "after an apiserver restart (from readyz)"
 
-kill "${PIDS[-1]}" 2>/dev/null || true
+kill "$SAMPLER" 2>/dev/null || true
 if [[ -s $DIR/sampler.violations ]]; then
   die "grants ConfigMaps were deleted or emptied during the faults: $(sort -u "$DIR/sampler.violations" | head -n 5)"
 fi

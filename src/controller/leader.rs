@@ -16,7 +16,7 @@
 //! its record has not changed for `leaseDurationSeconds` *on the standby's own clock*. The standby
 //! cannot observe a renewal before it was sent, so a renewal the leader sent at local time T
 //! cannot be taken over before T + duration, whatever the wall clocks say. The leader therefore
-//! writes only until T + duration − margin. A paused leader wakes past that instant and writes
+//! sends writes only until T + duration − margin, and abandons a write still unanswered then. A paused leader wakes past that instant and writes
 //! nothing; a leader that cannot reach the apiserver stops writing at the same instant, before
 //! any standby may lead. A clean shutdown releases the Lease (empty holder), which a standby
 //! takes at its next look instead of waiting for expiry.
@@ -67,6 +67,16 @@ impl Fence {
         self.micros(Instant::now()) < self.until_micros.load(Ordering::Acquire)
     }
 
+    /// How long writes stay allowed; None when the fence is always open.
+    fn remaining(&self) -> Option<Duration> {
+        let until = self.until_micros.load(Ordering::Acquire);
+        if until == u64::MAX {
+            return None;
+        }
+        let now = self.micros(Instant::now());
+        Some(Duration::from_micros(until.saturating_sub(now)))
+    }
+
     /// Allows writes until `until` (never shortens a later deadline already set by a newer
     /// renewal: renewals complete in order, but be safe).
     fn extend_to(&self, until: Instant) {
@@ -86,7 +96,9 @@ impl Fence {
 
 /// The error a fenced write gets: the request never left this process.
 #[derive(Debug, thiserror::Error)]
-#[error("not writing: this replica does not hold a valid lease")]
+#[error(
+    "not writing: this replica does not hold a valid lease (or it expired before the apiserver answered)"
+)]
 pub struct NotLeading;
 
 /// A tower layer that refuses every write request while the fence is closed.
@@ -132,8 +144,29 @@ where
         if is_write(request.method()) && !self.fence.permits_writes() {
             return Box::pin(std::future::ready(Err(NotLeading.into())));
         }
+        let write = is_write(request.method());
         let response = self.inner.call(request);
-        Box::pin(async move { response.await.map_err(Into::into) })
+        let fence = self.fence.clone();
+        Box::pin(async move {
+            if !write {
+                return response.await.map_err(Into::into);
+            }
+            // A write still unanswered when the lease may expire is abandoned (the connection is
+            // dropped): an apiserver that queued it while restarting must not apply it after a
+            // standby took over. A renewal meanwhile extends the wait.
+            tokio::pin!(response);
+            loop {
+                let Some(left) = fence.remaining() else {
+                    return response.await.map_err(Into::into);
+                };
+                if left.is_zero() {
+                    return Err(NotLeading.into());
+                }
+                if let Ok(answer) = tokio::time::timeout(left, &mut response).await {
+                    return answer.map_err(Into::into);
+                }
+            }
+        })
     }
 }
 
@@ -163,7 +196,7 @@ impl Default for Timing {
             duration: Duration::from_secs(4),
             renew_every: Duration::from_secs(1),
             retry_every: Duration::from_millis(500),
-            margin: Duration::from_millis(500),
+            margin: Duration::from_secs(1),
         }
     }
 }
@@ -551,5 +584,28 @@ mod tests {
             .call(request(http::Method::PATCH))
             .await;
         assert_eq!(write.unwrap(), "sent");
+    }
+
+    #[tokio::test]
+    async fn a_write_unanswered_when_the_lease_ends_is_abandoned() {
+        use tower::{Layer, Service, ServiceExt};
+        let fence = Fence::closed();
+        fence.extend_to(Instant::now() + Duration::from_millis(200));
+        let never = tower::service_fn(|_: http::Request<()>| async {
+            std::future::pending::<Result<&str, std::convert::Infallible>>().await
+        });
+        let mut svc = FenceLayer(fence).layer(never);
+        let request = http::Request::builder()
+            .method(http::Method::PATCH)
+            .uri("/api/v1/namespaces/x/configmaps/y")
+            .body(())
+            .unwrap();
+        let answer = tokio::time::timeout(
+            Duration::from_secs(5),
+            svc.ready().await.unwrap().call(request),
+        )
+        .await
+        .expect("the write is abandoned at the lease's end, not awaited forever");
+        assert!(answer.unwrap_err().is::<NotLeading>());
     }
 }

@@ -87,7 +87,7 @@ pub struct ControllerArgs {
     #[arg(long, env = "POD_NAME")]
     pub identity: Option<String>,
     /// How long a standby waits on an unrenewed Lease before taking over (whole seconds, at
-    /// least 2s). The leader renews every second and stops writing half a second before its
+    /// least 2s). The leader renews every second and stops writing a second before its
     /// lease could be taken, so a crashed leader is replaced within this time plus a second.
     #[arg(long, default_value = "4s", value_parser = parse_lease_duration)]
     pub lease_duration: Duration,

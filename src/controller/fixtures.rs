@@ -80,3 +80,11 @@ pub fn full_server() -> McpServer {
         ready_status(&catalog()),
     )
 }
+
+/// Labels from pairs, as selectors and namespaces carry them.
+pub fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}

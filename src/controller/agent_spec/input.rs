@@ -254,17 +254,12 @@ pub fn fill_endpoints(doc: &mut GrantsDocument, servers: &BTreeMap<String, &McpS
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::fixtures::{agent, catalog, full_server, policy, ready_status, server};
+    use crate::controller::fixtures::{
+        agent, catalog, full_server, labels, policy, ready_status, server,
+    };
     use crate::core::catalog::{Access, build};
     use crate::grants::resolve;
     use serde_json::{Value, json};
-
-    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
 
     #[test]
     fn policies_select_namespaces_and_invalid_selectors_fail_closed() {

@@ -130,14 +130,8 @@ fn is_label_name(text: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controller::fixtures::labels;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
-
-    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
 
     fn req(key: &str, operator: &str, values: &[&str]) -> LabelSelectorRequirement {
         LabelSelectorRequirement {

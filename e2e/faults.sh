@@ -43,6 +43,7 @@ PIDS=()
 declare -A REPLICA
 cleanup() {
   local rc=$?
+  [[ -n ${RESTARTED_APISERVER:-} ]] && kill -KILL "$RESTARTED_APISERVER" 2>/dev/null
   for p in "${PIDS[@]}" "${REPLICA[@]}"; do kill -CONT "$p" 2>/dev/null || true; kill "$p" 2>/dev/null || true; done
   [[ -f $DIR/cluster/pids ]] && awk '{print $2}' "$DIR/cluster/pids" | xargs -r kill -CONT 2>/dev/null || true
   wait 2>/dev/null || true
@@ -274,8 +275,9 @@ mapfile -d '' -t api_argv <"/proc/$api_pid/cmdline"
 kill -KILL "$api_pid"
 sleep 3
 "${api_argv[@]}" >>"$DIR/cluster/logs/kube-apiserver.log" 2>&1 </dev/null &
-# Ours to stop (cleanup waits for every child), and cluster.sh's to know about.
-PIDS+=($!)
+# Ours to stop (cleanup waits for every child; SIGKILL, its graceful shutdown takes a minute),
+# and cluster.sh's to know about.
+RESTARTED_APISERVER=$!
 echo "kube-apiserver $!" >>"$DIR/cluster/pids"
 for _ in $(seq 300); do k get --raw /readyz >/dev/null 2>&1 && break; sleep 0.2; done
 k get --raw /readyz >/dev/null 2>&1 || die "the restarted kube-apiserver never became ready"

@@ -93,13 +93,7 @@ impl ToolSession {
     ) -> Result<Self, McpError> {
         let url = endpoint::parse_url(&conn.url)?;
         let checked = endpoint::check(&url, conn.endpoint_policy).await?;
-        let http = Http::new(
-            checked,
-            &conn.credentials,
-            &conn.tls,
-            conn.limits.connect_timeout,
-            conn.limits.max_response_bytes,
-        )?;
+        let http = super::session::http_for(conn, checked)?;
         let session = match conn.transport {
             TransportKind::Sse => Session::open_sse(http).await?,
             TransportKind::StreamableHttp => {
@@ -285,13 +279,7 @@ impl ToolSession {
                     status: status.as_u16(),
                 });
             }
-            let reply = is_json
-                .then(|| serde_json::from_slice::<Value>(&body).ok())
-                .flatten()
-                .and_then(|v| match rpc::classify(&v, id) {
-                    Incoming::Reply(r) => Some(r),
-                    _ => None,
-                });
+            let reply = rpc::reply_in_error_body(is_json, &body, id);
             return match reply {
                 Some(reply) => Ok(answer_of(reply)),
                 None if status.is_client_error() => {

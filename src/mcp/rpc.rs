@@ -34,6 +34,18 @@ pub fn notification(method: &str) -> Value {
     json!({"jsonrpc": "2.0", "method": method})
 }
 
+/// The reply to request `id` in the body of an HTTP error answer, when the body is JSON and
+/// holds one (era detection reads the JSON-RPC error of a 400; anything else is ignored).
+pub fn reply_in_error_body(is_json: bool, body: &[u8], id: u64) -> Option<RpcReply> {
+    is_json
+        .then(|| serde_json::from_slice::<Value>(body).ok())
+        .flatten()
+        .and_then(|v| match classify(&v, id) {
+            Incoming::Reply(r) => Some(r),
+            _ => None,
+        })
+}
+
 /// Classifies one received value (an object or a batch) against the id we wait for.
 pub fn classify(value: &Value, id: u64) -> Incoming {
     match value {

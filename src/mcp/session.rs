@@ -456,17 +456,26 @@ pub(super) async fn open(
     url: &url::Url,
 ) -> Result<Session, McpError> {
     let checked = super::endpoint::check(url, conn.endpoint_policy).await?;
-    let http = Http::new(
+    let http = http_for(conn, checked)?;
+    match conn.transport {
+        crate::core::Transport::StreamableHttp => Session::open_streamable(http).await,
+        crate::core::Transport::Sse => Session::open_sse(http).await,
+    }
+}
+
+/// The HTTP client for one connection to an endpoint already checked by the guard: its
+/// credentials, TLS settings and bounds.
+pub(crate) fn http_for(
+    conn: &super::ServerConnection,
+    checked: super::endpoint::CheckedEndpoint,
+) -> Result<Http, McpError> {
+    Http::new(
         checked,
         &conn.credentials,
         &conn.tls,
         conn.limits.connect_timeout,
         conn.limits.max_response_bytes,
-    )?;
-    match conn.transport {
-        crate::core::Transport::StreamableHttp => Session::open_streamable(http).await,
-        crate::core::Transport::Sse => Session::open_sse(http).await,
-    }
+    )
 }
 
 #[cfg(test)]

@@ -97,13 +97,7 @@ impl StreamableHttp {
             // is not ours to repeat.
             let is_json = content_type(&response).starts_with("application/json");
             let body = self.http.read_body(response).await?;
-            let reply = is_json
-                .then(|| serde_json::from_slice::<Value>(&body).ok())
-                .flatten()
-                .and_then(|v| match rpc::classify(&v, id) {
-                    Incoming::Reply(r) => Some(r),
-                    _ => None,
-                });
+            let reply = rpc::reply_in_error_body(is_json, &body, id);
             return Ok((Answer::Status(status, reply), response_headers));
         }
         let ctype = content_type(&response);

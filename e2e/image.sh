@@ -2,7 +2,7 @@
 # The operator's container image, built here without Docker or a registry: the binary, the
 # shared libraries `ldd` names, a CA bundle and a `nonroot` user (65532), with the
 # Dockerfile's runtime contract (user, entrypoint, command, port). The Dockerfile's base
-# images cannot be pulled here; tests/image_contract.rs checks the two agree.
+# images cannot be pulled here; tests/it/image_contract.rs checks the two agree.
 #
 #   e2e/image.sh operator OUT.tar [BINARY]
 #       pack BINARY (default: the release build, target/release/mcp-operator, built with

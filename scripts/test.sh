@@ -3,11 +3,11 @@
 # server-everything), builds the Kubernetes control plane, the node (kubelet, kube-scheduler,
 # containerd from Debian) and helm (cached), starts one control plane and one node for the whole
 # run, builds the operator image from the release binary, then unit, integration and e2e tests
-# (tests/e2e_node.rs installs the chart in real pods), then checks the node leaves nothing behind
+# (tests/it/e2e_node.rs installs the chart in real pods), then checks the node leaves nothing behind
 # and runs the control-plane smoke test and the fault suite (on a control plane of its own).
 # Nothing is left running afterwards.
 #
-# The node needs root; without it the other tests still run and tests/e2e_node.rs fails saying why.
+# The node needs root; without it the other tests still run and tests/it/e2e_node.rs fails saying why.
 #
 #   bash scripts/test.sh            # everything
 #   bash scripts/test.sh -- probe   # extra arguments go to `cargo test`
@@ -66,7 +66,7 @@ if [[ -z $node_unavailable ]]; then
 fi
 if [[ -n $node_unavailable ]]; then
   export MCP_E2E_NODE_UNAVAILABLE="$node_unavailable"
-  say "no node, so no real pods (tests/e2e_node.rs will fail): $node_unavailable"
+  say "no node, so no real pods (tests/it/e2e_node.rs will fail): $node_unavailable"
 fi
 
 say "cargo test (unit, integration against real MCP servers, e2e against the control plane)"

@@ -1,4 +1,4 @@
-//! Shared by the end-to-end tests (`tests/e2e_*.rs`, each says `mod e2e;`): a real Kubernetes
+//! Shared by the end-to-end tests (`tests/it/e2e_*.rs`): a real Kubernetes
 //! control plane with the CRDs installed, a `kube::Client` per test, and a namespace per test
 //! that is deleted when the test ends, pass or fail.
 //!
@@ -18,8 +18,6 @@
 //!
 //! The control plane is shared: tests isolate themselves by namespace, and name any
 //! cluster-scoped object after their namespace (see [`TestNamespace::scoped_name`]).
-
-#![allow(dead_code)]
 
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};

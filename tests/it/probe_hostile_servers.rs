@@ -1,7 +1,7 @@
 //! `mcp-operator probe` against our hostile fixture: every listing rule of DESIGN §4 step 2 and
 //! every failure reason, each ending in a precise reason, a non-zero exit and no echoed body.
 
-mod support;
+use crate::support;
 
 use support::{Fixtures, Server, probe};
 

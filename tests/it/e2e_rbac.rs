@@ -16,9 +16,9 @@
 //! Also here, without a cluster: the chart's CRDs are the repository's, the chart lints and
 //! renders with its options, and the Dockerfile's toolchain satisfies `rust-version`.
 
-mod e2e;
-mod operator;
-mod support;
+use crate::e2e;
+use crate::operator;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::path::Path;

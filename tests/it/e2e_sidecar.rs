@@ -4,10 +4,10 @@
 //! and the official Python SDK client as the agent. A platform engineer's policy change narrows
 //! what the agent can see and call within seconds.
 
-mod e2e;
-mod operator;
-mod sidecar_support;
-mod support;
+use crate::e2e;
+use crate::operator;
+use crate::sidecar_support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

@@ -7,7 +7,7 @@
 //! (POST) and the way `kubectl apply --server-side` does (an apply patch), each with unknown
 //! fields refused (`fieldValidation=Strict`, what kubectl asks for).
 
-mod e2e;
+use crate::e2e;
 
 use std::time::Duration;
 

@@ -3,8 +3,8 @@
 //! server-everything and the hostile fixture. The grants file is laid out as the kubelet lays
 //! out a ConfigMap volume (a timestamped directory behind a `..data` symlink, swapped on update).
 
-mod sidecar_support;
-mod support;
+use crate::sidecar_support;
+use crate::support;
 
 use std::process::Command;
 use std::time::{Duration, Instant};

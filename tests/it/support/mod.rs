@@ -1,8 +1,6 @@
 //! Shared by the integration tests: finds the fixture servers that `tests/fixtures/install.sh`
 //! installed, starts them on free loopback ports, and stops them when the test ends.
 
-#![allow(dead_code)]
-
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
@@ -178,7 +176,6 @@ pub fn free_port() -> u16 {
 pub struct Probe {
     pub code: i32,
     pub doc: serde_json::Value,
-    pub elapsed: Duration,
     pub stderr: String,
 }
 
@@ -225,21 +222,18 @@ impl Probe {
 
 /// Runs the real binary: `mcp-operator probe --allow-loopback ARGS...`.
 pub fn probe(args: &[&str]) -> Probe {
-    let start = std::time::Instant::now();
     let out = Command::new(env!("CARGO_BIN_EXE_mcp-operator"))
         .arg("probe")
         .arg("--allow-loopback")
         .args(args)
         .output()
         .expect("the probe runs");
-    let elapsed = start.elapsed();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let doc = serde_json::from_str(&stdout)
         .unwrap_or_else(|_| panic!("probe printed no JSON document: {stdout:?}"));
     Probe {
         code: out.status.code().unwrap_or(-1),
         doc,
-        elapsed,
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
     }
 }

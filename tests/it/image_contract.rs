@@ -1,6 +1,6 @@
 //! The image `e2e/image.sh` builds without Docker keeps the Dockerfile's runtime contract: the
 //! same user, entrypoint, command and port as the Dockerfile's runtime stage, no shell, and
-//! everything the binary loads inside the image. The e2e node runs this image (tests/e2e_node.rs);
+//! everything the binary loads inside the image. The e2e node runs this image (tests/it/e2e_node.rs);
 //! users run the Dockerfile's, so the two must not drift apart.
 //!
 //! ```text

@@ -3,7 +3,7 @@
 //! refuses the modern era, as a legacy-only server would) and over the old SSE transport. A tool
 //! added through the fixture's control endpoint must reach the watch; a killed server must end it.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

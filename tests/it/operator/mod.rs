@@ -2,8 +2,6 @@
 //! test's namespace (so tests in parallel never see each other's controller), with its log in a
 //! file the test can read.
 
-#![allow(dead_code)]
-
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -100,10 +98,6 @@ impl Operator {
             }
             std::thread::sleep(Duration::from_millis(100));
         }
-    }
-
-    pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(|c| c.id())
     }
 
     pub fn metrics(&self) -> String {

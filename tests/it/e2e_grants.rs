@@ -5,9 +5,9 @@
 //! each test labels its namespace `mcp-operator.dev/e2e-tenant=<namespace>`, and its policies
 //! select that label only and are named after the namespace.
 
-mod e2e;
-mod operator;
-mod support;
+use crate::e2e;
+use crate::operator;
+use crate::support;
 
 use std::time::{Duration, Instant};
 
@@ -23,7 +23,7 @@ use support::Fixtures;
 
 const SOON: Duration = Duration::from_secs(30);
 const TENANT_LABEL: &str = "mcp-operator.dev/e2e-tenant";
-const SCHEMA: &str = include_str!("../schemas/grants.v1.json");
+const SCHEMA: &str = include_str!("../../schemas/grants.v1.json");
 
 /// Labels the test's namespace so that only its own policies select it.
 async fn label_tenant(client: &Client, namespace: &str) {

@@ -1,8 +1,6 @@
 //! Shared by the sidecar tests: a sidecar process on kubelet-style grants and credentials
 //! directories, grants documents built from a live server, and the SDK clients as agents.
 
-#![allow(dead_code)]
-
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

@@ -16,9 +16,9 @@
 //!
 //! The node needs root. Without it (or when it cannot start) this test fails with the reason.
 
-mod e2e;
-mod operator;
-mod support;
+use crate::e2e;
+use crate::operator;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -2,7 +2,7 @@
 //! SDK (both protocol eras, paging with its own cursor, bearer auth, the old SSE transport) and
 //! the reference "everything" server.
 
-mod support;
+use crate::support;
 
 use support::{Fixtures, probe};
 

@@ -1,9 +1,9 @@
 //! The McpServer controller on the real control plane against real MCP servers: what a platform
 //! engineer sees with `kubectl get mcp` and `kubectl describe`.
 
-mod e2e;
-mod operator;
-mod support;
+use crate::e2e;
+use crate::operator;
+use crate::support;
 
 use std::time::Duration;
 

@@ -1,0 +1,32 @@
+//! Every integration and end-to-end test of mcp-operator, in one test binary: one link instead of
+//! eleven, one control plane per run, and helpers shared without `allow(dead_code)`.
+//!
+//! ```text
+//! helpers      support (fixture MCP servers on loopback) ◄── sidecar_support (a sidecar process)
+//!              e2e (the real control plane, a namespace per test) ◄── operator (the controller binary)
+//!
+//! tests        probe_real_servers, probe_hostile_servers, watch_tool_changes   real servers, no cluster
+//!              sidecar                                                         real agents ⇄ sidecar ⇄ real servers
+//!              e2e_crd_validation, e2e_rbac, e2e_mcp_server, e2e_grants,
+//!              e2e_sidecar                                                     the real control plane
+//!              image_contract, e2e_node                                        the image; real pods on the node
+//! ```
+//!
+//! Run one group with its module path: `cargo test --test it e2e_grants::`.
+
+mod e2e;
+mod operator;
+mod sidecar_support;
+mod support;
+
+mod e2e_crd_validation;
+mod e2e_grants;
+mod e2e_mcp_server;
+mod e2e_node;
+mod e2e_rbac;
+mod e2e_sidecar;
+mod image_contract;
+mod probe_hostile_servers;
+mod probe_real_servers;
+mod sidecar;
+mod watch_tool_changes;

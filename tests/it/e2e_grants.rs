@@ -46,7 +46,7 @@ async fn apply_agent(client: &Client, namespace: &str, name: &str, spec: Value) 
     Api::<AgentSpec>::namespaced(client.clone(), namespace)
         .patch(
             name,
-            &PatchParams::apply("mcp-operator-e2e").force(),
+            &PatchParams::apply(crate::e2e::FIELD_MANAGER).force(),
             &Patch::Apply(&agent),
         )
         .await
@@ -70,7 +70,7 @@ async fn apply_policy(
     Api::<McpTenantPolicy>::all(client.clone())
         .patch(
             &name,
-            &PatchParams::apply("mcp-operator-e2e").force(),
+            &PatchParams::apply(crate::e2e::FIELD_MANAGER).force(),
             &Patch::Apply(&policy),
         )
         .await

@@ -1,7 +1,7 @@
 //! The McpServer controller on the real control plane against real MCP servers: what a platform
 //! engineer sees with `kubectl get mcp` and `kubectl describe`.
 
-use crate::e2e;
+use crate::e2e::{self, secret};
 use crate::operator;
 use crate::support;
 
@@ -17,20 +17,11 @@ use support::Fixtures;
 
 const SOON: Duration = Duration::from_secs(30);
 
-fn secret(name: &str, key: &str, value: &str) -> Secret {
-    serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": name},
-        "stringData": {key: value},
-    }))
-    .unwrap()
-}
-
 async fn put_secret(client: &kube::Client, ns: &str, s: &Secret) {
     Api::<Secret>::namespaced(client.clone(), ns)
         .patch(
             s.metadata.name.as_ref().unwrap(),
-            &PatchParams::apply("mcp-operator-e2e").force(),
+            &PatchParams::apply(crate::e2e::FIELD_MANAGER).force(),
             &Patch::Apply(s),
         )
         .await
@@ -341,18 +332,25 @@ async fn an_idle_namespace_sees_no_writes() {
     let full = mcp_operator::controller::mcp_server::decompress_spilled_catalog(gz).unwrap();
     assert_eq!(full.tools.len(), 10_000);
 
+    // (name, resourceVersion, what a person would diff: the status without the catalogue)
     let snapshot = || async {
         let mut v = Vec::new();
         for s in api.list(&ListParams::default()).await.unwrap() {
+            let mut status = serde_json::to_value(&s.status).unwrap();
+            if let Some(st) = status.as_object_mut() {
+                st.remove("catalog");
+            }
             v.push((
                 s.metadata.name.clone().unwrap(),
                 s.metadata.resource_version.clone().unwrap(),
+                status.to_string(),
             ));
         }
         for c in cms.list(&ListParams::default()).await.unwrap() {
             v.push((
                 c.metadata.name.clone().unwrap(),
                 c.metadata.resource_version.clone().unwrap(),
+                String::new(),
             ));
         }
         v.sort();
@@ -363,7 +361,11 @@ async fn an_idle_namespace_sees_no_writes() {
     let before = snapshot().await;
     tokio::time::sleep(Duration::from_secs(40)).await;
     let after = snapshot().await;
-    assert_eq!(before, after, "resourceVersions changed while idle");
+    assert!(
+        before == after,
+        "resourceVersions changed while idle\nbefore: {before:#?}\nafter: {after:#?}\noperator log tail:\n{}",
+        tail(&op.log_text(), 60)
+    );
     let metrics = op.metrics();
     assert!(
         metrics.contains("mcp_operator_mcpservers{reason=\"Ready\"} 2"),
@@ -553,4 +555,9 @@ async fn sigterm_stops_cleanly_and_releases_the_lease() {
     )
     .await;
     wait_condition(&api, "after", "Ready", "True", None, SOON).await;
+}
+
+fn tail(text: &str, lines: usize) -> String {
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
 }

@@ -245,14 +245,17 @@ async fn the_chart_runs_on_a_real_node_and_fails_over() {
         .args(["--set", &format!("image.repository={repository}")])
         .args(["--set", &format!("image.tag={tag}")])
         .args(["--set", "image.pullPolicy=Never"])
+        // Its own namespace only: the other e2e tests run their own controllers on the same
+        // control plane at the same time, and a cluster-wide one would reconcile their servers.
+        .args(["--set", &format!("controller.watchNamespace={}", ns.name())])
         .env("KUBECONFIG", &kubeconfig)
         .current_dir(repo()));
     eprintln!(
         "e2e_node: helm install --wait took {:.1}s",
         started.elapsed().as_secs_f64()
     );
-    // Cluster-wide, as users run it: uninstalled when the test ends, pass or fail, so the next
-    // e2e tests (their own controllers, the same control plane) never meet it.
+    // Uninstalled when the test ends, pass or fail: its ClusterRole(Binding) and CRD-wide
+    // watches go with it.
     let _uninstall = Uninstall {
         release: release.clone(),
         namespace: ns.name().to_owned(),

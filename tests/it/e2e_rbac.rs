@@ -16,7 +16,7 @@
 //! Also here, without a cluster: the chart's CRDs are the repository's, the chart lints and
 //! renders with its options, and the Dockerfile's toolchain satisfies `rust-version`.
 
-use crate::e2e;
+use crate::e2e::{self, secret};
 use crate::operator;
 use crate::support;
 
@@ -293,6 +293,7 @@ fn the_chart_lints_and_renders_its_options() {
         "platform",
         &[
             "controller.allowLoopback=true",
+            "controller.watchNamespace=team-a",
             "controller.tenantDefault=deny",
             "controller.logFormat=text",
             "controller.preloadBudget=2000000",
@@ -305,6 +306,7 @@ fn the_chart_lints_and_renders_its_options() {
     let args = container_args(&changed);
     for expected in [
         "--allow-loopback",
+        "--watch-namespace=team-a",
         "--tenant-default=deny",
         "--log-format=text",
         "--preload-budget=2000000",
@@ -464,7 +466,7 @@ fn start_replica(
     pod_name: &str,
     extra: &[&str],
 ) -> Operator {
-    let port = operator::free_port();
+    let port = crate::support::free_port();
     let args: Vec<String> = chart_args
         .iter()
         .map(|a| {
@@ -479,15 +481,6 @@ fn start_replica(
         .collect();
     let env = [("POD_NAME", pod_name), ("POD_NAMESPACE", pod_namespace)];
     Operator::spawn(kubeconfig, pod_name, &args, &env, port)
-}
-
-fn secret(name: &str, key: &str, value: &str) -> Secret {
-    serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": name},
-        "stringData": {key: value},
-    }))
-    .unwrap()
 }
 
 async fn events_about(client: &Client, namespace: &str, name: &str) -> Vec<Event> {

@@ -70,7 +70,7 @@ async fn the_sidecar_serves_the_published_grants_and_a_policy_change_narrows_the
     Api::<AgentSpec>::namespaced(client.clone(), ns.name())
         .patch(
             "bot",
-            &PatchParams::apply("mcp-operator-e2e").force(),
+            &PatchParams::apply(crate::e2e::FIELD_MANAGER).force(),
             &Patch::Apply(&agent_spec),
         )
         .await
@@ -138,7 +138,7 @@ async fn the_sidecar_serves_the_published_grants_and_a_policy_change_narrows_the
             Api::<McpTenantPolicy>::all(policy_client)
                 .patch(
                     &policy_name,
-                    &PatchParams::apply("mcp-operator-e2e").force(),
+                    &PatchParams::apply(crate::e2e::FIELD_MANAGER).force(),
                     &Patch::Apply(&policy),
                 )
                 .await

@@ -324,6 +324,16 @@ impl Drop for TestNamespace {
     }
 }
 
+/// A Secret with one key, as a test puts a credential.
+pub fn secret(name: &str, key: &str, value: &str) -> k8s_openapi::api::core::v1::Secret {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": name},
+        "stringData": {key: value},
+    }))
+    .expect("a Secret")
+}
+
 pub fn is_not_found(error: &kube::Error) -> bool {
     matches!(error, kube::Error::Api(status) if status.code == 404)
 }

@@ -22,7 +22,7 @@ pub struct Operator {
 impl Operator {
     /// Starts `mcp-operator controller` for `namespace` with a short failure backoff.
     pub fn start(kubeconfig: &Path, namespace: &str, identity: &str) -> Operator {
-        let metrics_port = free_port();
+        let metrics_port = crate::support::free_port();
         let args = [
             "controller",
             "--allow-loopback",
@@ -111,13 +111,6 @@ impl Drop for Operator {
     }
 }
 
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
 /// A tiny HTTP/1.0 GET, enough for /metrics.
 pub fn http_get(port: u16, path: &str) -> String {
     use std::io::{Read, Write};
@@ -190,7 +183,7 @@ pub async fn apply_server(client: &Client, namespace: &str, manifest: Value) -> 
     let server: McpServer = serde_json::from_value(manifest).expect("a valid McpServer manifest");
     api.patch(
         &server.name_any(),
-        &PatchParams::apply("mcp-operator-e2e").force(),
+        &PatchParams::apply(crate::e2e::FIELD_MANAGER).force(),
         &Patch::Apply(&server),
     )
     .await

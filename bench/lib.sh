@@ -12,7 +12,7 @@ CACHE="${MCP_OPERATOR_CACHE:-$HOME/.cache/mcp-operator}"
 
 bash tests/fixtures/install.sh >/dev/null
 # shellcheck disable=SC1091
-. "$CACHE/fixtures.env"
+. tests/fixtures/installed.env
 bash e2e/cluster.sh build >/dev/null
 cargo build --release --quiet
 BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/mcp-operator

@@ -8,7 +8,7 @@ runs=${RUNS:-3}
 
 bash tests/fixtures/install.sh >/dev/null
 # shellcheck disable=SC1091
-. "${MCP_OPERATOR_CACHE:-$HOME/.cache/mcp-operator}/fixtures.env"
+. tests/fixtures/installed.env
 cargo build --release --quiet
 bin=target/release/mcp-operator
 if [ -n "${CARGO_TARGET_DIR:-}" ]; then bin="$CARGO_TARGET_DIR/release/mcp-operator"; fi

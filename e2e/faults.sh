@@ -30,7 +30,7 @@ die() { say "FAIL: $*"; exit 1; }
 
 bash tests/fixtures/install.sh >/dev/null
 # shellcheck disable=SC1091
-. "$CACHE/fixtures.env"
+. tests/fixtures/installed.env
 bash e2e/cluster.sh build >/dev/null
 if [[ -z ${MCP_OPERATOR_BIN:-} ]]; then
   cargo build --quiet

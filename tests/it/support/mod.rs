@@ -8,20 +8,14 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-/// Paths written by `tests/fixtures/install.sh` into `$MCP_OPERATOR_CACHE/fixtures.env`.
+/// Paths written by `tests/fixtures/install.sh` into `tests/fixtures/installed.env`.
 pub struct Fixtures {
     vars: HashMap<String, String>,
 }
 
 impl Fixtures {
     pub fn load() -> Fixtures {
-        let cache = std::env::var("MCP_OPERATOR_CACHE")
-            .map(PathBuf::from)
-            .unwrap_or_else(|_| {
-                PathBuf::from(std::env::var("HOME").expect("HOME is set"))
-                    .join(".cache/mcp-operator")
-            });
-        let path = cache.join("fixtures.env");
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/installed.env");
         let text = std::fs::read_to_string(&path).unwrap_or_else(|_| {
             panic!(
                 "{} is missing: run `bash tests/fixtures/install.sh` (the README's test command does)",
@@ -39,7 +33,7 @@ impl Fixtures {
     fn var(&self, key: &str) -> &str {
         self.vars
             .get(key)
-            .unwrap_or_else(|| panic!("{key} missing from fixtures.env"))
+            .unwrap_or_else(|| panic!("{key} missing from tests/fixtures/installed.env"))
     }
 
     /// The fixtures venv's Python (the official SDK is importable).
@@ -47,8 +41,7 @@ impl Fixtures {
         self.var("MCP_FIXTURES_PYTHON")
     }
 
-    /// `tests/fixtures/<name>` of this checkout (fixtures.env is shared by every checkout using
-    /// the cache, so its MCP_FIXTURES_DIR may name another one).
+    /// `tests/fixtures/<name>` of this checkout.
     pub fn fixture(&self, name: &str) -> PathBuf {
         PathBuf::from(env!("CARGO_MANIFEST_DIR"))
             .join("tests/fixtures")

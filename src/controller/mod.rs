@@ -36,6 +36,7 @@
 mod agent_spec;
 mod context;
 mod error;
+mod fanout;
 #[cfg(test)]
 mod fixtures;
 mod health;

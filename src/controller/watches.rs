@@ -1,36 +1,35 @@
-//! Every watch the controller starts, and which reconciles each one triggers. The three
+//! Every watch the controller starts, and which reconciles each one triggers: one watch per
+//! kind, shared by the reconcilers that need it ([`fanout`](super::fanout)). The three
 //! reconcilers run side by side until `stop` (leadership lost, or shutdown).
 //!
 //! ```text
-//!  McpServer controller (namespaced kinds scoped by --watch-namespace)
-//!    McpServer ─────────────── main watch, store = the McpServers the mappers search
-//!    McpServer ─────────────── deletions: forget the schedule, subscription and gauges
-//!    Secret (metadata) ─────── McpServers in its namespace naming it
-//!    ConfigMap (metadata) ──── McpServers in its namespace naming it (CA bundles)
-//!    tools/list_changed ────── the server that pushed it
-//!  AgentSpec controller
-//!    AgentSpec ─────────────── main watch, store = the AgentSpecs the mappers search
-//!    McpServer ─reflect─► store ─► AgentSpecs in its namespace naming it
-//!    McpTenantPolicy ─reflect─► store ─► every AgentSpec                 (cluster-wide)
-//!    Namespace (metadata) ─reflect─► store ─► AgentSpecs in it
-//!    ConfigMap (metadata, grants label) ─reflect─► store ─► owner AgentSpec
-//!  McpTenantPolicy controller (cluster-wide)
-//!    McpTenantPolicy ───────── main watch
-//!    Namespace (metadata) ─reflect─► store ─► every policy
+//!  watch (one per kind)              McpServer reconciler   AgentSpec reconciler     McpTenantPolicy reconciler
+//!  McpServer ──────────────────────► main; deletions ─────► AgentSpecs in its namespace naming it
+//!                                    forget their state     (store: the servers it reads)
+//!  AgentSpec ────────────────────────────────────────────► main
+//!  McpTenantPolicy ──────────────────────────────────────► every AgentSpec (store) ► main
+//!  Namespace (metadata, all) ────────────────────────────► AgentSpecs in it (store) ► every policy (store)
+//!  ConfigMap (metadata) ────────────► servers naming it ──► owner AgentSpec (store: its grants ConfigMaps)
+//!                                     (CA bundles)
+//!  Secret (metadata) ───────────────► servers naming it
+//!  tools/list_changed ──────────────► the server that pushed it
 //! ```
 //!
-//! Each reconciler reads only stores fed by its own trigger streams: when a change triggers a
+//! McpServer, AgentSpec and ConfigMap watches are scoped by --watch-namespace; policies and
+//! namespaces are cluster-wide. Each reconciler reads only stores fed by the watches that
+//! trigger it, and a store is written before its change is told: when a change triggers a
 //! reconcile, the store already shows it.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 
-use futures::StreamExt;
+use futures::future::BoxFuture;
+use futures::{FutureExt, Stream, StreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{self, Controller};
-use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use tokio::sync::watch;
 use tracing::{info, warn};
@@ -40,69 +39,13 @@ use crate::api::mcp_server::McpServer;
 use crate::api::tenant_policy::McpTenantPolicy;
 
 use super::context::Context;
+use super::fanout::{Change, Watched};
 use super::mcp_server::{self, ServerContext};
-use super::readiness::{Readiness, listed};
+use super::readiness::Readiness;
 use super::{ControllerArgs, agent_spec, tenant_policy};
 
-/// Says the replica is ready once every reconciler's main watch has listed its kind: only then
-/// are its watches really started.
-#[derive(Clone)]
-pub struct Started {
-    ready: Arc<AtomicBool>,
-    waiting: Arc<AtomicUsize>,
-}
-
-impl Started {
-    /// Turns `ready` true once `reconcilers` main watches have listed.
-    pub fn new(ready: Arc<AtomicBool>, reconcilers: usize) -> Self {
-        Started {
-            ready,
-            waiting: Arc::new(AtomicUsize::new(reconcilers)),
-        }
-    }
-
-    /// Marks one reconciler's main watch as listed.
-    fn listed(&self) {
-        if self.waiting.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.ready.store(true, Ordering::Relaxed);
-        }
-    }
-
-    /// A controller over its own watch of `api`, whose first list marks one reconciler as
-    /// listed. The controller's store is polled by nobody but the controller: kube-runtime
-    /// 5.0.0's `Store::wait_until_ready` wakes only the last of several pollers, and the
-    /// controller's runner is one of them (see `readiness`), so a second waiter could leave
-    /// either this replica unready or the reconciler never started.
-    fn controller<K>(&self, api: Api<K>, config: watcher::Config) -> Controller<K>
-    where
-        K: kube::Resource
-            + Clone
-            + std::fmt::Debug
-            + serde::de::DeserializeOwned
-            + Send
-            + Sync
-            + 'static,
-        K::DynamicType: std::hash::Hash + Eq + Clone + Default + Send + Sync + Unpin,
-    {
-        let (reader, writer) = reflector::store::<K>();
-        let started = self.clone();
-        let mut first = true;
-        let stream = watcher(api, config)
-            .backoff(Reconnect::new())
-            .reflect(writer)
-            .inspect(move |event| {
-                if first && matches!(event, Ok(watcher::Event::InitDone)) {
-                    first = false;
-                    started.listed();
-                }
-            })
-            .applied_objects();
-        Controller::for_stream(stream, reader)
-    }
-}
-
-/// Runs the three reconcilers until `stop` turns true; `ready` turns true once their main
-/// watches have listed.
+/// Runs the three reconcilers until `stop` turns true; `ready` turns true once every watch has
+/// listed. One watch per kind, shared by the reconcilers that need it ([`fanout`]).
 pub async fn run(
     ctx: Arc<Context>,
     servers: Arc<ServerContext>,
@@ -110,13 +53,72 @@ pub async fn run(
     ready: Arc<AtomicBool>,
     stop: watch::Receiver<bool>,
 ) {
-    let started = Started::new(ready, 3);
-    futures::join!(
-        run_servers(servers, args, &started, stop.clone()),
-        run_agent_specs(ctx.clone(), args, &started, stop.clone()),
-        run_policies(ctx, args, &started, stop)
+    let client = ctx.client.clone();
+    let ns = args.watch_namespace.as_deref();
+    let any = || watcher::Config::default().any_semantic();
+    let (server_watch, d1) =
+        Watched::new(scoped::<McpServer>(&client, ns), any(), Reconnect::new());
+    let (agent_watch, d2) = Watched::new(scoped::<AgentSpec>(&client, ns), any(), Reconnect::new());
+    let (policy_watch, d3) = Watched::new(
+        Api::<McpTenantPolicy>::all(client.clone()),
+        any(),
+        Reconnect::new(),
     );
+    // Every namespace even under --watch-namespace: policies are cluster-wide.
+    let (namespace_watch, d4) = Watched::new(
+        Api::<PartialObjectMeta<Namespace>>::all(client.clone()),
+        watcher::Config::default(),
+        Reconnect::new(),
+    );
+    // CA bundles of McpServers, and the AgentSpecs' own grants ConfigMaps.
+    let (config_map_watch, d5) = Watched::new(
+        scoped::<PartialObjectMeta<ConfigMap>>(&client, ns),
+        watcher::Config::default(),
+        Reconnect::new(),
+    );
+    let watches = Watches {
+        servers: server_watch,
+        agents: agent_watch,
+        policies: policy_watch,
+        namespaces: namespace_watch,
+        config_maps: config_map_watch,
+    };
+    let all_listed = futures::future::join_all([
+        watches.servers.listed(),
+        watches.agents.listed(),
+        watches.policies.listed(),
+        watches.namespaces.listed(),
+        watches.config_maps.listed(),
+    ]);
+    // Every consumer subscribes here, before any driver runs, so none misses a change.
+    let reconcilers = futures::future::join3(
+        run_servers(servers, args, &watches, stop.clone()),
+        run_agent_specs(ctx.clone(), args, &watches, stop.clone()),
+        run_policies(ctx, args, &watches, stop),
+    );
+    let drivers = futures::future::join_all([d1, d2, d3, d4, d5]);
+    let readiness = async move {
+        all_listed.await;
+        ready.store(true, Ordering::Relaxed);
+        futures::future::pending::<()>().await
+    };
+    tokio::select! {
+        biased;
+        _ = reconcilers => {}
+        _ = drivers => {}
+        _ = readiness => {}
+    }
     info!("reconcilers stopped");
+}
+
+/// The shared watch of every kind a reconciler reads, but Secrets (only the McpServer
+/// reconciler wants them, and only as triggers).
+struct Watches {
+    servers: Watched<McpServer>,
+    agents: Watched<AgentSpec>,
+    policies: Watched<McpTenantPolicy>,
+    namespaces: Watched<PartialObjectMeta<Namespace>>,
+    config_maps: Watched<PartialObjectMeta<ConfigMap>>,
 }
 
 /// How a watch waits before trying again after an error. kube-runtime's default grows to 30 s
@@ -179,30 +181,25 @@ where
     }
 }
 
-async fn run_servers(
+/// The McpServer reconciler, subscribed to its watches now, running when polled.
+fn run_servers(
     ctx: Arc<ServerContext>,
     args: &ControllerArgs,
-    started: &Started,
+    w: &Watches,
     mut stop: watch::Receiver<bool>,
-) {
+) -> BoxFuture<'static, ()> {
     let client = ctx.base.client.clone();
-    let ns = args.watch_namespace.as_deref();
-    let servers: Api<McpServer> = scoped(&client, ns);
+    let store = w.servers.store();
     // The controller is not called for deleted objects: drop what we hold for them here.
-    let deletions = tokio::spawn(forget_deleted_servers(servers.clone(), ctx.clone()));
-    let controller = started
-        .controller(servers, watcher::Config::default().any_semantic())
-        .with_config(controller::Config::default().concurrency(args.concurrency))
-        .trigger_backoff(Reconnect::new());
-    let store = controller.store();
+    let deletions = tokio::spawn(forget_deleted_servers(
+        w.servers.changes(),
+        store.clone(),
+        ctx.clone(),
+    ));
+    let controller = Controller::for_shared_stream(w.servers.applied(), store.clone())
+        .with_config(controller::Config::default().concurrency(args.concurrency));
     let secrets = watcher(
-        scoped::<PartialObjectMeta<Secret>>(&client, ns),
-        watcher::Config::default(),
-    )
-    .backoff(Reconnect::new())
-    .touched_objects();
-    let config_maps = watcher(
-        scoped::<PartialObjectMeta<ConfigMap>>(&client, ns),
+        scoped::<PartialObjectMeta<Secret>>(&client, args.watch_namespace.as_deref()),
         watcher::Config::default(),
     )
     .backoff(Reconnect::new())
@@ -214,13 +211,13 @@ async fn run_servers(
         rx.recv().await.map(|r| (r, rx))
     });
     let secret_store = store.clone();
-    let cm_store = store.clone();
-    controller
+    let cm_store = store;
+    let run = controller
         .watches_stream(secrets, move |secret| {
             referencing(&secret_store, &secret, mcp_server::referenced_secrets)
         })
-        .watches_stream(config_maps, move |cm| {
-            referencing(&cm_store, &cm, mcp_server::referenced_config_maps)
+        .watches_shared_stream(w.config_maps.touched(), move |cm| {
+            referencing(&cm_store, cm.as_ref(), mcp_server::referenced_config_maps)
         })
         .reconcile_on(pushed)
         .graceful_shutdown_on(async move {
@@ -232,36 +229,39 @@ async fn run_servers(
                 Err(controller::Error::ObjectNotFound(_)) | Ok(_) => {}
                 Err(other) => warn!("controller: {other}"),
             }
-        })
-        .await;
-    deletions.abort();
-    ctx.detach();
+        });
+    async move {
+        run.await;
+        deletions.abort();
+        ctx.detach();
+    }
+    .boxed()
 }
 
 /// Forgets the schedule, subscription and metrics of every McpServer that is deleted, including
 /// those deleted while the watch was down (absent from the relist).
-async fn forget_deleted_servers(servers: Api<McpServer>, ctx: Arc<ServerContext>) {
-    let mut listed = std::collections::HashSet::new();
-    let mut events = watcher(servers, watcher::Config::default().any_semantic())
-        .backoff(Reconnect::new())
-        .boxed();
-    while let Some(event) = events.next().await {
-        match event {
-            Ok(watcher::Event::Delete(server)) => {
-                ctx.forget(&mcp_server::key_of(&server));
-            }
-            Ok(watcher::Event::Init) => listed.clear(),
-            Ok(watcher::Event::InitApply(server)) => {
-                listed.insert(mcp_server::key_of(&server));
-            }
-            Ok(watcher::Event::InitDone) => {
+async fn forget_deleted_servers(
+    changes: impl Stream<Item = Change<McpServer>> + Send + 'static,
+    store: Store<McpServer>,
+    ctx: Arc<ServerContext>,
+) {
+    let mut changes = std::pin::pin!(changes);
+    while let Some(change) = changes.next().await {
+        match change {
+            Change::Deleted(server) => ctx.forget(&mcp_server::key_of(&server)),
+            Change::Relisted => {
+                let listed: std::collections::HashSet<_> = store
+                    .state()
+                    .iter()
+                    .map(|s| mcp_server::key_of(s))
+                    .collect();
                 for key in ctx.remembered() {
                     if !listed.contains(&key) {
                         ctx.forget(&key);
                     }
                 }
             }
-            _ => {}
+            Change::Applied(_) => {}
         }
     }
 }
@@ -282,123 +282,75 @@ fn referencing<K: kube::Resource>(
         .collect()
 }
 
-async fn run_agent_specs(
+/// The AgentSpec reconciler, subscribed to its watches now, running when polled.
+fn run_agent_specs(
     ctx: Arc<Context>,
     args: &ControllerArgs,
-    started: &Started,
+    w: &Watches,
     mut stop: watch::Receiver<bool>,
-) {
-    let client = ctx.client.clone();
-    let ns = args.watch_namespace.as_deref();
-    let controller = started
-        .controller(
-            scoped::<AgentSpec>(&client, ns),
-            watcher::Config::default().any_semantic(),
-        )
-        .with_config(controller::Config::default().concurrency(args.concurrency))
-        .trigger_backoff(Reconnect::new());
-    let agents = controller.store();
-
-    let (servers, servers_writer) = reflector::store::<McpServer>();
-    let server_events = watcher(scoped::<McpServer>(&client, ns), watcher::Config::default())
-        .backoff(Reconnect::new())
-        .reflect(servers_writer)
-        .touched_objects();
-    let (policies, policies_writer) = reflector::store::<McpTenantPolicy>();
-    let policy_events = watcher(
-        Api::<McpTenantPolicy>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    .backoff(Reconnect::new())
-    .reflect(policies_writer)
-    .touched_objects();
-    let (namespaces, namespaces_writer) = reflector::store::<PartialObjectMeta<Namespace>>();
-    let namespace_config = match ns {
-        Some(ns) => watcher::Config::default().fields(&format!("metadata.name={ns}")),
-        None => watcher::Config::default(),
-    };
-    let namespace_events = watcher(
-        Api::<PartialObjectMeta<Namespace>>::all(client.clone()),
-        namespace_config,
-    )
-    .backoff(Reconnect::new())
-    .reflect(namespaces_writer)
-    .touched_objects();
-    let (config_maps, config_maps_writer) = reflector::store::<PartialObjectMeta<ConfigMap>>();
-    let config_map_events = watcher(
-        scoped::<PartialObjectMeta<ConfigMap>>(&client, ns),
-        watcher::Config::default().labels(&agent_spec::publish::selector()),
-    )
-    .backoff(Reconnect::new())
-    .reflect(config_maps_writer)
-    .touched_objects();
-
+) -> BoxFuture<'static, ()> {
+    let agents = w.agents.store();
+    let controller = Controller::for_shared_stream(w.agents.applied(), agents.clone())
+        .with_config(controller::Config::default().concurrency(args.concurrency));
     let agent_ctx = Arc::new(agent_spec::AgentContext::new(
         ctx,
-        servers,
-        policies,
-        namespaces,
-        config_maps,
+        agent_spec::Stores {
+            servers: w.servers.store(),
+            policies: w.policies.store(),
+            namespaces: w.namespaces.store(),
+            config_maps: w.config_maps.store(),
+            listed: Readiness::all(vec![
+                w.servers.listed(),
+                w.policies.listed(),
+                w.namespaces.listed(),
+                w.config_maps.listed(),
+            ]),
+        },
         args.tenant_default,
         args.preload_budget,
     ));
     let (for_servers, for_policies, for_namespaces) = (agents.clone(), agents.clone(), agents);
     controller
-        .watches_stream(server_events, move |server: McpServer| {
+        .watches_shared_stream(w.servers.touched(), move |server| {
             agent_spec::using_server(
                 &for_servers,
                 server.namespace().as_deref(),
                 &server.name_any(),
             )
         })
-        .watches_stream(policy_events, move |_: McpTenantPolicy| {
+        .watches_shared_stream(w.policies.touched(), move |_| {
             agent_spec::all(&for_policies)
         })
-        .watches_stream(
-            namespace_events,
-            move |namespace: PartialObjectMeta<Namespace>| {
-                agent_spec::in_namespace(&for_namespaces, &namespace.name_any())
-            },
-        )
-        .owns_stream(config_map_events)
+        .watches_shared_stream(w.namespaces.touched(), move |namespace| {
+            agent_spec::in_namespace(&for_namespaces, &namespace.name_any())
+        })
+        // Only the grants ConfigMaps name an AgentSpec as their owner.
+        .owns_shared_stream(w.config_maps.touched())
         .graceful_shutdown_on(async move {
             let _ = stop.wait_for(|s| *s).await;
         })
         .run(agent_spec::reconcile, agent_spec::error_policy, agent_ctx)
         .for_each(|result| async move { log_failure(agent_spec::KIND, result) })
-        .await;
+        .boxed()
 }
 
-async fn run_policies(
+/// The McpTenantPolicy reconciler, subscribed to its watches now, running when polled.
+fn run_policies(
     ctx: Arc<Context>,
     args: &ControllerArgs,
-    started: &Started,
+    w: &Watches,
     mut stop: watch::Receiver<bool>,
-) {
-    let client = ctx.client.clone();
-    let controller = started
-        .controller(
-            Api::<McpTenantPolicy>::all(client.clone()),
-            watcher::Config::default().any_semantic(),
-        )
-        .with_config(controller::Config::default().concurrency(args.concurrency))
-        .trigger_backoff(Reconnect::new());
-    let policies = controller.store();
-    let (namespaces, namespaces_writer) = reflector::store::<PartialObjectMeta<Namespace>>();
-    let namespace_events = watcher(
-        Api::<PartialObjectMeta<Namespace>>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    .backoff(Reconnect::new())
-    .reflect(namespaces_writer)
-    .touched_objects();
+) -> BoxFuture<'static, ()> {
+    let policies = w.policies.store();
+    let controller = Controller::for_shared_stream(w.policies.applied(), policies.clone())
+        .with_config(controller::Config::default().concurrency(args.concurrency));
     let policy_ctx = Arc::new(tenant_policy::PolicyContext {
         base: ctx,
-        namespaces_listed: Readiness::all(vec![listed(&namespaces)]),
-        namespaces,
+        namespaces_listed: Readiness::all(vec![w.namespaces.listed()]),
+        namespaces: w.namespaces.store(),
     });
     controller
-        .watches_stream(namespace_events, move |_: PartialObjectMeta<Namespace>| {
+        .watches_shared_stream(w.namespaces.touched(), move |_| {
             tenant_policy::all(&policies)
         })
         .graceful_shutdown_on(async move {
@@ -410,7 +362,7 @@ async fn run_policies(
             policy_ctx,
         )
         .for_each(|result| async move { log_failure(tenant_policy::KIND, result) })
-        .await;
+        .boxed()
 }
 
 fn log_failure<T, E: std::fmt::Display>(
@@ -430,6 +382,7 @@ mod tests {
 
     use super::*;
     use crate::controller::fixtures::server;
+    use kube::runtime::reflector;
 
     #[test]
     fn reconnect_waits_grow_to_two_seconds_and_start_over() {
@@ -441,20 +394,6 @@ mod tests {
         );
         kube::runtime::utils::Backoff::reset(&mut b);
         assert_eq!(b.next(), Some(std::time::Duration::from_millis(250)));
-    }
-
-    #[test]
-    fn ready_only_once_every_main_watch_has_listed() {
-        let ready = Arc::new(AtomicBool::new(false));
-        let started = Started::new(ready.clone(), 3);
-        started.listed();
-        started.listed();
-        assert!(
-            !ready.load(Ordering::Relaxed),
-            "one watch has not listed yet"
-        );
-        started.listed();
-        assert!(ready.load(Ordering::Relaxed));
     }
 
     #[test]

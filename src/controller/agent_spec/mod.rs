@@ -39,7 +39,7 @@ use crate::api::tenant_policy::McpTenantPolicy;
 use crate::core::Catalog;
 use crate::grants::TenantDefault;
 
-use super::readiness::{Readiness, listed};
+use super::readiness::Readiness;
 
 use super::context::Context;
 use super::error::ReconcileError;
@@ -74,29 +74,31 @@ pub struct AgentContext {
     spilled: SpilledCatalogs,
 }
 
+/// The stores the AgentSpec reconciler reads, fed by the watches that trigger it.
+pub struct Stores {
+    pub servers: Store<McpServer>,
+    pub policies: Store<McpTenantPolicy>,
+    pub namespaces: Store<PartialObjectMeta<Namespace>>,
+    /// Every ConfigMap's metadata; the reconciler looks up its own grants ConfigMaps by name.
+    pub config_maps: Store<PartialObjectMeta<ConfigMap>>,
+    /// Resolves once every store above has received its first list.
+    pub listed: Readiness,
+}
+
 impl AgentContext {
     pub fn new(
         base: Arc<Context>,
-        servers: Store<McpServer>,
-        policies: Store<McpTenantPolicy>,
-        namespaces: Store<PartialObjectMeta<Namespace>>,
-        config_maps: Store<PartialObjectMeta<ConfigMap>>,
+        stores: Stores,
         tenant_default: TenantDefault,
         preload_budget: u64,
     ) -> Self {
-        let stores_listed = Readiness::all(vec![
-            listed(&servers),
-            listed(&policies),
-            listed(&namespaces),
-            listed(&config_maps),
-        ]);
         AgentContext {
             base,
-            stores_listed,
-            servers,
-            policies,
-            namespaces,
-            config_maps,
+            stores_listed: stores.listed,
+            servers: stores.servers,
+            policies: stores.policies,
+            namespaces: stores.namespaces,
+            config_maps: stores.config_maps,
             tenant_default,
             preload_budget,
             spilled: SpilledCatalogs::default(),

@@ -33,11 +33,6 @@ pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 /// Its value.
 pub const MANAGED_BY: &str = "mcp-operator";
 
-/// The label selector of every grants ConfigMap (the controller's owned-ConfigMap watch).
-pub fn selector() -> String {
-    format!("{MANAGED_BY_LABEL}={MANAGED_BY},{AGENT_LABEL}")
-}
-
 /// The grants ConfigMap for one AgentSpec holding `doc` (whose digest is `digest`).
 pub fn config_map(agent: &AgentSpec, doc: &GrantsDocument, digest: &str) -> ConfigMap {
     let json = serde_json::to_string_pretty(doc).expect("a grants document serialises");
@@ -260,9 +255,5 @@ mod tests {
             serde_json::from_str(&cm.data.as_ref().unwrap()[GRANTS_KEY]).unwrap();
         assert_eq!(back, doc);
         assert_eq!(back.schema_version, SCHEMA_VERSION);
-        assert_eq!(
-            selector(),
-            "app.kubernetes.io/managed-by=mcp-operator,mcp-operator.dev/agentspec"
-        );
     }
 }

@@ -1,18 +1,28 @@
 #!/usr/bin/env bash
-# Benchmark: the sidecar's added per-call latency. One upstream (the hostile fixture's `ok`
-# legacy mode and its `modern` mode, stdlib asyncio, answering tools/call at once), called
-# directly and through a release `mcp-operator sidecar`, in both eras, by one agent with 1 and
-# with 64 concurrent tasks (bench/sidecar_load.rs: reqwest, TCP_NODELAY, keep-alive). Prints
-# p50/p95/p99 latency and throughput per row, the added latency, and the sidecar's RSS idle and
-# after the load. Asserts nothing about time.
+# Benchmark: the sidecar's added per-call latency, side by side with the peer data plane,
+# ToolHive's vMCP (`thv vmcp serve`, v0.45.0, built from the Go module proxy into the cache).
+# One upstream (the hostile fixture's `ok` legacy mode and its `modern` mode, stdlib asyncio,
+# answering tools/call at once), called directly, through a release `mcp-operator sidecar` and
+# through vMCP (static backends, anonymous, prefix naming like ours), in both eras, by one agent
+# with 1 and with 64 concurrent tasks (bench/sidecar_load.rs: reqwest, TCP_NODELAY, keep-alive).
+# Prints p50/p95/p99 latency and throughput per row, the latency each adds over the direct call,
+# and both proxies' RSS idle and after the load. Asserts nothing about time.
+# Not the same job: the sidecar also checks every call against the agent's grants and the
+# granted definition digest; vMCP as configured here forwards whatever a backend offers.
 #   bash bench/sidecar.sh
 #   CALLS=20000 bash bench/sidecar.sh
-# Not yet here: ToolHive vMCP side by side (issue 10 asks for it).
 set -euo pipefail
 CALLS=${CALLS:-5000}
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 eval "$(bash tests/fixtures/install.sh --python-only)"
+CACHE="${MCP_OPERATOR_CACHE:-$HOME/.cache/mcp-operator}"
+THV_VERSION=v0.45.0
+THV="$CACHE/thv/$THV_VERSION/bin/thv"
+if [[ ! -x $THV ]]; then
+  echo "building ToolHive's thv $THV_VERSION from the Go module proxy (once, ~8 min)" >&2
+  GOBIN="$(dirname "$THV")" go install "github.com/stacklok/toolhive/cmd/thv@$THV_VERSION"
+fi
 cargo build --release --quiet
 cargo bench --no-run --quiet --bench sidecar_load 2>/dev/null
 BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/mcp-operator
@@ -52,22 +62,48 @@ PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); pr
 SIDECAR=$!
 PIDS+=($SIDECAR)
 for _ in $(seq 100); do curl -sf "http://127.0.0.1:$PORT/readyz" >/dev/null && break; sleep 0.1; done
-rss() { awk '/VmRSS/{printf "%.1f MB", $2/1024}' "/proc/$SIDECAR/status"; }
-IDLE_RSS=$(rss)
+
+# vMCP over the same two upstreams, tools named like ours (legacy__alpha, modern__alpha).
+VPORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+cat >"$DIR/vmcp.yaml" <<EOF
+name: bench
+groupRef: bench
+backends:
+  - {name: legacy, url: "$BASE/ok/mcp", transport: streamable-http}
+  - {name: modern, url: "$BASE/modern/mcp", transport: streamable-http}
+incomingAuth: {type: anonymous}
+outgoingAuth: {source: inline}
+aggregation:
+  conflictResolution: prefix
+  conflictResolutionConfig: {prefixFormat: "{workload}__"}
+EOF
+"$THV" vmcp serve --config "$DIR/vmcp.yaml" --host 127.0.0.1 --port "$VPORT" >"$DIR/vmcp.log" 2>&1 &
+VMCP=$!
+PIDS+=($VMCP)
+for _ in $(seq 100); do curl -sf "http://127.0.0.1:$VPORT/health" >/dev/null && break; sleep 0.1; done
+curl -sf "http://127.0.0.1:$VPORT/health" >/dev/null || { echo "vMCP did not start:" >&2; tail -20 "$DIR/vmcp.log" >&2; exit 1; }
+
+rss() { awk '/VmRSS/{printf "%.1f MB", $2/1024}' "/proc/$1/status"; }
+IDLE_RSS=$(rss $SIDECAR)
+IDLE_VMCP_RSS=$(rss $VMCP)
 
 row() { # era path tool concurrency
   "$LOAD" "$1" "$2" "$3" "$4" "$CALLS" |
     python3 -c 'import json,sys; r=json.load(sys.stdin); print("%.0f %.0f %.0f %.0f" % (r["p50_us"], r["p95_us"], r["p99_us"], r["calls_per_s"]))'
 }
-printf '%-7s %-4s %-9s %8s %8s %8s %9s\n' era conc path p50_us p95_us p99_us calls/s
+printf '%-7s %-4s %-13s %8s %8s %8s %9s\n' era conc path p50_us p95_us p99_us calls/s
 for era in legacy modern; do
   mode=$([ "$era" = legacy ] && echo ok || echo modern)
   for c in 1 64; do
     read -r d50 d95 d99 dtp < <(row "$BASE/$mode/mcp" "$era" alpha "$c")
     read -r s50 s95 s99 stp < <(row "http://127.0.0.1:$PORT/mcp" "$era" "${era}__alpha" "$c")
-    printf '%-7s %-4s %-9s %8s %8s %8s %9s\n' "$era" "$c" direct "$d50" "$d95" "$d99" "$dtp"
-    printf '%-7s %-4s %-9s %8s %8s %8s %9s\n' "$era" "$c" sidecar "$s50" "$s95" "$s99" "$stp"
-    printf '%-7s %-4s %-9s %8s %8s %8s %8s%%\n' "$era" "$c" added "$((s50 - d50))" "$((s95 - d95))" "$((s99 - d99))" "$((100 * stp / dtp))"
+    read -r v50 v95 v99 vtp < <(row "http://127.0.0.1:$VPORT/mcp" "$era" "${era}__alpha" "$c")
+    printf '%-7s %-4s %-13s %8s %8s %8s %9s\n' "$era" "$c" direct "$d50" "$d95" "$d99" "$dtp"
+    printf '%-7s %-4s %-13s %8s %8s %8s %9s\n' "$era" "$c" sidecar "$s50" "$s95" "$s99" "$stp"
+    printf '%-7s %-4s %-13s %8s %8s %8s %9s\n' "$era" "$c" vmcp "$v50" "$v95" "$v99" "$vtp"
+    printf '%-7s %-4s %-13s %8s %8s %8s %8s%%\n' "$era" "$c" sidecar-added "$((s50 - d50))" "$((s95 - d95))" "$((s99 - d99))" "$((100 * stp / dtp))"
+    printf '%-7s %-4s %-13s %8s %8s %8s %8s%%\n' "$era" "$c" vmcp-added "$((v50 - d50))" "$((v95 - d95))" "$((v99 - d99))" "$((100 * vtp / dtp))"
   done
 done
-echo "sidecar RSS: idle $IDLE_RSS, after load $(rss)"
+echo "sidecar RSS: idle $IDLE_RSS, after load $(rss $SIDECAR)"
+echo "vMCP $THV_VERSION RSS: idle $IDLE_VMCP_RSS, after load $(rss $VMCP)"

@@ -178,6 +178,8 @@ async fn both_eras_see_exactly_the_grants_and_a_refused_name_never_reaches_the_s
                 {"op": "call", "name": "fs__delete_file", "arguments": {"path": "/etc"}},
                 {"op": "call", "name": "delete_file", "arguments": {"path": "/etc"}},
                 {"op": "calls", "name": "fs__write_file", "count": 8},
+                // No server is deferred: the discovery tools do not exist for this agent.
+                {"op": "call", "name": "call_tool", "arguments": {"server": "files", "tool": "delete_file", "arguments": {"path": "/etc"}}},
             ]),
         )
         .await;
@@ -207,6 +209,13 @@ async fn both_eras_see_exactly_the_grants_and_a_refused_name_never_reaches_the_s
                 "a refusal lists no other tools: {text}"
             );
         }
+        assert!(
+            steps[5]["text"]
+                .as_str()
+                .unwrap()
+                .contains("the tool \"call_tool\" is not granted"),
+            "{out}"
+        );
         let concurrent = steps[4].as_array().unwrap();
         assert_eq!(concurrent.len(), 8);
         assert!(concurrent.iter().all(|r| r["isError"] == false), "{out}");
@@ -224,7 +233,7 @@ async fn both_eras_see_exactly_the_grants_and_a_refused_name_never_reaches_the_s
         .iter()
         .filter(|a| a["decision"] == "not_granted")
         .collect();
-    assert_eq!(refused.len(), 4, "{audit:?}");
+    assert_eq!(refused.len(), 6, "{audit:?}");
     let allowed = audit
         .iter()
         .find(|a| a["tool"] == "fs__read_file")

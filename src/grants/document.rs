@@ -159,6 +159,30 @@ impl GrantsDocument {
         self.servers.iter().map(|s| s.tools.len()).sum()
     }
 
+    /// The first way this document breaks the naming rule every reader relies on, as a
+    /// sentence: each server has a non-empty prefix and each granted tool's qualified name is
+    /// exactly `<prefix>__<name>`. Names without `__` are thereby left to the sidecar's own
+    /// tools (its discovery tools), which no granted tool can then shadow.
+    pub fn naming_problem(&self) -> Option<String> {
+        self.servers.iter().find_map(|server| {
+            if server.prefix.is_empty() {
+                return Some(format!("server {} has an empty prefix", server.name));
+            }
+            server.tools.iter().find_map(|tool| {
+                let expected = qualified_name(&server.prefix, &tool.name);
+                (tool.qualified_name != expected).then(|| {
+                    format!(
+                        "tool {:?} of server {} has the qualified name {:?}, not {:?}",
+                        tool.name.chars().take(128).collect::<String>(),
+                        server.name,
+                        tool.qualified_name.chars().take(128).collect::<String>(),
+                        expected.chars().take(128).collect::<String>()
+                    )
+                })
+            })
+        })
+    }
+
     /// The server and granted tool a qualified name stands for, if it is granted.
     pub fn find(&self, qualified_name: &str) -> Option<(&ServerGrants, &GrantedTool)> {
         self.servers.iter().find_map(|server| {
@@ -233,6 +257,21 @@ mod tests {
         let (server, _) = doc.find("gh__list_issues").unwrap();
         assert_eq!(server.name, "gh");
         assert_eq!(doc.tool_count(), 3);
+    }
+
+    #[test]
+    fn every_qualified_name_must_be_prefix_and_name() {
+        let mut doc = GrantsDocument::new(vec![server("gh", "gh", &["get_issue"])]);
+        assert_eq!(doc.naming_problem(), None);
+        doc.servers[0].tools[0].qualified_name = "list_tools".into();
+        let problem = doc.naming_problem().unwrap();
+        assert!(
+            problem.contains("\"list_tools\"") && problem.contains("gh__get_issue"),
+            "{problem}"
+        );
+        doc.servers[0].tools.clear();
+        doc.servers[0].prefix.clear();
+        assert!(doc.naming_problem().unwrap().contains("empty prefix"));
     }
 
     #[test]

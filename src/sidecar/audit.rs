@@ -29,6 +29,24 @@ impl Decision {
     }
 }
 
+/// How the agent asked for the call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Via {
+    /// `tools/call` with the tool's qualified name.
+    Direct,
+    /// `call_tool`, the discovery tool of deferred servers: the line names the target tool.
+    Discovery,
+}
+
+impl Via {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Via::Direct => "direct",
+            Via::Discovery => "call_tool",
+        }
+    }
+}
+
 /// How an allowed call ended (refused calls end `refused`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
@@ -71,6 +89,7 @@ pub struct CallRecord<'a> {
     pub outcome: Outcome,
     pub duration: Duration,
     pub attempts: u32,
+    pub via: Via,
 }
 
 pub fn write(record: &CallRecord<'_>) {
@@ -90,6 +109,7 @@ pub fn write(record: &CallRecord<'_>) {
         outcome = record.outcome.as_str(),
         duration_ms = record.duration.as_secs_f64() * 1000.0,
         attempts = record.attempts,
+        via = record.via.as_str(),
         "tool call"
     );
 }

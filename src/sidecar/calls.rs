@@ -9,6 +9,10 @@
 //! send        pool connection, call timeout, resend rules ── the upstream's answer, unchanged
 //! ```
 //!
+//! [`Calls::call`] narrows the name the agent sent; `call_tool` of a deferred server
+//! ([`super::discovery`]) resolves its target instead; both then run the steps from `available`
+//! on in [`Calls::call_granted`], with the target tool.
+//!
 //! A refused name never reaches an upstream. The upstream gets the raw tool name. Resending
 //! (seed 000): a call is sent again only when the server cannot have run it (the session was
 //! gone, the connection was refused) or when the tool is read-only or idempotent and the
@@ -25,7 +29,7 @@ use crate::grants::{self, GrantedTool, ServerGrants};
 use crate::mcp::call::{CallAnswer, CallFailure};
 use crate::mcp::{Access, EndpointPolicy};
 
-use super::audit::{self, CallRecord, Decision, Outcome};
+use super::audit::{self, CallRecord, Decision, Outcome, Via};
 use super::credentials::CredentialsDir;
 use super::definitions::{Definitions, Live};
 use super::listing::View;
@@ -64,12 +68,36 @@ fn sentence(text: String) -> Reply {
     Reply::Result(result)
 }
 
-struct Audit<'a> {
+/// What the audit line of one call says, filled in as the pipeline learns it.
+pub(super) struct Audit<'a> {
     started: Instant,
     name: &'a str,
     server: Option<&'a ServerGrants>,
     tool: Option<&'a GrantedTool>,
     attempts: u32,
+    via: Via,
+    /// The access recorded when no granted tool was resolved (discovery grades such a target
+    /// destructive).
+    pub(super) graded: Option<Access>,
+}
+
+impl<'a> Audit<'a> {
+    /// A call the agent made at `started`, to `name`, by way of `via`.
+    pub(super) fn new(started: Instant, name: &'a str, via: Via) -> Self {
+        Audit {
+            started,
+            name,
+            server: None,
+            tool: None,
+            attempts: 0,
+            via,
+            graded: None,
+        }
+    }
+
+    pub(super) fn server(&mut self, server: &'a ServerGrants) {
+        self.server = Some(server);
+    }
 }
 
 impl Calls {
@@ -89,13 +117,7 @@ impl Calls {
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_string();
-        let mut audit = Audit {
-            started,
-            name: &name,
-            server: None,
-            tool: None,
-            attempts: 0,
-        };
+        let audit = Audit::new(started, &name, Via::Direct);
         let Some(grants) = view.grants.as_ref() else {
             return self.refuse(
                 &audit,
@@ -114,6 +136,24 @@ impl Calls {
         let Some((server, _)) = grants.doc.find(&name) else {
             unreachable!("permits found {name} in the document");
         };
+        self.call_granted(audit, server, tool, params, notifications, cancelled)
+            .await
+    }
+
+    /// Steps 2–5 and the audit line, for a tool that survived narrowing: `server` and `tool`
+    /// are the grants of the tool the call is for. A direct `tools/call` and a `call_tool`
+    /// through discovery (its *target*) both end here, so availability, the definition guard,
+    /// approval, sending, the audit line and the metrics are always the target tool's.
+    pub(super) async fn call_granted<'a>(
+        &self,
+        mut audit: Audit<'a>,
+        server: &'a ServerGrants,
+        tool: &'a GrantedTool,
+        params: Map<String, Value>,
+        notifications: Option<&mpsc::UnboundedSender<Value>>,
+        cancelled: impl Future<Output = ()>,
+    ) -> Reply {
+        let name = tool.qualified_name.as_str();
         audit.server = Some(server);
         audit.tool = Some(tool);
         // 2. Available.
@@ -355,7 +395,7 @@ impl Calls {
         }
     }
 
-    fn refuse(&self, audit: &Audit<'_>, decision: Decision, text: String) -> Reply {
+    pub(super) fn refuse(&self, audit: &Audit<'_>, decision: Decision, text: String) -> Reply {
         self.finish(audit, decision, Outcome::Refused);
         sentence(text)
     }
@@ -368,7 +408,8 @@ impl Calls {
             server,
             tool: audit.name,
             raw_tool: audit.tool.map(|t| t.name.as_str()),
-            access: audit.tool.map(|t| t.access),
+            access: audit.tool.map(|t| t.access).or(audit.graded),
+            via: audit.via,
             decision,
             outcome,
             duration,
@@ -416,7 +457,7 @@ impl Drop for CancelOnDrop {
 
 /// A name as shown in a refusal: bounded, so a hostile agent cannot make the sidecar echo
 /// megabytes.
-fn shown(name: &str) -> String {
+pub(super) fn shown(name: &str) -> String {
     if name.is_empty() {
         return "with no name".into();
     }

@@ -7,7 +7,7 @@
 //!   legacy  initialize → session (Mcp-Session-Id); later requests need it (unknown → 404)
 //!   modern  _meta + MCP-Protocol-Version + Mcp-Method (+ Mcp-Name) checked (-32020/-32022)
 //!     ├ tools/list  → pages of the shared View
-//!     ├ tools/call  → calls::Calls::call (JSON, or SSE when the agent asked for progress)
+//!     ├ tools/call  → discovery::call → calls (JSON, or SSE when the agent asked for progress)
 //!     ├ server/discover, ping, notifications (cancelled)
 //!     └ subscriptions/listen (modern) → SSE: acknowledged, then tools/list_changed
 //! GET /mcp (legacy session) → SSE: tools/list_changed;  DELETE /mcp → ends the session
@@ -30,6 +30,7 @@ use tokio::sync::{Notify, mpsc, watch};
 use crate::mcp::session::{LEGACY_VERSIONS, MODERN_VERSION};
 
 use super::calls::{Calls, Reply};
+use super::discovery;
 use super::listing::View;
 use super::metrics::Metrics;
 
@@ -610,7 +611,7 @@ async fn tools_call(
         .and_then(|m| m.get("progressToken"))
         .is_some();
     if !(wants_progress && accepts_sse(headers)) {
-        let reply = d.calls.call(params, None, cancel.notified()).await;
+        let reply = discovery::call(&d.calls, params, None, cancel.notified()).await;
         drop(in_flight);
         return json_response(StatusCode::OK, &reply_message(&id, reply, modern));
     }
@@ -619,7 +620,7 @@ async fn tools_call(
     let (tx, rx) = mpsc::channel::<Bytes>(64);
     tokio::spawn(async move {
         let (note_tx, mut note_rx) = mpsc::unbounded_channel::<Value>();
-        let call = d.calls.call(params, Some(&note_tx), cancel.notified());
+        let call = discovery::call(&d.calls, params, Some(&note_tx), cancel.notified());
         tokio::pin!(call);
         let reply = loop {
             tokio::select! {

@@ -70,6 +70,11 @@ pub fn read(path: &Path) -> Result<GrantsDocument, String> {
     }
     let mut doc: GrantsDocument = serde_json::from_value(value)
         .map_err(|e| format!("the grants file {shown} does not fit {SCHEMA_VERSION}: {e}"))?;
+    if let Some(problem) = doc.naming_problem() {
+        return Err(format!(
+            "the grants file {shown} does not fit {SCHEMA_VERSION}: {problem}"
+        ));
+    }
     // The call-time lookup searches each server's tools by qualified name: make the order a
     // fact here rather than a trust in the writer.
     for server in &mut doc.servers {
@@ -197,6 +202,13 @@ mod tests {
         assert!(read(&path).unwrap_err().contains("grants/v9"));
         std::fs::write(&path, r#"{"schemaVersion":"mcp-operator.dev/grants/v1"}"#).unwrap();
         assert!(read(&path).unwrap_err().contains("does not fit"));
+        // A qualified name that is not <prefix>__<name> could shadow the sidecar's own tools.
+        std::fs::write(&path, GOOD.replace("\"fs__read\"", "\"list_tools\"")).unwrap();
+        let problem = read(&path).unwrap_err();
+        assert!(
+            problem.contains("\"list_tools\", not \"fs__read\""),
+            "{problem}"
+        );
     }
 
     #[test]

@@ -5,8 +5,9 @@
 //! The view is built once per change (grants reloaded, an upstream's tools changed) and shared;
 //! `tools/list` pages through it and list_changed fires when its digest moves.
 //!
-//! Per server, [`server_entries`] decides what the agent is offered; a deferred server
-//! (discovery tools instead of every schema) plugs in there.
+//! Per server, [`server_entries`] decides what the agent is offered. A deferred server's tools
+//! pass the same checks but go to [`View::deferred`] instead of the list; while any are there,
+//! the list carries the three discovery tools ([`super::discovery`]) in their place.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -17,6 +18,7 @@ use sha2::{Digest, Sha256};
 use crate::grants::ServerGrants;
 
 use super::definitions::Live;
+use super::discovery::catalogue::{self, Entry};
 use super::grants_file::Loaded;
 
 /// One offered tool definition, shared between views and pages.
@@ -32,6 +34,9 @@ pub enum Missing {
     DefinitionChanged,
     /// The server no longer lists it.
     NotOffered,
+    /// Its qualified name is a discovery tool's (only a malformed document can say so): the
+    /// discovery tool wins.
+    NameReserved,
 }
 
 /// One server that offers nothing now.
@@ -51,6 +56,9 @@ pub struct View {
     pub tools: Vec<Arc<Map<String, Value>>>,
     /// Granted tools not offered, by qualified name.
     pub missing: BTreeMap<String, Missing>,
+    /// The tools of deferred servers that pass the same checks as offered ones, sorted by
+    /// server and tool: what discovery shows and calls.
+    pub deferred: Vec<Entry>,
     pub unavailable: Vec<Unavailable>,
     /// Servers still being read for the first time.
     pub reading: Vec<String>,
@@ -72,6 +80,13 @@ impl View {
                 u.reason.trim_end_matches('.')
             ));
         }
+        let deferred = self.deferred_servers();
+        if !deferred.is_empty() {
+            text.push_str(&format!(
+                " The tools of {} are not listed one by one because their schemas are large: find them with list_tools, read one's definition with get_tool_info and call it with call_tool.",
+                deferred.join(", ")
+            ));
+        }
         let withheld: Vec<&str> = self
             .missing
             .iter()
@@ -85,6 +100,21 @@ impl View {
             ));
         }
         text
+    }
+
+    /// The servers with tools in [`View::deferred`], sorted.
+    pub fn deferred_servers(&self) -> Vec<&str> {
+        let mut servers: Vec<&str> = self.deferred.iter().map(|e| e.server.as_str()).collect();
+        servers.dedup();
+        servers
+    }
+
+    /// The deferred tool `tool` of `server`, if discovery may show it.
+    pub fn deferred_tool(&self, server: &str, tool: &str) -> Option<&Entry> {
+        self.deferred
+            .binary_search_by(|e| (e.server.as_str(), e.tool.as_str()).cmp(&(server, tool)))
+            .ok()
+            .map(|i| &self.deferred[i])
     }
 
     /// Withheld tools per server (for the metric).
@@ -132,6 +162,12 @@ pub fn build(grants: Option<Arc<Loaded>>, live: &dyn Fn(&str) -> Live) -> View {
     for server in &loaded.doc.servers {
         server_entries(server, &live(&server.name), &mut offered, &mut view);
     }
+    view.deferred
+        .sort_by(|a, b| (&a.server, &a.tool).cmp(&(&b.server, &b.tool)));
+    if !view.deferred.is_empty() {
+        let servers = view.deferred_servers();
+        offered.extend(catalogue::definitions(&servers).into_iter().map(Arc::new));
+    }
     offered.sort_by(|a, b| name_of(a).cmp(name_of(b)));
     view.digest = digest_of(&offered);
     view.tools = offered;
@@ -170,6 +206,11 @@ fn server_entries(
         }
     };
     for granted in &server.tools {
+        if catalogue::is_reserved(&granted.qualified_name) {
+            view.missing
+                .insert(granted.qualified_name.clone(), Missing::NameReserved);
+            continue;
+        }
         match tools.get(&granted.name) {
             None => {
                 view.missing
@@ -179,6 +220,14 @@ fn server_entries(
                 view.missing
                     .insert(granted.qualified_name.clone(), Missing::DefinitionChanged);
             }
+            Some(t) if server.deferred => view.deferred.push(Entry {
+                server: server.name.clone(),
+                tool: granted.name.clone(),
+                qualified_name: granted.qualified_name.clone(),
+                access: granted.access,
+                requires_approval: granted.requires_approval,
+                live: Arc::clone(t),
+            }),
             Some(t) => {
                 let mut definition = t.definition.clone();
                 definition.insert("name".into(), Value::String(granted.qualified_name.clone()));
@@ -303,6 +352,108 @@ mod tests {
         assert!(view.instructions().contains("connection refused"));
         let view = build(Some(doc(true)), &|_| Live::Reading);
         assert_eq!(view.reading, ["files"]);
+    }
+
+    /// `files` as in [`doc`], plus the deferred server `big` granting read and gone.
+    fn mixed() -> Arc<Loaded> {
+        let mut doc = doc(true).doc.clone();
+        let mut big = doc.servers[0].clone();
+        big.name = "big".into();
+        big.prefix = "big".into();
+        big.deferred = true;
+        for t in &mut big.tools {
+            t.qualified_name = format!("big__{}", t.name);
+        }
+        doc.servers.insert(0, big);
+        let digest = doc.digest();
+        Arc::new(Loaded { doc, digest })
+    }
+
+    #[test]
+    fn a_deferred_server_is_behind_the_discovery_tools_and_the_others_stay_listed() {
+        let upstream = live(&[def("read", "Read."), def("stat", "Stat. Changed.")]);
+        let view = build(Some(mixed()), &|_| upstream.clone());
+        let names: Vec<&str> = view.tools.iter().map(|t| name_of(t)).collect();
+        assert_eq!(
+            names,
+            ["call_tool", "fs__read", "get_tool_info", "list_tools"],
+            "fs__stat is withheld, big's tools are deferred"
+        );
+        let deferred: Vec<&str> = view
+            .deferred
+            .iter()
+            .map(|e| e.qualified_name.as_str())
+            .collect();
+        assert_eq!(
+            deferred,
+            ["big__read"],
+            "only what passes the direct checks"
+        );
+        assert_eq!(
+            view.deferred_tool("big", "read").unwrap().live.definition["description"],
+            "Read."
+        );
+        assert!(view.deferred_tool("files", "read").is_none());
+        assert_eq!(
+            view.missing.get("big__stat"),
+            Some(&Missing::DefinitionChanged)
+        );
+        assert_eq!(view.missing.get("big__gone"), Some(&Missing::NotOffered));
+        assert!(
+            view.instructions()
+                .contains("The tools of big are not listed one by one")
+        );
+        assert_eq!(view.withheld_by_server()["big"], 1);
+
+        // A deferred catalogue change that leaves the set of deferred servers alone does not
+        // move the list, so the agent is not told to list again.
+        let other = live(&[def("read", "Read."), def("stat", "Stat.")]);
+        let moved = build(Some(mixed()), &|_| other.clone());
+        assert_eq!(moved.deferred.len(), 2);
+        assert_ne!(moved.digest, view.digest, "fs__stat came back to the list");
+        let mut only_big = mixed().doc.clone();
+        only_big.servers.retain(|s| s.deferred);
+        let loaded = |doc: GrantsDocument| {
+            let digest = doc.digest();
+            Some(Arc::new(Loaded { doc, digest }))
+        };
+        let a = build(loaded(only_big.clone()), &|_| upstream.clone());
+        let b = build(loaded(only_big), &|_| other.clone());
+        assert_eq!(a.digest, b.digest);
+        assert_ne!(a.deferred.len(), b.deferred.len());
+    }
+
+    #[test]
+    fn no_discovery_tools_without_a_deferred_tool_to_show() {
+        let view = build(Some(mixed()), &|server| {
+            if server == "big" {
+                Live::Unavailable("down".into())
+            } else {
+                live(&[def("read", "Read.")])
+            }
+        });
+        let names: Vec<&str> = view.tools.iter().map(|t| name_of(t)).collect();
+        assert_eq!(names, ["fs__read"]);
+        assert!(view.deferred.is_empty());
+    }
+
+    #[test]
+    fn a_granted_tool_named_like_a_discovery_tool_is_not_listed() {
+        let mut doc = mixed().doc.clone();
+        doc.servers[1].tools[1].qualified_name = "list_tools".into();
+        let digest = doc.digest();
+        let upstream = live(&[def("read", "Read."), def("stat", "Stat.")]);
+        let view = build(Some(Arc::new(Loaded { doc, digest })), &|_| {
+            upstream.clone()
+        });
+        let lists: Vec<_> = view
+            .tools
+            .iter()
+            .filter(|t| name_of(t) == "list_tools")
+            .collect();
+        assert_eq!(lists.len(), 1);
+        assert_eq!(lists[0]["title"], "List deferred tools");
+        assert_eq!(view.missing.get("list_tools"), Some(&Missing::NameReserved));
     }
 
     #[test]

@@ -8,16 +8,18 @@
 //!                                                            ├─► view task ──► View (listing) ──► downstream
 //! definitions (one refresher per upstream) ─► Live tools ────┘                   tools/list, list_changed
 //!                                                                                      │
-//! agent ──► downstream /mcp ──► calls (narrow → available → definition → [approval] → send)
-//!                                  │                                                  │
-//!                                  └─► audit line, metrics          upstream pool ◄───┘ (server, credential)
-//!                                                                     credentials (files, read per connect)
+//! agent ──► downstream /mcp ──► discovery::call ──► calls (narrow → available → definition → [approval] → send)
+//!                                  │ list_tools, get_tool_info: the View's deferred tools        ▲          │
+//!                                  └ call_tool: resolve the target ──────────────────────────────┘          │
+//!                                    calls ─► audit line, metrics                upstream pool ◄────────────┘
+//!                                                                      (server, credential) credentials (files, read per connect)
 //! ```
 //!
 //! - [`grants_file`]: reads and watches `grants.json`; a bad document keeps the last good one.
 //! - [`credentials`]: Secret and ConfigMap keys as files, read for every connection.
 //! - [`definitions`]: per-upstream live tool definitions (ttlMs, list_changed).
 //! - [`listing`]: pure: the grants and the live definitions → what the agent sees.
+//! - [`discovery`]: deferred servers' discovery tools (list_tools, get_tool_info, call_tool).
 //! - [`calls`]: the call pipeline and the resend rules.
 //! - [`upstream`]: the connection pool.
 //! - [`downstream`]: the agent-facing `/mcp` handler, both protocol eras.
@@ -27,6 +29,7 @@ pub mod audit;
 pub mod calls;
 pub mod credentials;
 pub mod definitions;
+pub mod discovery;
 pub mod downstream;
 pub mod grants_file;
 pub mod listing;

@@ -178,6 +178,8 @@ async fn both_eras_see_exactly_the_grants_and_a_refused_name_never_reaches_the_s
                 {"op": "call", "name": "fs__delete_file", "arguments": {"path": "/etc"}},
                 {"op": "call", "name": "delete_file", "arguments": {"path": "/etc"}},
                 {"op": "calls", "name": "fs__write_file", "count": 8},
+                // No server is deferred: the discovery tools do not exist for this agent.
+                {"op": "call", "name": "call_tool", "arguments": {"server": "files", "tool": "delete_file", "arguments": {"path": "/etc"}}},
             ]),
         )
         .await;
@@ -207,6 +209,13 @@ async fn both_eras_see_exactly_the_grants_and_a_refused_name_never_reaches_the_s
                 "a refusal lists no other tools: {text}"
             );
         }
+        assert!(
+            steps[5]["text"]
+                .as_str()
+                .unwrap()
+                .contains("the tool \"call_tool\" is not granted"),
+            "{out}"
+        );
         let concurrent = steps[4].as_array().unwrap();
         assert_eq!(concurrent.len(), 8);
         assert!(concurrent.iter().all(|r| r["isError"] == false), "{out}");
@@ -224,7 +233,7 @@ async fn both_eras_see_exactly_the_grants_and_a_refused_name_never_reaches_the_s
         .iter()
         .filter(|a| a["decision"] == "not_granted")
         .collect();
-    assert_eq!(refused.len(), 4, "{audit:?}");
+    assert_eq!(refused.len(), 6, "{audit:?}");
     let allowed = audit
         .iter()
         .find(|a| a["tool"] == "fs__read_file")
@@ -756,5 +765,222 @@ async fn an_approval_gated_tool_is_refused_until_the_sidecar_can_ask() {
             .audit()
             .iter()
             .any(|a| a["decision"] == "approval_required")
+    );
+}
+
+/// Grants for a mixed agent: the SDK fixture `big` (4 named tools + 347 generated ones with
+/// ~6 KB schemas: 351 tools, ~2 MB) as McpServer `catalog`, prefix `cat`, **deferred**, with
+/// every tool granted but `tool_0002`, `delete_file` needing approval and `tool_0001` granted
+/// under another definition than the live one; and `small` as McpServer `files`, prefix `fs`,
+/// preloaded, granting `read_file`.
+async fn mixed_deferred_grants(big: &str, small: &str) -> Value {
+    let mut catalog = grants_for("catalog", "cat", big, &[], json!({}), None).await;
+    let server = &mut catalog["servers"][0];
+    server["deferred"] = json!(true);
+    let tools = server["tools"].as_array_mut().unwrap();
+    assert_eq!(tools.len(), 351, "the fixture serves 351 tools");
+    tools.retain(|t| t["name"] != "tool_0002");
+    for tool in tools.iter_mut() {
+        if tool["name"] == "delete_file" {
+            tool["requiresApproval"] = json!(true);
+        }
+        if tool["name"] == "tool_0001" {
+            tool["definitionDigest"] = json!(format!("sha256:{}", "0".repeat(64)));
+        }
+    }
+    let files = grants_for("files", "fs", small, &["read_file"], json!({}), None).await;
+    let servers = json!([catalog["servers"][0].clone(), files["servers"][0].clone()]);
+    json!({"schemaVersion": "mcp-operator.dev/grants/v1", "servers": servers})
+}
+
+fn text_json(step: &Value) -> Value {
+    assert_eq!(step["isError"], false, "{step}");
+    serde_json::from_str(step["text"].as_str().unwrap()).unwrap()
+}
+
+fn refusal(step: &Value) -> &str {
+    assert_eq!(step["isError"], true, "{step}");
+    step["text"].as_str().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_deferred_server_is_found_read_and_called_through_three_tools_with_the_same_narrowing() {
+    let fixtures = Fixtures::load();
+    let big = fixtures.sdk_server(&["--tools", "347", "--schema-bytes", "5900"]);
+    let small = fixtures.sdk_server(&[]);
+    let grants = mixed_deferred_grants(&big.url, &small.url).await;
+    let sidecar = Sidecar::start(Some(&grants));
+    sidecar.wait_ready().await;
+    let call =
+        |tool: &str, arguments: Value| json!({"op": "call", "name": tool, "arguments": arguments});
+    let target = |tool: &str, arguments: Value| {
+        call(
+            "call_tool",
+            json!({"server": "catalog", "tool": tool, "arguments": arguments}),
+        )
+    };
+    for mode in MODES {
+        let out = agent(
+            &sidecar.url,
+            mode,
+            json!([
+                {"op": "list"},
+                call("list_tools", json!({})),
+                {"op": "discover", "arguments": {}},
+                {"op": "discover", "arguments": {"server": "catalog", "query": "TOOL NUMBER 34"}},
+                call("list_tools", json!({"server": "files"})),
+                call("get_tool_info", json!({"server": "catalog", "tool": "tool_0005"})),
+                call("get_tool_info", json!({"server": "catalog", "tool": "tool_0001"})),
+                call("get_tool_info", json!({"server": "catalog", "tool": "tool_0002"})),
+                target("read_file", json!({"path": "VIA-DISCOVERY-4417"})),
+                target("tool_0002", json!({"path": "/not-granted"})),
+                target("delete_file", json!({"path": "/gated"})),
+                target("tool_0001", json!({"path": "/withheld"})),
+                call("call_tool", json!({"server": "files", "tool": "read_file", "arguments": {"path": "/x"}})),
+                call("call_tool", json!({"server": "nowhere", "tool": "read_file"})),
+                call("fs__read_file", json!({"path": "/direct"})),
+            ]),
+        )
+        .await;
+        let steps = &out["steps"];
+        // The agent sees the preloaded server's tool and three discovery tools: kilobytes.
+        assert_eq!(
+            names(&steps[0]),
+            ["call_tool", "fs__read_file", "get_tool_info", "list_tools"],
+            "{mode}"
+        );
+        let listed = steps[0]["bytes"].as_u64().unwrap();
+        assert!(listed < 8 * 1024, "{mode}: the list is {listed} bytes");
+        assert!(
+            out["instructions"]
+                .as_str()
+                .unwrap()
+                .contains("The tools of catalog are not listed one by one"),
+            "{out}"
+        );
+        // list_tools: granted tools whose definitions match, paged and bounded.
+        let first = text_json(&steps[1]);
+        assert_eq!(
+            first["total"], 349,
+            "351 less the ungranted and the withheld: {first}"
+        );
+        assert_eq!(first["tools"].as_array().unwrap().len(), 50);
+        assert!(first["nextCursor"].is_string());
+        let entry = &first["tools"][0];
+        assert_eq!(
+            entry,
+            &json!({"server": "catalog", "tool": "delete_file", "access": "destructive",
+                    "requiresApproval": true, "description": "Delete a file."})
+        );
+        let every = &steps[2];
+        let tools: Vec<&str> = every["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["tool"].as_str().unwrap())
+            .collect();
+        assert_eq!(tools.len(), 349, "{mode}");
+        assert!(every["pages"].as_u64().unwrap() >= 7);
+        assert!(!tools.contains(&"tool_0001") && !tools.contains(&"tool_0002"));
+        let found: Vec<&str> = steps[3]["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["tool"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            found,
+            [
+                "tool_0034",
+                "tool_0340",
+                "tool_0341",
+                "tool_0342",
+                "tool_0343",
+                "tool_0344",
+                "tool_0345",
+                "tool_0346"
+            ],
+            "{mode}"
+        );
+        assert!(
+            refusal(&steps[4]).contains("listed directly, named fs__<tool>"),
+            "{out}"
+        );
+        // get_tool_info: the full live definition, and only of what list_tools shows.
+        let info = text_json(&steps[5]);
+        assert_eq!(info["definition"]["name"], "tool_0005");
+        assert!(
+            info["definition"]["inputSchema"]["properties"]["option_000"].is_object(),
+            "{info}"
+        );
+        assert!(
+            refusal(&steps[6]).contains("tool_0001 of server catalog is withheld"),
+            "{out}"
+        );
+        assert!(refusal(&steps[7]).contains("is not granted"), "{out}");
+        // call_tool: the target runs through the direct call's pipeline.
+        let echoed = text_json(&steps[8]);
+        assert_eq!(
+            echoed,
+            json!({"tool": "read_file", "arguments": {"path": "VIA-DISCOVERY-4417"}})
+        );
+        assert!(
+            refusal(&steps[9]).contains("\"tool_0002\" of server catalog is not granted"),
+            "{out}"
+        );
+        // The approval gate is the target's (about cat__delete_file, never call_tool). This
+        // client can give no approval, so the tool is not run, whatever form the gate takes.
+        let gated = refusal(&steps[10]);
+        assert!(
+            gated.contains("cat__delete_file") && gated.contains("approval"),
+            "the approval is about the target: {gated}"
+        );
+        assert!(
+            refusal(&steps[11]).contains("cat__tool_0001 is withheld"),
+            "{out}"
+        );
+        assert!(
+            refusal(&steps[12]).contains("listed directly"),
+            "a preloaded server is not reachable through discovery: {out}"
+        );
+        assert!(
+            refusal(&steps[13]).contains("no server \"nowhere\" is granted"),
+            "{out}"
+        );
+        assert_eq!(steps[14]["isError"], false, "{out}");
+    }
+    // What ran upstream: the allowed target, twice (one per era); nothing refused reached it.
+    assert_eq!(upstream_calls(&big.url).await, ["read_file", "read_file"]);
+    assert_eq!(upstream_calls(&small.url).await, ["read_file", "read_file"]);
+
+    let audit = sidecar.audit();
+    let via: Vec<&Value> = audit.iter().filter(|a| a["via"] == "call_tool").collect();
+    let line = |tool: &str| {
+        via.iter()
+            .find(|a| a["tool"] == tool)
+            .unwrap_or_else(|| panic!("no audit line for {tool}: {audit:?}"))
+    };
+    let allowed = line("cat__read_file");
+    assert_eq!(allowed["server"], "catalog");
+    assert_eq!(allowed["raw_tool"], "read_file");
+    assert_eq!(allowed["decision"], "allowed");
+    assert_eq!(allowed["outcome"], "ok");
+    let gated = line("cat__delete_file");
+    assert_ne!(gated["decision"], "allowed", "{gated}");
+    assert_eq!(gated["outcome"], "refused", "{gated}");
+    assert_eq!(line("cat__tool_0001")["decision"], "definition_changed");
+    let unresolved = line("tool_0002");
+    assert_eq!(unresolved["decision"], "not_granted");
+    assert_eq!(unresolved["access"], "destructive", "{unresolved}");
+    assert_eq!(unresolved["server"], "catalog");
+    assert_eq!(via.len(), 2 * 6, "{via:?}");
+    assert!(
+        audit
+            .iter()
+            .any(|a| a["tool"] == "fs__read_file" && a["via"] == "direct")
+    );
+    assert!(
+        !sidecar.log_text().contains("VIA-DISCOVERY-4417"),
+        "arguments must never be logged"
     );
 }

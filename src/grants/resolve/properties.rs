@@ -494,6 +494,9 @@ proptest! {
         prop_assert_eq!(res.ready, res.resolved() && !required_missing);
         prop_assert_eq!(res.document.is_some(), res.collisions.is_empty());
         if let Some(doc) = &res.document {
+            // Every published name is <prefix>__<name>: what the sidecar checks, and what
+            // keeps names without `__` free for its discovery tools.
+            prop_assert_eq!(doc.naming_problem(), None);
             let mut seen = std::collections::BTreeSet::new();
             for server in &doc.servers {
                 for t in &server.tools {

@@ -1000,6 +1000,25 @@ async fn the_service_account_can_do_nothing_else() {
         attrs("events.k8s.io", "events", "create", "default"),
         attrs("coordination.k8s.io", "leases", "create", release),
         named("coordination.k8s.io", "leases", "patch", release, &lease),
+        // The injection webhook: the AgentSpec a pod names and its McpServers; its certificate
+        // Secret in the release namespace; its own webhook configuration's caBundle.
+        attrs(mcp, "agentspecs", "get", "tenant-a"),
+        attrs(mcp, "mcpservers", "get", "tenant-a"),
+        attrs("", "secrets", "create", release),
+        named(
+            "",
+            "secrets",
+            "update",
+            release,
+            &format!("{lease}-webhook-tls"),
+        ),
+        named(
+            "admissionregistration.k8s.io",
+            "mutatingwebhookconfigurations",
+            "update",
+            "",
+            &lease,
+        ),
     ];
     for a in allowed {
         assert!(may(&client, &user, a.clone()).await, "{user} needs {a}");
@@ -1011,12 +1030,12 @@ async fn the_service_account_can_do_nothing_else() {
         attrs(mcp, "mcpservers", "patch", "tenant-a"),
         attrs(mcp, "mcpservers", "update", "tenant-a"),
         attrs(mcp, "mcpservers", "delete", "tenant-a"),
-        attrs(mcp, "mcpservers", "get", "tenant-a"),
         attrs(mcp, "agentspecs", "patch", "tenant-a"),
         attrs(mcp, "mcptenantpolicies", "delete", ""),
         attrs(mcp, "mcptenantpolicies", "patch", ""),
         attrs(mcp, "mcpservers/status", "update", "tenant-a"),
-        // Secrets are read, never written.
+        // Secrets are read, never written (but the webhook's own, in the release namespace).
+        named("", "secrets", "update", release, "someone-elses"),
         attrs("", "secrets", "create", "tenant-a"),
         attrs("", "secrets", "patch", "tenant-a"),
         attrs("", "secrets", "update", "tenant-a"),
@@ -1056,6 +1075,22 @@ async fn the_service_account_can_do_nothing_else() {
             "kube-system",
             &lease,
         ),
+        // Only its own webhook configuration; pods are never touched (the webhook answers
+        // the apiserver, it writes no pod).
+        named(
+            "admissionregistration.k8s.io",
+            "mutatingwebhookconfigurations",
+            "update",
+            "",
+            "someone-elses",
+        ),
+        attrs(
+            "admissionregistration.k8s.io",
+            "mutatingwebhookconfigurations",
+            "create",
+            "",
+        ),
+        attrs("", "pods", "patch", "tenant-a"),
         // Nothing else at all.
         attrs("", "pods", "list", "tenant-a"),
         attrs("", "serviceaccounts/token", "create", release),
@@ -1082,8 +1117,8 @@ async fn the_service_account_can_do_nothing_else() {
 }
 
 /// Every object the chart renders with its defaults is accepted by the apiserver as written
-/// (server-side dry run, unknown fields refused): the Deployment, Service,
-/// PodDisruptionBudget, ServiceAccount, roles and bindings.
+/// (server-side dry run, unknown fields refused): the Deployment, Services,
+/// PodDisruptionBudget, ServiceAccount, roles and bindings, the MutatingWebhookConfiguration.
 #[tokio::test]
 async fn every_rendered_object_is_accepted_by_the_apiserver() {
     let (client, ns) = e2e::setup("chart-objects").await;
@@ -1095,6 +1130,7 @@ async fn every_rendered_object_is_accepted_by_the_apiserver() {
             "ClusterRole",
             "ClusterRoleBinding",
             "Deployment",
+            "MutatingWebhookConfiguration",
             "PodDisruptionBudget",
             "Role",
             "RoleBinding",

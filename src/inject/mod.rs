@@ -393,8 +393,10 @@ fn credentials_volume(refs: &References) -> Volume {
         name: CREDENTIALS_VOLUME.into(),
         projected: Some(ProjectedVolumeSource {
             sources: Some(sources),
-            // Owner-read only: the sidecar runs as the pod's user; fsGroup may widen it.
-            default_mode: Some(0o440),
+            // Readable by the sidecar's user whatever the pod's fsGroup (the kubelet writes the
+            // files as root). Only the sidecar mounts this volume: the agent's containers never
+            // see the files.
+            default_mode: Some(0o444),
         }),
         ..Default::default()
     }

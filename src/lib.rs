@@ -7,13 +7,14 @@
 //!                    │            │          │
 //!                    ▼            ▼          ▼
 //!              controller      probe      sidecar ──► grants, mcp (never api, controller)
-//!                │ (webhook) ──► inject ──► grants
 //!             ╱    │     ╲        │
 //!            ▼     ▼      ▼       ▼
 //!          api   grants    mcp ◄──┘
 //!            ╲     │      ╱
 //!             ▼    ▼     ▼
 //!                 core
+//!
+//!    controller (its admission webhook) ──► inject ──► grants, core
 //! ```
 //!
 //! - [`core`]: the vocabulary: catalogue, access and approval, era, server info, transport,

@@ -29,18 +29,21 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kube::ResourceExt;
-use kube::api::{Api, ApiResource, ListParams, PostParams};
+use kube::api::{Api, ApiResource, ListParams, Patch, PatchParams, PostParams};
 use mcp_operator::api::agent_spec::{AgentSpec, grants_config_map_name};
 use mcp_operator::api::mcp_server::McpServer;
+use mcp_operator::api::tenant_policy::McpTenantPolicy;
 use operator::{apply_server, eventually, server_manifest, wait_condition};
 use serde_json::Value;
 use support::Fixtures;
 
 const CHART: &str = "charts/mcp-operator";
 const SOON: Duration = Duration::from_secs(60);
+/// The namespace label the injection test's McpTenantPolicy selects.
+const TENANT_LABEL: &str = "mcp-operator.dev/e2e-tenant";
 
 fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -866,6 +869,106 @@ async fn a_labelled_pod_gets_its_sidecar_and_calls_exactly_its_granted_tools() {
             .contains("not granted"),
         "{out}"
     );
+
+    // --- a platform engineer caps files-admin at read for this namespace while the agent is
+    // connected: the operator republishes the grants, the kubelet updates the running pod's
+    // ConfigMap volume, the sidecar narrows and tells the agent (list_changed).
+    Api::<Namespace>::all(client.clone())
+        .patch(
+            ns.name(),
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"metadata": {"labels": {TENANT_LABEL: ns.name()}}})),
+        )
+        .await
+        .expect("labelling the namespace");
+    let policy_name = ns.scoped_name("admin-read-only");
+    ns.delete_later(ApiResource::erase::<McpTenantPolicy>(&()), &policy_name);
+    let policy: McpTenantPolicy = serde_json::from_value(serde_json::json!({
+        "apiVersion": "mcp-operator.dev/v1alpha1", "kind": "McpTenantPolicy",
+        "metadata": {"name": policy_name},
+        "spec": {"namespaceSelector": {"matchLabels": {TENANT_LABEL: ns.name()}},
+                 "rules": [{"servers": {"names": ["files-admin"]}, "maxAccess": "read"},
+                           {"servers": {"names": ["files"]}}]},
+    }))
+    .expect("a policy");
+    let applied = std::sync::Arc::new(std::sync::Mutex::new(None::<Instant>));
+    let applied_at = applied.clone();
+    let policy_client = client.clone();
+    let out = sidecar_support::agent_with(
+        &forward.url,
+        "legacy",
+        serde_json::json!([
+            {"op": "wait_list_changed", "timeout": 45, "trigger": true},
+            {"op": "call", "name": "admin__write_file", "arguments": {"path": "/notes"}},
+        ]),
+        || async move {
+            *applied_at.lock().unwrap() = Some(Instant::now());
+            Api::<McpTenantPolicy>::all(policy_client)
+                .patch(
+                    &policy_name,
+                    &PatchParams::apply(e2e::FIELD_MANAGER).force(),
+                    &Patch::Apply(&policy),
+                )
+                .await
+                .expect("applying the policy");
+        },
+    )
+    .await;
+    let narrowed_in = applied
+        .lock()
+        .unwrap()
+        .expect("the policy was applied")
+        .elapsed();
+    let steps = &out["steps"];
+    assert_eq!(steps[0]["changed"], true, "no list_changed: {out}");
+    let mut narrowed = sidecar_support::names(&steps[0]);
+    narrowed.sort();
+    assert!(
+        !narrowed.contains(&"admin__write_file".to_string())
+            && narrowed.contains(&"admin__read_file".to_string())
+            && narrowed.iter().all(|n| granted.contains(n)),
+        "after the policy: {narrowed:?} (before: {granted:?})"
+    );
+    assert!(
+        steps[1]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("not granted"),
+        "{out}"
+    );
+    eprintln!(
+        "e2e_node: a tenant policy narrowed the running pod's tools (kubelet volume update, list_changed) within {:.1}s",
+        narrowed_in.as_secs_f64()
+    );
+
+    // --- the grants ConfigMap deleted by hand: the running agent keeps its last good grants
+    // (the kubelet leaves the volume as it was) and the operator writes the ConfigMap again.
+    let before = config_maps
+        .get(&grants_name)
+        .await
+        .expect("the grants ConfigMap")
+        .metadata
+        .uid;
+    config_maps
+        .delete(&grants_name, &Default::default())
+        .await
+        .expect("deleting the grants ConfigMap");
+    eventually(
+        SOON,
+        "the operator restores the grants ConfigMap",
+        || async {
+            match config_maps.get_opt(&grants_name).await {
+                Ok(Some(cm)) if cm.metadata.uid != before => Ok(()),
+                other => Err(format!("{:?}", other.map(|c| c.map(|c| c.metadata.uid)))),
+            }
+        },
+    )
+    .await;
+    let out =
+        sidecar_support::agent(&forward.url, "auto", serde_json::json!([{"op": "list"}])).await;
+    let mut still = sidecar_support::names(&out["steps"][0]);
+    still.sort();
+    assert_eq!(still, narrowed, "{out}");
     drop(forward);
     let logs = run(kubectl(&cluster_dir).args([
         "logs",
@@ -927,7 +1030,7 @@ async fn a_labelled_pod_gets_its_sidecar_and_calls_exactly_its_granted_tools() {
         .map(|t| t["name"].as_str().unwrap().to_owned())
         .collect();
     seen.sort();
-    assert_eq!(seen, granted);
+    assert_eq!(seen, narrowed, "the probing agent sees the narrowed grants");
 
     // --- re-admission of an injected pod adds nothing (a dry run passes the webhook too).
     let mut again = serde_json::to_value(&created).expect("JSON");

@@ -969,6 +969,51 @@ async fn a_labelled_pod_gets_its_sidecar_and_calls_exactly_its_granted_tools() {
     let mut still = sidecar_support::names(&out["steps"][0]);
     still.sort();
     assert_eq!(still, narrowed, "{out}");
+
+    // --- drift: the McpServer `files` now sends a header from a new Secret. The running pod
+    // does not mount it (volumes are fixed at admission); the sidecar says which key and that
+    // the pod must be restarted, and never sends the call without it.
+    let key_secret: Secret = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "files-api-key"},
+        "stringData": {"key": "k-123"},
+    }))
+    .expect("a secret");
+    secrets
+        .create(&PostParams::default(), &key_secret)
+        .await
+        .expect("creating the Secret");
+    Api::<McpServer>::namespaced(client.clone(), ns.name())
+        .patch(
+            "files",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"credentials": {"headers": [
+                {"name": "X-Api-Key", "valueFrom": {"secretKeyRef": {"name": "files-api-key", "key": "key"}}},
+            ]}}})),
+        )
+        .await
+        .expect("adding a header to files");
+    let drifted = Instant::now();
+    let said = loop {
+        let out =
+            sidecar_support::agent(&forward.url, "legacy", serde_json::json!([{"op": "list"}]))
+                .await;
+        let instructions = out["instructions"].as_str().unwrap_or_default().to_owned();
+        if instructions.contains("files-api-key") {
+            break instructions;
+        }
+        assert!(
+            drifted.elapsed() < Duration::from_secs(60),
+            "the sidecar never named the unmounted Secret: {out}"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    };
+    assert!(said.contains("restart the pod"), "{said}");
+    assert!(!said.contains("k-123"), "the Secret's value leaked: {said}");
+    eprintln!(
+        "e2e_node: the sidecar named the Secret the running pod does not mount {:.1}s after the McpServer changed",
+        drifted.elapsed().as_secs_f64()
+    );
     drop(forward);
     let logs = run(kubectl(&cluster_dir).args([
         "logs",

@@ -408,6 +408,9 @@ fn sidecar_container(agent: &str, refs: &References, settings: &SidecarSettings)
         format!("--agent={agent}"),
         format!("--grants-file={GRANTS_DIR}/grants.json"),
         format!("--credentials-dir={CREDENTIALS_DIR}"),
+        // What this pod mounts: a key the grants reference later is reported as a pod to
+        // restart, not as a missing Secret.
+        format!("--mounted-credentials={}", refs.paths().join(",")),
         format!("--listen=127.0.0.1:{}", settings.port),
         format!("--metrics-addr=0.0.0.0:{}", settings.health_port),
         "--log-format=json".to_string(),

@@ -111,6 +111,7 @@ fn a_labelled_pod_gets_a_native_sidecar_that_gates_the_agent() {
     assert!(args.contains(&format!("--grants-file={GRANTS_DIR}/grants.json")));
     assert!(args.contains(&format!("--credentials-dir={CREDENTIALS_DIR}")));
     assert!(args.contains(&"--listen=127.0.0.1:9500".to_string()));
+    assert!(args.contains(&"--mounted-credentials=secrets/tok/token".to_string()));
     let security = sc.security_context.as_ref().unwrap();
     assert_eq!(security.run_as_non_root, Some(true));
     assert_eq!(security.read_only_root_filesystem, Some(true));

@@ -372,6 +372,40 @@ fn the_chart_lints_and_renders_its_options() {
     .expect("--sidecar is what the controller reads");
     assert_eq!(sidecar.image, "sidecar.example/mcp:v9");
     assert_eq!(sidecar.server_url(), "http://127.0.0.1:9600/mcp");
+    assert!(of_kind(&defaults, "PrometheusRule").is_empty());
+    let monitored = render(
+        "mcp-operator",
+        "mcp-operator",
+        &[
+            "metrics.prometheusRule.enabled=true",
+            "metrics.sidecarPodMonitor.enabled=true",
+        ],
+    );
+    let alerts: Vec<&str> = one(&monitored, "PrometheusRule")["spec"]["groups"][0]["rules"]
+        .as_array()
+        .expect("rules")
+        .iter()
+        .map(|r| r["alert"].as_str().expect("an alert"))
+        .collect();
+    assert_eq!(
+        alerts,
+        [
+            "McpServerNotReady",
+            "McpOperatorReconcileErrors",
+            "McpInjectionFailing",
+            "McpSidecarDenialsRising",
+            "McpToolDefinitionChanged",
+        ]
+    );
+    let pod_monitor = one(&monitored, "PodMonitor");
+    assert_eq!(
+        pod_monitor["spec"]["selector"]["matchExpressions"][0]["key"],
+        "mcp-operator.dev/agent"
+    );
+    assert_eq!(
+        pod_monitor["spec"]["podMetricsEndpoints"][0]["port"],
+        "mcp-health"
+    );
     let off = render("mcp-operator", "mcp-operator", &["injection.enabled=false"]);
     assert!(of_kind(&off, "MutatingWebhookConfiguration").is_empty());
     assert!(

@@ -8,8 +8,9 @@
 //!      tls.crt, tls.key, ca.crt (bundle)                                   won; read its Secret)
 //!      annotations: not-after, dns-names       due ─► issue ─► replace at its resourceVersion
 //!                                                              (409: re-read next round)
-//!    ─► the serving certificate this replica presents   (a resolver, swapped in place)
 //!    ─► MutatingWebhookConfiguration caBundle = ca.crt  (replaced only when it differs)
+//!    ─► the serving certificate this replica presents   (a resolver, swapped in place; a
+//!                                                         renewed one a round after its bundle)
 //! ```
 //!
 //! The CA and the serving certificate are issued together and the CA's key is never stored: a
@@ -244,13 +245,41 @@ fn secret_of(
     }
 }
 
+/// Pure: whether to present the Secret's certificate `stored` now. With none served yet, at
+/// once (nothing can break). A renewed one only once a round ago already found it with its
+/// CA bundle written, so the apiserver (whose view of the configuration lags a little) trusts
+/// its CA first; until then the previous certificate, still valid for weeks, serves.
+pub fn switch_now(
+    served: Option<&str>,
+    seen_last_round: Option<&str>,
+    stored: &str,
+    bundle_written: bool,
+) -> bool {
+    match served {
+        None => true,
+        Some(s) if s == stored => false,
+        Some(_) => bundle_written && seen_last_round == Some(stored),
+    }
+}
+
 /// The certificate this replica presents; swapped when the Secret changes.
 #[derive(Debug, Default)]
 pub struct Resolver {
     current: RwLock<Option<(String, Arc<CertifiedKey>)>>,
+    /// A renewed certificate found in the Secret, not served yet (see [`switch_now`]).
+    seen: std::sync::Mutex<Option<String>>,
 }
 
 impl Resolver {
+    /// The PEM of the certificate it presents.
+    fn served(&self) -> Option<String> {
+        self.current
+            .read()
+            .expect("resolver lock")
+            .as_ref()
+            .map(|(c, _)| c.clone())
+    }
+
     /// Whether a certificate is loaded (the webhook can answer).
     pub fn loaded(&self) -> bool {
         self.current.read().expect("resolver lock").is_some()
@@ -319,10 +348,21 @@ impl Keeper {
                 .map(|b| String::from_utf8_lossy(&b.0).into_owned())
                 .unwrap_or_default()
         };
-        if resolver.load(&text("tls.crt"), &text("tls.key"))? {
-            tracing::info!(secret = %self.secret, "serving the webhook with the certificate in its Secret");
+        // The bundle first: the apiserver must trust a new CA before any replica presents a
+        // certificate it signed.
+        let bundle = self.keep_ca_bundle(text("ca.crt").as_bytes()).await;
+        let cert = text("tls.crt");
+        let served = resolver.served();
+        let seen = resolver.seen.lock().expect("resolver lock").clone();
+        if switch_now(served.as_deref(), seen.as_deref(), &cert, bundle.is_ok()) {
+            if resolver.load(&cert, &text("tls.key"))? {
+                tracing::info!(secret = %self.secret, "serving the webhook with the certificate in its Secret");
+            }
+        } else if served.as_deref() != Some(cert.as_str()) {
+            // Renewed: served from the next round on, when the apiserver has the bundle.
+            *resolver.seen.lock().expect("resolver lock") = bundle.is_ok().then_some(cert);
         }
-        self.keep_ca_bundle(text("ca.crt").as_bytes()).await
+        bundle
     }
 
     async fn current_secret(&self, api: &Api<Secret>, names: &[String]) -> Result<Secret, String> {
@@ -530,6 +570,21 @@ mod tests {
                 .is_err()
         );
         assert!(!issued.key_pem.is_empty() && !issued.ca_pem.contains("PRIVATE KEY"));
+    }
+
+    #[test]
+    fn a_renewed_certificate_is_served_one_round_after_its_bundle_was_written() {
+        // Nothing served: at once, whatever the bundle.
+        assert!(switch_now(None, None, "new", false));
+        // The same certificate: nothing to do.
+        assert!(!switch_now(Some("old"), None, "old", true));
+        // Renewed: not in the round that finds it...
+        assert!(!switch_now(Some("old"), None, "new", true));
+        // ...but in the next, if the bundle is (still) written.
+        assert!(switch_now(Some("old"), Some("new"), "new", true));
+        assert!(!switch_now(Some("old"), Some("new"), "new", false));
+        // Renewed again meanwhile: wait for that one.
+        assert!(!switch_now(Some("old"), Some("newer"), "new", true));
     }
 
     #[test]

@@ -67,7 +67,7 @@ pub struct WebhookArgs {
     pub sidecar: Option<String>,
 }
 
-/// Why the webhook could not start.
+/// The injected sidecar's settings from `--sidecar`, or why there are none.
 pub fn settings(args: &WebhookArgs) -> Result<SidecarSettings, String> {
     let text = args
         .sidecar

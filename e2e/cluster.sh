@@ -282,6 +282,9 @@ stop_all() {
 # ---------------------------------------------------------------- up / down
 
 SERVICE_CIDR=10.0.0.0/24
+# No kube-proxy routes ClusterIPs here, so the apiserver reaches webhook and aggregated
+# Services at their endpoints' pod IPs (--enable-aggregator-routing), which the host reaches on
+# the node's bridge.
 # The controllers that do something without nodes and matter to an operator:
 # ownerReference garbage collection, namespace deletion, service accounts and
 # their tokens, kube-root-ca.crt, aggregated ClusterRoles (admin/edit/view),
@@ -346,6 +349,7 @@ start_components() {
     --service-account-signing-key-file="$pki/sa.key" \
     --service-cluster-ip-range="$SERVICE_CIDR" \
     --endpoint-reconciler-type=none \
+    --enable-aggregator-routing=true \
     --profiling=false \
     --v=1 \
     ${E2E_APISERVER_ARGS:-}

@@ -10,6 +10,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("mcp", &["core"]),
     ("api", &["core"]),
     ("sidecar", &["core", "grants", "mcp"]),
+    ("inject", &["core", "grants"]),
 ];
 
 /// Every module path the crate has at its top, so `crate::<name>` can be told apart.
@@ -18,6 +19,7 @@ const TOP: &[&str] = &[
     "controller",
     "core",
     "grants",
+    "inject",
     "mcp",
     "probe",
     "sidecar",

@@ -13,6 +13,8 @@
 //!            ╲     │      ╱
 //!             ▼    ▼     ▼
 //!                 core
+//!
+//!    controller (its admission webhook) ──► inject ──► grants, core
 //! ```
 //!
 //! - [`core`]: the vocabulary: catalogue, access and approval, era, server info, transport,
@@ -22,13 +24,16 @@
 //!   Knows nothing of Kubernetes nor of `api`. Uses `core`.
 //! - [`grants`]: the pure narrowing core (planes, patterns, qualified names) and the grants
 //!   document. Uses only `core`.
-//! - [`controller`]: the reconcilers; the only module that talks to Kubernetes.
+//! - [`inject`]: pure: a labelled Pod and its AgentSpec's credential references → the JSON patch
+//!   adding the sidecar. Uses `grants` and `core`; the controller's admission webhook serves it.
+//! - [`controller`]: the reconcilers and the admission webhook; the only module that talks to
+//!   Kubernetes.
 //! - [`probe`]: the `probe` subcommand: one server, one JSON document.
 //! - [`sidecar`]: the `sidecar` subcommand: the agent's only MCP endpoint, enforcing its grants
 //!   at call time. Uses `grants`, `mcp` and `core` only (never `api` or `controller`).
 //!
-//! A unit test (`layering`) fails when a module of `core`, `api`, `mcp` or `grants` imports
-//! against this direction.
+//! A unit test (`layering`) fails when a module of `core`, `api`, `mcp`, `grants`, `inject` or
+//! `sidecar` imports against this direction.
 #![deny(rust_2018_idioms)]
 #![forbid(unsafe_code)]
 
@@ -36,6 +41,7 @@ pub mod api;
 pub mod controller;
 pub mod core;
 pub mod grants;
+pub mod inject;
 pub mod mcp;
 pub mod probe;
 pub mod sidecar;

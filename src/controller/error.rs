@@ -17,6 +17,8 @@ pub enum StartError {
     LeaderElection(String),
     #[error("the health and metrics server could not start: {0}")]
     Serve(String),
+    #[error("the sidecar-injection webhook could not start: {0}")]
+    Webhook(String),
 }
 
 impl StartError {
@@ -27,6 +29,7 @@ impl StartError {
             StartError::CrdsMissing(_) => "CrdsMissing",
             StartError::LeaderElection(_) => "LeaderElection",
             StartError::Serve(_) => "Serve",
+            StartError::Webhook(_) => "Webhook",
         }
     }
 }

@@ -28,6 +28,11 @@ pub struct ReasonLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    pub result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ServerLabels {
     pub namespace: String,
     pub name: String,
@@ -44,6 +49,8 @@ pub struct Metrics {
     servers_by_reason: Family<ReasonLabels, Gauge>,
     tools: Family<ServerLabels, Gauge>,
     pub subscriptions_open: Gauge,
+    /// Admission reviews of the sidecar-injection webhook by result.
+    admissions: Family<ResultLabels, Counter>,
     /// (namespace, name) → Ready reason, from which `servers_by_reason` is derived.
     reasons: Mutex<HashMap<(String, String), String>>,
 }
@@ -101,8 +108,15 @@ impl Default for Metrics {
             "Open tools/list_changed subscriptions to MCP servers",
             subscriptions_open.clone(),
         );
+        let admissions = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "admissions",
+            "Pods the sidecar-injection webhook answered, by result (Injected, AlreadyInjected, Refused, ApiError, NotLabelled, Invalid, Error)",
+            admissions.clone(),
+        );
         Metrics {
             registry,
+            admissions,
             reconciles,
             reconcile_duration,
             probe_duration,
@@ -117,6 +131,15 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Counts one admission review of the webhook.
+    pub fn admission(&self, result: &str) {
+        self.admissions
+            .get_or_create(&ResultLabels {
+                result: result.to_string(),
+            })
+            .inc();
+    }
+
     /// Records an McpServer's Ready reason and tool count (None when it is deleted).
     pub fn set_server(&self, namespace: &str, name: &str, state: Option<(&str, Option<u32>)>) {
         let key = (namespace.to_string(), name.to_string());

@@ -31,7 +31,11 @@
 //!   from reconcile errors (one per kind of write, the `reconciles_total{result}` label).
 //! - `health.rs`, `metrics.rs`: /healthz, /readyz and /metrics.
 //!
-//! Only the leader (a Lease) runs the reconcilers; followers serve health and metrics and wait.
+//! - `webhook/`: the sidecar-injection admission webhook and its TLS certificate; served by
+//!   every replica (the decision itself is [`crate::inject`], pure).
+//!
+//! Only the leader (a Lease) runs the reconcilers; followers serve health, metrics and the
+//! webhook, and wait.
 
 mod agent_spec;
 mod context;
@@ -47,6 +51,7 @@ mod readiness;
 mod shared;
 mod tenant_policy;
 mod watches;
+mod webhook;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -63,6 +68,7 @@ use crate::api::mcp_server::McpServer;
 use context::{Context, Settings};
 pub use error::StartError;
 use metrics::Metrics;
+pub use webhook::WebhookArgs;
 
 /// Flags of `mcp-operator controller`.
 #[derive(clap::Args, Debug, Clone)]
@@ -110,6 +116,8 @@ pub struct ControllerArgs {
     /// in the grants and the sidecar offers discovery tools instead of every schema.
     #[arg(long, default_value_t = 100_000)]
     pub preload_budget: u64,
+    #[command(flatten)]
+    pub webhook: WebhookArgs,
 }
 
 /// Runs the controller until SIGTERM or SIGINT.
@@ -149,6 +157,24 @@ pub async fn run(args: ControllerArgs) -> Result<(), StartError> {
     let ready = Arc::new(AtomicBool::new(false));
     let bound = health::serve(args.metrics_addr, metrics.clone(), ready.clone()).await?;
     info!(%identity, addr = %bound, "serving /healthz, /readyz and /metrics");
+    let namespace = args
+        .lease_namespace
+        .clone()
+        .or_else(|| args.watch_namespace.clone())
+        .unwrap_or_else(|| "default".into());
+    // Every replica answers admissions, leader or not; its client is not fenced.
+    if let Some(addr) = args.webhook.webhook_addr {
+        let bound = webhook::start(
+            &args.webhook,
+            addr,
+            lease_client.clone(),
+            namespace.clone(),
+            metrics.clone(),
+        )
+        .await
+        .map_err(StartError::Webhook)?;
+        info!(addr = %bound, "serving the sidecar-injection webhook (HTTPS /inject)");
+    }
 
     let (stop_tx, stop_rx) = watch::channel(false);
     tokio::spawn(async move {
@@ -178,11 +204,6 @@ pub async fn run(args: ControllerArgs) -> Result<(), StartError> {
         return Ok(());
     }
 
-    let namespace = args
-        .lease_namespace
-        .clone()
-        .or_else(|| args.watch_namespace.clone())
-        .unwrap_or_else(|| "default".into());
     let (leading_tx, mut leading) = watch::channel(false);
     let (may_lead_tx, may_lead_rx) = watch::channel(true);
     let elector = leader::Elector {

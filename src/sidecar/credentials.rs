@@ -4,9 +4,12 @@
 //! connection is keyed by a digest of what was read, never by the value.
 //!
 //! A missing or unreadable file makes that server unavailable with a reason naming the Secret
-//! (or ConfigMap) and key, never the value.
+//! (or ConfigMap) and key, never the value. When the injection said which keys the pod mounts
+//! (`--mounted-credentials`), a key the grants came to reference later is reported as such: the
+//! pod must be restarted to mount it (a running pod's volumes never change).
 
-use std::path::{Path, PathBuf};
+use std::collections::BTreeSet;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
@@ -30,19 +33,56 @@ pub struct Resolved {
 #[derive(Debug, Clone)]
 pub struct CredentialsDir {
     root: PathBuf,
+    /// The files the pod mounts (`secrets/<name>/<key>`), when known.
+    mounted: Option<BTreeSet<String>>,
 }
 
 impl CredentialsDir {
     pub fn new(root: PathBuf) -> Self {
-        CredentialsDir { root }
+        CredentialsDir {
+            root,
+            mounted: None,
+        }
+    }
+
+    /// Knows which files the pod mounts: a reference to any other is a pod to restart.
+    pub fn with_mounted(mut self, mounted: impl IntoIterator<Item = String>) -> Self {
+        self.mounted = Some(mounted.into_iter().filter(|p| !p.is_empty()).collect());
+        self
     }
 
     fn secret(&self, name: &str, key: &str) -> Result<String, String> {
-        read_text(&self.root.join("secrets"), "Secret", name, key)
+        self.read_text("secrets", "Secret", name, key)
     }
 
     fn config_map(&self, name: &str, key: &str) -> Result<String, String> {
-        read_text(&self.root.join("configmaps"), "ConfigMap", name, key)
+        self.read_text("configmaps", "ConfigMap", name, key)
+    }
+
+    fn read_text(&self, dir: &str, kind: &str, name: &str, key: &str) -> Result<String, String> {
+        let invalid = |s: &str| s.is_empty() || s.contains('/') || s == "." || s == "..";
+        if invalid(name) || invalid(key) {
+            return Err(format!(
+                "the {kind} reference {name:?}/{key:?} is not a valid name and key"
+            ));
+        }
+        if let Some(mounted) = &self.mounted
+            && !mounted.contains(&format!("{dir}/{name}/{key}"))
+        {
+            return Err(format!(
+                "{kind} {name} key {key} is referenced by the grants but this pod does not mount it \
+                 (the grants named it after the pod was created): restart the pod to mount it"
+            ));
+        }
+        let path = self.root.join(dir).join(name).join(key);
+        let bytes = std::fs::read(&path).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => format!(
+                "{kind} {name} key {key} is not mounted (no file {}); the sidecar needs it to reach the server",
+                path.display()
+            ),
+            _ => format!("{kind} {name} key {key} cannot be read ({})", e.kind()),
+        })?;
+        String::from_utf8(bytes).map_err(|_| format!("{kind} {name} key {key} is not UTF-8 text"))
     }
 
     /// Builds a server's connection from its endpoint and the files it references.
@@ -111,24 +151,6 @@ impl CredentialsDir {
     }
 }
 
-fn read_text(base: &Path, kind: &str, name: &str, key: &str) -> Result<String, String> {
-    let invalid = |s: &str| s.is_empty() || s.contains('/') || s == "." || s == "..";
-    if invalid(name) || invalid(key) {
-        return Err(format!(
-            "the {kind} reference {name:?}/{key:?} is not a valid name and key"
-        ));
-    }
-    let path = base.join(name).join(key);
-    let bytes = std::fs::read(&path).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => format!(
-            "{kind} {name} key {key} is not mounted (no file {}); the sidecar needs it to reach the server",
-            path.display()
-        ),
-        _ => format!("{kind} {name} key {key} cannot be read ({})", e.kind()),
-    })?;
-    String::from_utf8(bytes).map_err(|_| format!("{kind} {name} key {key} is not UTF-8 text"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -174,6 +196,43 @@ mod tests {
             .resolve(&endpoint(false), EndpointPolicy::default())
             .unwrap();
         assert!(none.conn.credentials.bearer_token.is_none());
+    }
+
+    #[test]
+    fn a_key_the_pod_does_not_mount_asks_for_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("secrets/tok")).unwrap();
+        std::fs::write(dir.path().join("secrets/tok/token"), "s3cret").unwrap();
+        let mut ep = endpoint(true);
+        let mounted = CredentialsDir::new(dir.path().to_path_buf())
+            .with_mounted(["secrets/tok/token".to_string()]);
+        assert!(mounted.resolve(&ep, EndpointPolicy::default()).is_ok());
+        ep.headers.push(HeaderReference {
+            name: "X-Key".into(),
+            secret_key_ref: serde_json::from_value(serde_json::json!({"name": "new", "key": "k"}))
+                .unwrap(),
+        });
+        let err = mounted.resolve(&ep, EndpointPolicy::default()).unwrap_err();
+        assert!(
+            err.contains("Secret new key k") && err.contains("restart the pod"),
+            "{err}"
+        );
+        // Nothing mounted at all (grants without credentials at injection time).
+        let none = CredentialsDir::new(dir.path().to_path_buf()).with_mounted([String::new()]);
+        let err = none
+            .resolve(&endpoint(true), EndpointPolicy::default())
+            .unwrap_err();
+        assert!(
+            err.contains("Secret tok key token") && err.contains("restart"),
+            "{err}"
+        );
+        // Unknown (run by hand, not injected): the file decides.
+        let unknown = CredentialsDir::new(dir.path().to_path_buf());
+        assert!(
+            unknown
+                .resolve(&endpoint(true), EndpointPolicy::default())
+                .is_ok()
+        );
     }
 
     #[test]

@@ -64,6 +64,11 @@ pub struct SidecarArgs {
     /// DIR/configmaps/<configmap>/<key>.
     #[arg(long, env = "MCP_SIDECAR_CREDENTIALS_DIR")]
     pub credentials_dir: PathBuf,
+    /// The files under --credentials-dir the pod mounts (`secrets/<secret>/<key>`,
+    /// comma-separated; empty: none), as the injection laid them out. A key the grants
+    /// reference later that is not among them is reported as needing a pod restart.
+    #[arg(long, env = "MCP_SIDECAR_MOUNTED_CREDENTIALS", value_delimiter = ',')]
+    pub mounted_credentials: Option<Vec<String>>,
     /// Address the agent connects to (`http://<listen>/mcp`). Loopback only unless
     /// --allow-remote-agents.
     #[arg(long, default_value = "127.0.0.1:9500")]
@@ -142,7 +147,10 @@ pub async fn run(args: SidecarArgs) -> Result<(), SidecarError> {
     let policy = EndpointPolicy {
         allow_loopback: args.allow_loopback,
     };
-    let credentials = CredentialsDir::new(args.credentials_dir.clone());
+    let mut credentials = CredentialsDir::new(args.credentials_dir.clone());
+    if let Some(mounted) = args.mounted_credentials.clone() {
+        credentials = credentials.with_mounted(mounted);
+    }
     let definitions = Definitions::new(
         credentials.clone(),
         policy,
@@ -284,5 +292,43 @@ async fn maintain_view(
             changed = grants.changed() => if changed.is_err() { return },
             changed = live.changed() => if changed.is_err() { return },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: SidecarArgs,
+    }
+
+    fn mounted(extra: &[&str]) -> Option<Vec<String>> {
+        let base = [
+            "sidecar",
+            "--grants-file",
+            "g.json",
+            "--credentials-dir",
+            "c",
+        ];
+        Cli::try_parse_from(base.iter().chain(extra))
+            .expect("the flags parse")
+            .args
+            .mounted_credentials
+    }
+
+    /// The injection always passes the flag, empty when the pod mounts no credentials.
+    #[test]
+    fn mounted_credentials_parse_as_the_injection_writes_them() {
+        assert_eq!(mounted(&[]), None);
+        let none = mounted(&["--mounted-credentials="]).expect("given");
+        assert!(none.iter().all(String::is_empty), "{none:?}");
+        assert_eq!(
+            mounted(&["--mounted-credentials=secrets/a/k,configmaps/ca/ca.crt"]),
+            Some(vec!["secrets/a/k".into(), "configmaps/ca/ca.crt".into()])
+        );
     }
 }

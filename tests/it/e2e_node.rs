@@ -18,6 +18,7 @@
 
 use crate::e2e;
 use crate::operator;
+use crate::sidecar_support;
 use crate::support;
 
 use std::collections::BTreeMap;
@@ -25,19 +26,24 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kube::ResourceExt;
-use kube::api::{Api, ApiResource, ListParams};
+use kube::api::{Api, ApiResource, ListParams, Patch, PatchParams, PostParams};
+use mcp_operator::api::agent_spec::{AgentSpec, grants_config_map_name};
 use mcp_operator::api::mcp_server::McpServer;
+use mcp_operator::api::tenant_policy::McpTenantPolicy;
 use operator::{apply_server, eventually, server_manifest, wait_condition};
 use serde_json::Value;
 use support::Fixtures;
 
 const CHART: &str = "charts/mcp-operator";
 const SOON: Duration = Duration::from_secs(60);
+/// The namespace label the injection test's McpTenantPolicy selects.
+const TENANT_LABEL: &str = "mcp-operator.dev/e2e-tenant";
 
 fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -225,8 +231,14 @@ async fn lease_holder(leases: &Api<Lease>, name: &str) -> Option<String> {
         .filter(|h| !h.is_empty())
 }
 
+/// One release at a time in this binary: each is cluster-wide (two operators would reconcile
+/// the same objects, and both webhooks would answer for labelled pods).
+static ONE_RELEASE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test]
 async fn the_chart_runs_on_a_real_node_and_fails_over() {
+    // Dropped last: the release is uninstalled before the next test installs its own.
+    let _one = ONE_RELEASE.lock().await;
     let (client, ns) = e2e::setup("node-chart").await;
     let kubeconfig = e2e::kubeconfig_path().await;
     let cluster_dir = kubeconfig.parent().expect("the cluster dir").to_path_buf();
@@ -238,18 +250,7 @@ async fn the_chart_runs_on_a_real_node_and_fails_over() {
     // unique, and go with the namespace when the test ends.
     let release = ns.name().to_owned();
     let started = Instant::now();
-    run(Command::new("bash")
-        .arg(repo().join("e2e/helm.sh"))
-        .args(["install", &release, CHART, "--namespace", ns.name()])
-        .args(["--skip-crds", "--wait", "--timeout", "3m"])
-        .args(["--set", &format!("image.repository={repository}")])
-        .args(["--set", &format!("image.tag={tag}")])
-        .args(["--set", "image.pullPolicy=Never"])
-        // Its own namespace only: the other e2e tests run their own controllers on the same
-        // control plane at the same time, and a cluster-wide one would reconcile their servers.
-        .args(["--set", &format!("controller.watchNamespace={}", ns.name())])
-        .env("KUBECONFIG", &kubeconfig)
-        .current_dir(repo()));
+    install_chart(&release, &repository, &tag, &kubeconfig);
     eprintln!(
         "e2e_node: helm install --wait took {:.1}s",
         started.elapsed().as_secs_f64()
@@ -466,6 +467,23 @@ async fn the_chart_runs_on_a_real_node_and_fails_over() {
     );
 }
 
+/// `helm install --wait` of the chart as release `release` in the namespace of the same name,
+/// on the locally built image. Limited to that namespace (its controller and its webhook): the
+/// other e2e tests run their own controllers on the same control plane at the same time, and a
+/// cluster-wide one would reconcile their servers and admit their pods.
+fn install_chart(release: &str, repository: &str, tag: &str, kubeconfig: &Path) {
+    run(Command::new("bash")
+        .arg(repo().join("e2e/helm.sh"))
+        .args(["install", release, CHART, "--namespace", release])
+        .args(["--skip-crds", "--wait", "--timeout", "3m"])
+        .args(["--set", &format!("image.repository={repository}")])
+        .args(["--set", &format!("image.tag={tag}")])
+        .args(["--set", "image.pullPolicy=Never"])
+        .args(["--set", &format!("controller.watchNamespace={release}")])
+        .env("KUBECONFIG", kubeconfig)
+        .current_dir(repo()));
+}
+
 /// `helm uninstall --wait` of the test's release when dropped (also on a panic).
 struct Uninstall {
     release: String,
@@ -485,4 +503,643 @@ impl Drop for Uninstall {
             .stdin(Stdio::null())
             .output();
     }
+}
+
+/// The image reference a docker-save tarball is tagged with.
+fn image_reference(tarball: &Path) -> String {
+    let manifest = run(Command::new("tar")
+        .arg("-xOf")
+        .arg(tarball)
+        .arg("manifest.json"));
+    let manifest: Value = serde_json::from_str(&manifest).expect("manifest.json");
+    manifest[0]["RepoTags"][0]
+        .as_str()
+        .expect("a tagged image")
+        .to_owned()
+}
+
+/// `kubectl port-forward` to a pod's port on 127.0.0.1; stopped when dropped.
+struct PortForward {
+    child: std::process::Child,
+    url: String,
+}
+
+impl PortForward {
+    fn start(cluster_dir: &Path, namespace: &str, pod: &str, port: u16) -> PortForward {
+        use std::io::BufRead;
+        let mut child = kubectl(cluster_dir)
+            .args(["port-forward", "-n", namespace, "--address", "127.0.0.1"])
+            .arg(format!("pod/{pod}"))
+            .arg(format!(":{port}"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("kubectl port-forward starts");
+        let mut line = String::new();
+        let mut stdout = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+        stdout
+            .read_line(&mut line)
+            .expect("kubectl port-forward prints where it listens");
+        // It prints a line per connection: keep reading, or it dies on a closed pipe.
+        std::thread::spawn(move || for _ in stdout.lines() {});
+        // "Forwarding from 127.0.0.1:41234 -> 9500"
+        let local = line
+            .split_whitespace()
+            .nth(2)
+            .unwrap_or_else(|| panic!("kubectl port-forward said {line:?}"))
+            .to_owned();
+        PortForward {
+            child,
+            url: format!("http://{local}/mcp"),
+        }
+    }
+}
+
+impl Drop for PortForward {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Whether the pod is Ready (its containers and the injected sidecar all pass their probes).
+fn pod_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// A Pod manifest labelled for injection (or not, with `agent` None).
+fn agent_pod(name: &str, agent: Option<&str>, container: Value, restart: &str) -> Pod {
+    let labels = match agent {
+        Some(a) => serde_json::json!({ mcp_operator::inject::AGENT_LABEL: a }),
+        None => serde_json::json!({}),
+    };
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"restartPolicy": restart, "containers": [container],
+                 "terminationGracePeriodSeconds": 2},
+    }))
+    .expect("a pod")
+}
+
+/// Sidecar injection in real pods: the chart's webhook (served by both replicas, TLS it issued
+/// itself) injects the sidecar into a pod labelled with the example AgentSpec; the kubelet
+/// starts it first, mounts the grants ConfigMap and exactly the referenced Secret key; an agent
+/// container started after it reaches it at MCP_SERVER_URL; the official Python SDK client,
+/// through `kubectl port-forward`, calls a granted tool and is refused one that is not granted,
+/// and the audit lines are in `kubectl logs`. Re-admission adds nothing, an unlabelled pod is
+/// untouched, and a label naming no AgentSpec is refused with its name.
+#[tokio::test]
+async fn a_labelled_pod_gets_its_sidecar_and_calls_exactly_its_granted_tools() {
+    let _one = ONE_RELEASE.lock().await;
+    let (client, ns) = e2e::setup("node-inject").await;
+    let kubeconfig = e2e::kubeconfig_path().await;
+    let cluster_dir = kubeconfig.parent().expect("the cluster dir").to_path_buf();
+    let node = node(&cluster_dir);
+    let scratch = tempfile::tempdir().expect("a temp dir");
+    let (repository, tag) = operator_image(&cluster_dir, scratch.path());
+    let operator_image = format!("{repository}:{tag}");
+    let paths = run(Command::new("bash")
+        .arg(repo().join("e2e/node.sh"))
+        .arg("paths"));
+    let pause_tar = paths
+        .lines()
+        .find_map(|l| l.strip_prefix("PAUSE_IMAGE="))
+        .expect("node.sh paths names the pause image");
+    let pause_image = image_reference(Path::new(pause_tar));
+
+    let release = ns.name().to_owned();
+    let started = Instant::now();
+    install_chart(&release, &repository, &tag, &kubeconfig);
+    eprintln!(
+        "e2e_node: helm install --wait (with the injection webhook) took {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+    let _uninstall = Uninstall {
+        release: release.clone(),
+        namespace: ns.name().to_owned(),
+        kubeconfig: kubeconfig.clone(),
+    };
+    let fullname = format!("{release}-mcp-operator");
+    ns.delete_later(ApiResource::erase::<ClusterRole>(&()), &fullname);
+    ns.delete_later(ApiResource::erase::<ClusterRoleBinding>(&()), &fullname);
+    ns.delete_later(
+        ApiResource::erase::<MutatingWebhookConfiguration>(&()),
+        &fullname,
+    );
+
+    // --- the operator's own TLS: one Secret, its CA in the webhook configuration.
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns.name());
+    let configs: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    eventually(SOON, "the caBundle is the webhook Secret's CA", || async {
+        let secret = secrets
+            .get_opt(&format!("{fullname}-webhook-tls"))
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or("no webhook Secret")?;
+        let ca = secret
+            .data
+            .unwrap_or_default()
+            .remove("ca.crt")
+            .ok_or("no ca.crt")?;
+        let config = configs.get(&fullname).await.map_err(|e| e.to_string())?;
+        let bundle = config.webhooks.unwrap_or_default()[0]
+            .client_config
+            .ca_bundle
+            .clone();
+        if bundle.as_ref() == Some(&ca) {
+            Ok(())
+        } else {
+            Err("caBundle differs".to_string())
+        }
+    })
+    .await;
+
+    // --- the examples, against MCP servers on the node's address: `files` (no credentials) and
+    // `files-admin` (a bearer token in the Secret files-admin-token).
+    let fixtures = Fixtures::load();
+    let files = fixtures.sdk_server(&["--host", &node.ip]);
+    let admin = fixtures.sdk_server(&["--host", &node.ip, "--bearer", "demo-token"]);
+    let mut objects = e2e::yaml_documents(&repo().join("examples/mcpserver-local.yaml"));
+    objects.extend(e2e::yaml_documents(
+        &repo().join("examples/mcpserver-local-bearer.yaml"),
+    ));
+    for mut object in objects {
+        object["metadata"]["namespace"] = ns.name().into();
+        match (object["kind"].as_str(), object["metadata"]["name"].as_str()) {
+            (Some("McpServer"), Some("files")) => object["spec"]["url"] = files.url.clone().into(),
+            (Some("McpServer"), Some("files-admin")) => {
+                object["spec"]["url"] = admin.url.clone().into()
+            }
+            _ => {}
+        }
+        e2e::write(
+            &client,
+            e2e::Write::ServerSideApply,
+            &object,
+            Some(ns.name()),
+            false,
+        )
+        .await
+        .unwrap_or_else(|e| panic!("applying {object}: {}", e2e::describe(&e)));
+    }
+    let mut agent_spec = e2e::yaml_documents(&repo().join("examples/agentspec.yaml"))
+        .into_iter()
+        .find(|d| d["kind"] == "AgentSpec")
+        .expect("the example AgentSpec");
+    // The remote example needs the internet; the two local servers are the story here.
+    agent_spec["spec"]["servers"]
+        .as_array_mut()
+        .expect("servers")
+        .retain(|s| s["name"] != "remote-example");
+    let agent = agent_spec["metadata"]["name"]
+        .as_str()
+        .expect("a name")
+        .to_owned();
+    e2e::write(
+        &client,
+        e2e::Write::ServerSideApply,
+        &agent_spec,
+        Some(ns.name()),
+        false,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("applying the AgentSpec: {}", e2e::describe(&e)));
+    let specs: Api<AgentSpec> = Api::namespaced(client.clone(), ns.name());
+    eventually(SOON, "the AgentSpec Ready", || async {
+        let spec = specs.get(&agent).await.map_err(|e| e.to_string())?;
+        let ready = spec
+            .status
+            .as_ref()
+            .map(|s| {
+                s.conditions
+                    .iter()
+                    .any(|c| c.type_ == "Ready" && c.status == "True")
+            })
+            .unwrap_or(false);
+        if ready {
+            Ok(())
+        } else {
+            Err(format!("{:?}", spec.status))
+        }
+    })
+    .await;
+    let grants_name = grants_config_map_name(&agent);
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), ns.name());
+    let grants: Value = serde_json::from_str(
+        &config_maps
+            .get(&grants_name)
+            .await
+            .expect("the grants ConfigMap")
+            .data
+            .unwrap()["grants.json"],
+    )
+    .expect("grants.json");
+    let mut granted: Vec<String> = grants["servers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["tools"].as_array().unwrap().iter())
+        .map(|t| t["qualifiedName"].as_str().unwrap().to_owned())
+        .collect();
+    granted.sort();
+    assert!(
+        granted.contains(&"files__read_file".to_string()),
+        "{granted:?}"
+    );
+    assert!(
+        !granted.contains(&"files__write_file".to_string()),
+        "{granted:?}"
+    );
+
+    // --- a labelled agent pod: the injected spec, as the apiserver stored it.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
+    let pause =
+        serde_json::json!({"name": "agent", "image": pause_image, "imagePullPolicy": "Never"});
+    let created = pods
+        .create(
+            &PostParams::default(),
+            &agent_pod("agent", Some(&agent), pause.clone(), "Always"),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("creating the agent pod: {}", e2e::describe(&e)));
+    let spec = created.spec.clone().expect("a spec");
+    let init = spec.init_containers.clone().unwrap_or_default();
+    assert_eq!(init.len(), 1, "one injected sidecar: {init:?}");
+    let sidecar = &init[0];
+    assert_eq!(sidecar.name, mcp_operator::inject::SIDECAR_CONTAINER);
+    assert_eq!(sidecar.restart_policy.as_deref(), Some("Always"));
+    assert_eq!(sidecar.image.as_deref(), Some(operator_image.as_str()));
+    assert!(sidecar.startup_probe.is_some());
+    let security = sidecar
+        .security_context
+        .clone()
+        .expect("a security context");
+    assert_eq!(security.run_as_non_root, Some(true));
+    assert_eq!(security.read_only_root_filesystem, Some(true));
+    let volumes = spec.volumes.clone().unwrap_or_default();
+    let grants_volume = volumes
+        .iter()
+        .find(|v| v.name == mcp_operator::inject::GRANTS_VOLUME)
+        .expect("the grants volume");
+    assert_eq!(
+        grants_volume.config_map.as_ref().map(|c| c.name.as_str()),
+        Some(grants_name.as_str())
+    );
+    let projected = volumes
+        .iter()
+        .find(|v| v.name == mcp_operator::inject::CREDENTIALS_VOLUME)
+        .and_then(|v| v.projected.clone())
+        .expect("the credentials volume");
+    let mounted: Vec<String> = projected
+        .sources
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|s| s.secret.as_ref())
+        .flat_map(|s| s.items.clone().unwrap_or_default())
+        .map(|i| i.path)
+        .collect();
+    assert_eq!(mounted, ["secrets/files-admin-token/token"]);
+    let env = spec.containers[0].env.clone().unwrap_or_default();
+    assert!(
+        env.iter().any(|e| e.name == "MCP_SERVER_URL"
+            && e.value.as_deref() == Some("http://127.0.0.1:9500/mcp")),
+        "{env:?}"
+    );
+
+    // --- the kubelet runs it: the sidecar first, Ready once its grants are loaded and its
+    // servers' tools read; then the agent.
+    let admitted = Instant::now();
+    let running = loop {
+        let pod = pods.get("agent").await.expect("the agent pod");
+        if pod_ready(&pod) {
+            break pod;
+        }
+        if admitted.elapsed() > Duration::from_secs(90) {
+            let logs = kubectl(&cluster_dir)
+                .args(["logs", "-n", ns.name(), "agent", "-c", "mcp-sidecar"])
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                .unwrap_or_default();
+            panic!(
+                "the agent pod is not Ready after 90s: {:?}\n--- the sidecar's log:\n{logs}",
+                pod.status
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    eprintln!(
+        "e2e_node: the injected agent pod was Ready {:.1}s after admission",
+        admitted.elapsed().as_secs_f64()
+    );
+    let statuses = running.status.clone().unwrap_or_default();
+    let sidecar_status = statuses
+        .init_container_statuses
+        .unwrap_or_default()
+        .into_iter()
+        .find(|s| s.name == mcp_operator::inject::SIDECAR_CONTAINER)
+        .expect("the sidecar's status");
+    assert!(sidecar_status.ready && sidecar_status.started == Some(true));
+    assert_eq!(sidecar_status.restart_count, 0, "{sidecar_status:?}");
+
+    // --- the official Python SDK client through the sidecar: exactly the granted tools.
+    let forward = PortForward::start(&cluster_dir, ns.name(), "agent", 9500);
+    let out = sidecar_support::agent(
+        &forward.url,
+        "auto",
+        serde_json::json!([
+            {"op": "list"},
+            {"op": "call", "name": "files__read_file", "arguments": {"path": "/notes"}},
+            {"op": "call", "name": "files__write_file", "arguments": {"path": "/notes"}},
+        ]),
+    )
+    .await;
+    let steps = &out["steps"];
+    let mut listed = sidecar_support::names(&steps[0]);
+    listed.sort();
+    assert_eq!(listed, granted, "{out}");
+    assert_eq!(steps[1]["isError"], false, "{out}");
+    assert!(
+        steps[2]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("not granted"),
+        "{out}"
+    );
+
+    // --- a platform engineer caps files-admin at read for this namespace while the agent is
+    // connected: the operator republishes the grants, the kubelet updates the running pod's
+    // ConfigMap volume, the sidecar narrows and tells the agent (list_changed).
+    Api::<Namespace>::all(client.clone())
+        .patch(
+            ns.name(),
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"metadata": {"labels": {TENANT_LABEL: ns.name()}}})),
+        )
+        .await
+        .expect("labelling the namespace");
+    let policy_name = ns.scoped_name("admin-read-only");
+    ns.delete_later(ApiResource::erase::<McpTenantPolicy>(&()), &policy_name);
+    let policy: McpTenantPolicy = serde_json::from_value(serde_json::json!({
+        "apiVersion": "mcp-operator.dev/v1alpha1", "kind": "McpTenantPolicy",
+        "metadata": {"name": policy_name},
+        "spec": {"namespaceSelector": {"matchLabels": {TENANT_LABEL: ns.name()}},
+                 "rules": [{"servers": {"names": ["files-admin"]}, "maxAccess": "read"},
+                           {"servers": {"names": ["files"]}}]},
+    }))
+    .expect("a policy");
+    let applied = std::sync::Arc::new(std::sync::Mutex::new(None::<Instant>));
+    let applied_at = applied.clone();
+    let policy_client = client.clone();
+    let out = sidecar_support::agent_with(
+        &forward.url,
+        "legacy",
+        serde_json::json!([
+            {"op": "wait_list_changed", "timeout": 45, "trigger": true},
+            {"op": "call", "name": "admin__write_file", "arguments": {"path": "/notes"}},
+        ]),
+        || async move {
+            *applied_at.lock().unwrap() = Some(Instant::now());
+            Api::<McpTenantPolicy>::all(policy_client)
+                .patch(
+                    &policy_name,
+                    &PatchParams::apply(e2e::FIELD_MANAGER).force(),
+                    &Patch::Apply(&policy),
+                )
+                .await
+                .expect("applying the policy");
+        },
+    )
+    .await;
+    let narrowed_in = applied
+        .lock()
+        .unwrap()
+        .expect("the policy was applied")
+        .elapsed();
+    let steps = &out["steps"];
+    assert_eq!(steps[0]["changed"], true, "no list_changed: {out}");
+    let mut narrowed = sidecar_support::names(&steps[0]);
+    narrowed.sort();
+    assert!(
+        !narrowed.contains(&"admin__write_file".to_string())
+            && narrowed.contains(&"admin__read_file".to_string())
+            && narrowed.iter().all(|n| granted.contains(n)),
+        "after the policy: {narrowed:?} (before: {granted:?})"
+    );
+    assert!(
+        steps[1]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("not granted"),
+        "{out}"
+    );
+    eprintln!(
+        "e2e_node: a tenant policy narrowed the running pod's tools (kubelet volume update, list_changed) within {:.1}s",
+        narrowed_in.as_secs_f64()
+    );
+
+    // --- the grants ConfigMap deleted by hand: the running agent keeps its last good grants
+    // (the kubelet leaves the volume as it was) and the operator writes the ConfigMap again.
+    let before = config_maps
+        .get(&grants_name)
+        .await
+        .expect("the grants ConfigMap")
+        .metadata
+        .uid;
+    config_maps
+        .delete(&grants_name, &Default::default())
+        .await
+        .expect("deleting the grants ConfigMap");
+    eventually(
+        SOON,
+        "the operator restores the grants ConfigMap",
+        || async {
+            match config_maps.get_opt(&grants_name).await {
+                Ok(Some(cm)) if cm.metadata.uid != before => Ok(()),
+                other => Err(format!("{:?}", other.map(|c| c.map(|c| c.metadata.uid)))),
+            }
+        },
+    )
+    .await;
+    let out =
+        sidecar_support::agent(&forward.url, "auto", serde_json::json!([{"op": "list"}])).await;
+    let mut still = sidecar_support::names(&out["steps"][0]);
+    still.sort();
+    assert_eq!(still, narrowed, "{out}");
+
+    // --- drift: the McpServer `files` now sends a header from a new Secret. The running pod
+    // does not mount it (volumes are fixed at admission); the sidecar says which key and that
+    // the pod must be restarted, and never sends the call without it.
+    let key_secret: Secret = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "files-api-key"},
+        "stringData": {"key": "k-123"},
+    }))
+    .expect("a secret");
+    secrets
+        .create(&PostParams::default(), &key_secret)
+        .await
+        .expect("creating the Secret");
+    Api::<McpServer>::namespaced(client.clone(), ns.name())
+        .patch(
+            "files",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"credentials": {"headers": [
+                {"name": "X-Api-Key", "valueFrom": {"secretKeyRef": {"name": "files-api-key", "key": "key"}}},
+            ]}}})),
+        )
+        .await
+        .expect("adding a header to files");
+    let drifted = Instant::now();
+    let said = loop {
+        let out =
+            sidecar_support::agent(&forward.url, "legacy", serde_json::json!([{"op": "list"}]))
+                .await;
+        let instructions = out["instructions"].as_str().unwrap_or_default().to_owned();
+        if instructions.contains("files-api-key") {
+            break instructions;
+        }
+        assert!(
+            drifted.elapsed() < Duration::from_secs(60),
+            "the sidecar never named the unmounted Secret: {out}"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    };
+    assert!(said.contains("restart the pod"), "{said}");
+    assert!(!said.contains("k-123"), "the Secret's value leaked: {said}");
+    eprintln!(
+        "e2e_node: the sidecar named the Secret the running pod does not mount {:.1}s after the McpServer changed",
+        drifted.elapsed().as_secs_f64()
+    );
+    drop(forward);
+    let logs = run(kubectl(&cluster_dir).args([
+        "logs",
+        "-n",
+        ns.name(),
+        "agent",
+        "-c",
+        mcp_operator::inject::SIDECAR_CONTAINER,
+    ]));
+    let audit: Vec<Value> = logs
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|l| l["target"] == "mcp_sidecar::audit")
+        .collect();
+    assert!(
+        audit
+            .iter()
+            .any(|l| l.to_string().contains("files__write_file")
+                && l.to_string().contains("not_granted")),
+        "no audit line of the refused call in:\n{logs}"
+    );
+    assert!(
+        !logs.contains("demo-token"),
+        "the token leaked into the log"
+    );
+
+    // --- an agent started after the sidecar, reaching it at $(MCP_SERVER_URL): it exits 0 only
+    // if the sidecar answered with the granted tools.
+    let probe = serde_json::json!({
+        "name": "agent", "image": operator_image, "imagePullPolicy": "Never",
+        "args": ["probe", "$(MCP_SERVER_URL)", "--allow-loopback"],
+    });
+    pods.create(
+        &PostParams::default(),
+        &agent_pod("probe-agent", Some(&agent), probe, "Never"),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("creating the probing agent: {}", e2e::describe(&e)));
+    let phase = eventually(
+        Duration::from_secs(90),
+        "the probing agent to finish",
+        || async {
+            let pod = pods.get("probe-agent").await.map_err(|e| e.to_string())?;
+            match pod.status.and_then(|s| s.phase).as_deref() {
+                Some(p @ ("Succeeded" | "Failed")) => Ok(p.to_owned()),
+                other => Err(format!("phase {other:?}")),
+            }
+        },
+    )
+    .await;
+    let probed =
+        run(kubectl(&cluster_dir).args(["logs", "-n", ns.name(), "probe-agent", "-c", "agent"]));
+    assert_eq!(phase, "Succeeded", "the agent's probe: {probed}");
+    let probed: Value = serde_json::from_str(probed.trim()).expect("probe prints JSON");
+    let mut seen: Vec<String> = probed["catalog"]["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_owned())
+        .collect();
+    seen.sort();
+    assert_eq!(seen, narrowed, "the probing agent sees the narrowed grants");
+
+    // --- re-admission of an injected pod adds nothing (a dry run passes the webhook too).
+    let mut again = serde_json::to_value(&created).expect("JSON");
+    again["metadata"] = serde_json::json!({
+        "name": "agent-again",
+        "labels": created.metadata.labels,
+        "annotations": created.metadata.annotations,
+    });
+    again.as_object_mut().unwrap().remove("status");
+    again["spec"].as_object_mut().unwrap().remove("nodeName");
+    let again: Pod = serde_json::from_value(again).expect("a pod");
+    let dry = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let readmitted = pods
+        .create(&dry, &again)
+        .await
+        .unwrap_or_else(|e| panic!("re-admitting: {}", e2e::describe(&e)));
+    let rs = readmitted.spec.expect("a spec");
+    assert_eq!(rs.init_containers.unwrap_or_default().len(), 1);
+    let names: Vec<String> = rs
+        .volumes
+        .unwrap_or_default()
+        .into_iter()
+        .map(|v| v.name)
+        .filter(|n| n.starts_with("mcp-"))
+        .collect();
+    assert_eq!(names, ["mcp-grants", "mcp-credentials"]);
+    let urls = rs.containers[0]
+        .env
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|e| e.name == "MCP_SERVER_URL")
+        .count();
+    assert_eq!(urls, 1);
+
+    // --- an unlabelled pod is untouched; a label naming no AgentSpec is refused by name.
+    let plain = pods
+        .create(&dry, &agent_pod("plain", None, pause.clone(), "Always"))
+        .await
+        .unwrap_or_else(|e| panic!("an unlabelled pod: {}", e2e::describe(&e)));
+    let ps = plain.spec.expect("a spec");
+    assert!(ps.init_containers.unwrap_or_default().is_empty());
+    assert!(ps.containers[0].env.is_none());
+    assert!(
+        !plain
+            .metadata
+            .annotations
+            .unwrap_or_default()
+            .contains_key(mcp_operator::inject::INJECTED_ANNOTATION)
+    );
+    let refused = pods
+        .create(
+            &dry,
+            &agent_pod("ghostly", Some("ghost-agent"), pause, "Always"),
+        )
+        .await
+        .expect_err("a pod naming a missing AgentSpec is refused");
+    let message = e2e::describe(&refused);
+    assert!(
+        message.contains("ghost-agent") && message.contains("does not exist"),
+        "refused with: {message}"
+    );
 }

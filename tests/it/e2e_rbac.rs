@@ -191,6 +191,12 @@ fn the_cluster_role_and_the_lease_role_grant_exactly_the_reviewed_permissions() 
         "mcp-operator.dev/mcptenantpolicies list",
         "mcp-operator.dev/mcptenantpolicies watch",
         "mcp-operator.dev/mcptenantpolicies/status patch",
+        // The injection webhook: the AgentSpec a pod names and its McpServers, read one by
+        // one; the caBundle of its own MutatingWebhookConfiguration.
+        "mcp-operator.dev/agentspecs get",
+        "mcp-operator.dev/mcpservers get",
+        "admissionregistration.k8s.io/mutatingwebhookconfigurations get @mcp-operator",
+        "admissionregistration.k8s.io/mutatingwebhookconfigurations update @mcp-operator",
     ]
     .into_iter()
     .map(String::from)
@@ -207,11 +213,14 @@ fn the_cluster_role_and_the_lease_role_grant_exactly_the_reviewed_permissions() 
     assert_eq!(
         lease,
         [
+            // The webhook's certificate Secret: created by the first replica, renewed in place.
+            "/secrets create",
+            "/secrets update @mcp-operator-webhook-tls",
             "coordination.k8s.io/leases create",
             "coordination.k8s.io/leases get @mcp-operator",
             "coordination.k8s.io/leases patch @mcp-operator",
         ],
-        "the leader-election Role changed: review it"
+        "the release namespace's Role changed: review it"
     );
     let args = container_args(&objects);
     assert!(
@@ -285,7 +294,57 @@ fn the_chart_lints_and_renders_its_options() {
     }
     assert!(!args.contains(&"--allow-loopback".to_string()), "{args:?}");
     assert!(of_kind(&defaults, "ServiceMonitor").is_empty());
-    assert_eq!(one(&defaults, "Service")["spec"]["ports"][0]["port"], 8080);
+    let service = |objects: &[Value], name: &str| -> Value {
+        of_kind(objects, "Service")
+            .into_iter()
+            .find(|s| s["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("no Service {name}"))
+            .clone()
+    };
+    assert_eq!(
+        service(&defaults, "mcp-operator-metrics")["spec"]["ports"][0]["port"],
+        8080
+    );
+    // Injection: the webhook Service, the configuration with its objectSelector, the flags and
+    // the sidecar's settings from the values.
+    assert_eq!(
+        service(&defaults, "mcp-operator-webhook")["spec"]["ports"][0]["targetPort"],
+        "webhook"
+    );
+    let hook = &one(&defaults, "MutatingWebhookConfiguration")["webhooks"][0];
+    assert_eq!(hook["failurePolicy"], "Fail");
+    assert_eq!(
+        hook["objectSelector"]["matchExpressions"][0],
+        json!({"key": "mcp-operator.dev/agent", "operator": "Exists"})
+    );
+    assert_eq!(
+        hook["clientConfig"]["service"]["name"],
+        "mcp-operator-webhook"
+    );
+    for expected in [
+        "--webhook-addr=0.0.0.0:9443",
+        "--webhook-service=mcp-operator-webhook",
+        "--webhook-secret=mcp-operator-webhook-tls",
+        "--webhook-configuration=mcp-operator",
+    ] {
+        assert!(
+            args.contains(&expected.to_string()),
+            "{expected} in {args:?}"
+        );
+    }
+    let sidecar: Value = serde_json::from_str(
+        args.iter()
+            .find_map(|a| a.strip_prefix("--sidecar="))
+            .expect("--sidecar"),
+    )
+    .expect("--sidecar is JSON");
+    let sidecar: mcp_operator::inject::SidecarSettings =
+        serde_json::from_value(sidecar).expect("--sidecar is what the controller reads");
+    assert_eq!(sidecar.image, "ghcr.io/mcp-operator/mcp-operator:0.1.0");
+    assert_eq!(
+        sidecar.security_context.as_ref().unwrap().run_as_non_root,
+        Some(true)
+    );
     assert_eq!(of_kind(&defaults, "PodDisruptionBudget").len(), 1);
 
     let changed = render(
@@ -301,7 +360,60 @@ fn the_chart_lints_and_renders_its_options() {
             "metrics.serviceMonitor.enabled=true",
             "image.tag=v9",
             "replicaCount=1",
+            "injection.sidecar.image.repository=sidecar.example/mcp",
+            "injection.sidecar.port=9600",
         ],
+    );
+    let sidecar: mcp_operator::inject::SidecarSettings = serde_json::from_str(
+        container_args(&changed)
+            .iter()
+            .find_map(|a| a.strip_prefix("--sidecar="))
+            .expect("--sidecar"),
+    )
+    .expect("--sidecar is what the controller reads");
+    assert_eq!(sidecar.image, "sidecar.example/mcp:v9");
+    assert_eq!(sidecar.server_url(), "http://127.0.0.1:9600/mcp");
+    assert!(of_kind(&defaults, "PrometheusRule").is_empty());
+    let monitored = render(
+        "mcp-operator",
+        "mcp-operator",
+        &[
+            "metrics.prometheusRule.enabled=true",
+            "metrics.sidecarPodMonitor.enabled=true",
+        ],
+    );
+    let alerts: Vec<&str> = one(&monitored, "PrometheusRule")["spec"]["groups"][0]["rules"]
+        .as_array()
+        .expect("rules")
+        .iter()
+        .map(|r| r["alert"].as_str().expect("an alert"))
+        .collect();
+    assert_eq!(
+        alerts,
+        [
+            "McpServerNotReady",
+            "McpOperatorReconcileErrors",
+            "McpInjectionFailing",
+            "McpSidecarDenialsRising",
+            "McpToolDefinitionChanged",
+        ]
+    );
+    let pod_monitor = one(&monitored, "PodMonitor");
+    assert_eq!(
+        pod_monitor["spec"]["selector"]["matchExpressions"][0]["key"],
+        "mcp-operator.dev/agent"
+    );
+    assert_eq!(
+        pod_monitor["spec"]["podMetricsEndpoints"][0]["port"],
+        "mcp-health"
+    );
+    let off = render("mcp-operator", "mcp-operator", &["injection.enabled=false"]);
+    assert!(of_kind(&off, "MutatingWebhookConfiguration").is_empty());
+    assert!(
+        !container_args(&off)
+            .iter()
+            .any(|a| a.starts_with("--webhook-addr")),
+        "no webhook without injection"
     );
     let args = container_args(&changed);
     for expected in [
@@ -389,6 +501,8 @@ async fn install_rbac(client: &Client, release_ns: &e2e::TestNamespace) -> Vec<V
         "ClusterRoleBinding",
         "Role",
         "RoleBinding",
+        // Its caBundle is the controller's to keep; no pod here carries the label it selects.
+        "MutatingWebhookConfiguration",
     ] {
         for object in of_kind(&objects, kind) {
             e2e::write(
@@ -405,6 +519,12 @@ async fn install_rbac(client: &Client, release_ns: &e2e::TestNamespace) -> Vec<V
     let name = format!("{release}-mcp-operator");
     release_ns.delete_later(ApiResource::erase::<ClusterRole>(&()), &name);
     release_ns.delete_later(ApiResource::erase::<ClusterRoleBinding>(&()), &name);
+    release_ns.delete_later(
+        ApiResource::erase::<
+            k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration,
+        >(&()),
+        &name,
+    );
     objects
 }
 
@@ -467,11 +587,14 @@ fn start_replica(
     extra: &[&str],
 ) -> Operator {
     let port = crate::support::free_port();
+    let webhook_port = crate::support::free_port();
     let args: Vec<String> = chart_args
         .iter()
         .map(|a| {
             if a.starts_with("--metrics-addr=") {
                 format!("--metrics-addr=127.0.0.1:{port}")
+            } else if a.starts_with("--webhook-addr=") {
+                format!("--webhook-addr=127.0.0.1:{webhook_port}")
             } else {
                 a.replace("$(POD_NAMESPACE)", pod_namespace)
                     .replace("$(POD_NAME)", pod_name)
@@ -620,6 +743,38 @@ async fn the_controller_does_its_whole_job_with_only_the_charts_rbac() {
     })
     .await;
     let standby = start_replica(&args, &kubeconfig, release, "replica-b", &extra);
+
+    // The webhook's TLS with the chart's RBAC: one Secret both replicas share, its CA bundle
+    // in the MutatingWebhookConfiguration.
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), release);
+    let configs: Api<k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration> =
+        Api::all(client.clone());
+    eventually(SOON, "the webhook's caBundle from its Secret", || async {
+        let secret = secrets
+            .get_opt(&format!("{lease_name}-webhook-tls"))
+            .await
+            .map_err(|e| e2e::describe(&e))?
+            .ok_or("no webhook Secret yet")?;
+        let ca = secret
+            .data
+            .unwrap_or_default()
+            .remove("ca.crt")
+            .ok_or("no ca.crt")?;
+        let config = configs
+            .get(&lease_name)
+            .await
+            .map_err(|e| e2e::describe(&e))?;
+        let bundle = config.webhooks.unwrap_or_default()[0]
+            .client_config
+            .ca_bundle
+            .clone();
+        if bundle.as_ref() == Some(&ca) {
+            Ok(())
+        } else {
+            Err("the caBundle is not the Secret's ca.crt".to_string())
+        }
+    })
+    .await;
 
     // The Secret is missing: a condition and a Warning event say which.
     let servers: Api<McpServer> = Api::namespaced(client.clone(), tenant);
@@ -872,6 +1027,25 @@ async fn the_service_account_can_do_nothing_else() {
         attrs("events.k8s.io", "events", "create", "default"),
         attrs("coordination.k8s.io", "leases", "create", release),
         named("coordination.k8s.io", "leases", "patch", release, &lease),
+        // The injection webhook: the AgentSpec a pod names and its McpServers; its certificate
+        // Secret in the release namespace; its own webhook configuration's caBundle.
+        attrs(mcp, "agentspecs", "get", "tenant-a"),
+        attrs(mcp, "mcpservers", "get", "tenant-a"),
+        attrs("", "secrets", "create", release),
+        named(
+            "",
+            "secrets",
+            "update",
+            release,
+            &format!("{lease}-webhook-tls"),
+        ),
+        named(
+            "admissionregistration.k8s.io",
+            "mutatingwebhookconfigurations",
+            "update",
+            "",
+            &lease,
+        ),
     ];
     for a in allowed {
         assert!(may(&client, &user, a.clone()).await, "{user} needs {a}");
@@ -883,12 +1057,12 @@ async fn the_service_account_can_do_nothing_else() {
         attrs(mcp, "mcpservers", "patch", "tenant-a"),
         attrs(mcp, "mcpservers", "update", "tenant-a"),
         attrs(mcp, "mcpservers", "delete", "tenant-a"),
-        attrs(mcp, "mcpservers", "get", "tenant-a"),
         attrs(mcp, "agentspecs", "patch", "tenant-a"),
         attrs(mcp, "mcptenantpolicies", "delete", ""),
         attrs(mcp, "mcptenantpolicies", "patch", ""),
         attrs(mcp, "mcpservers/status", "update", "tenant-a"),
-        // Secrets are read, never written.
+        // Secrets are read, never written (but the webhook's own, in the release namespace).
+        named("", "secrets", "update", release, "someone-elses"),
         attrs("", "secrets", "create", "tenant-a"),
         attrs("", "secrets", "patch", "tenant-a"),
         attrs("", "secrets", "update", "tenant-a"),
@@ -928,6 +1102,22 @@ async fn the_service_account_can_do_nothing_else() {
             "kube-system",
             &lease,
         ),
+        // Only its own webhook configuration; pods are never touched (the webhook answers
+        // the apiserver, it writes no pod).
+        named(
+            "admissionregistration.k8s.io",
+            "mutatingwebhookconfigurations",
+            "update",
+            "",
+            "someone-elses",
+        ),
+        attrs(
+            "admissionregistration.k8s.io",
+            "mutatingwebhookconfigurations",
+            "create",
+            "",
+        ),
+        attrs("", "pods", "patch", "tenant-a"),
         // Nothing else at all.
         attrs("", "pods", "list", "tenant-a"),
         attrs("", "serviceaccounts/token", "create", release),
@@ -954,8 +1144,8 @@ async fn the_service_account_can_do_nothing_else() {
 }
 
 /// Every object the chart renders with its defaults is accepted by the apiserver as written
-/// (server-side dry run, unknown fields refused): the Deployment, Service,
-/// PodDisruptionBudget, ServiceAccount, roles and bindings.
+/// (server-side dry run, unknown fields refused): the Deployment, Services,
+/// PodDisruptionBudget, ServiceAccount, roles and bindings, the MutatingWebhookConfiguration.
 #[tokio::test]
 async fn every_rendered_object_is_accepted_by_the_apiserver() {
     let (client, ns) = e2e::setup("chart-objects").await;
@@ -967,6 +1157,7 @@ async fn every_rendered_object_is_accepted_by_the_apiserver() {
             "ClusterRole",
             "ClusterRoleBinding",
             "Deployment",
+            "MutatingWebhookConfiguration",
             "PodDisruptionBudget",
             "Role",
             "RoleBinding",

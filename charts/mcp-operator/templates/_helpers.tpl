@@ -50,3 +50,22 @@ app.kubernetes.io/component: controller
 {{- define "mcp-operator.image" -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
 {{- end }}
+
+{{/* The injected sidecar's settings, as `mcp-operator controller --sidecar` reads them (JSON). */}}
+{{- define "mcp-operator.sidecar" -}}
+{{- $s := .Values.injection.sidecar }}
+{{- $repository := default .Values.image.repository $s.image.repository }}
+{{- $tag := default (default .Chart.AppVersion .Values.image.tag) $s.image.tag }}
+{{- dict
+  "image" (printf "%s:%s" $repository $tag)
+  "imagePullPolicy" (default .Values.image.pullPolicy $s.image.pullPolicy)
+  "port" (int $s.port)
+  "healthPort" (int $s.healthPort)
+  "logLevel" $s.logLevel
+  "startupPeriodSeconds" (int $s.startupPeriodSeconds)
+  "startupFailureThreshold" (int $s.startupFailureThreshold)
+  "resources" $s.resources
+  "securityContext" $s.securityContext
+  "extraArgs" $s.extraArgs
+  | toJson }}
+{{- end }}

@@ -16,7 +16,7 @@
 //! intersection minus every tool whose qualified name collides — neither tool is chosen — and
 //! the AgentSpec is not Ready, its message naming both tools.
 
-mod input;
+pub(crate) mod input;
 pub(crate) mod publish;
 mod status;
 

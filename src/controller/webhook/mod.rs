@@ -1,0 +1,378 @@
+//! The sidecar-injection admission webhook, served over HTTPS by every replica (leader or not:
+//! admission must not wait for an election). The apiserver sends each new Pod labelled
+//! `mcp-operator.dev/agent` (the MutatingWebhookConfiguration's objectSelector keeps every
+//! other pod away); this module reads the AgentSpec the label names and its McpServers, and
+//! answers with the patch [`crate::inject::decide`] builds, or a refusal naming what is wrong.
+//!
+//! ```text
+//!  apiserver ──POST /inject (AdmissionReview)──► TLS (certs::Resolver) ──► admit()
+//!                                                  │  AgentSpec <label> (get; absent: refused)
+//!                                                  │  McpServers it names (get) → endpoints
+//!                                                  ▼
+//!                                   inject::decide (pure) ──► patch | already injected | refusal
+//!  certs::Keeper (every replica, every minute): Secret with CA + serving cert, caBundle
+//! ```
+//!
+//! Its client is not fenced by the leader's lease: followers answer admissions and keep the
+//! certificate too.
+
+pub mod certs;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::post;
+use axum::serve::Listener;
+use k8s_openapi::api::core::v1::Pod;
+use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
+use kube::{Api, Client, ResourceExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::server::TlsStream;
+
+use crate::api::agent_spec::{AgentSpec, grants_config_map_name};
+use crate::api::mcp_server::McpServer;
+use crate::controller::agent_spec::input::endpoint;
+use crate::inject::{self, Outcome, References, Refusal, SidecarSettings};
+
+use super::metrics::Metrics;
+
+/// Flags of the webhook (part of `mcp-operator controller`).
+#[derive(clap::Args, Debug, Clone)]
+pub struct WebhookArgs {
+    /// Serve the sidecar-injection webhook (HTTPS) here; without it there is no webhook.
+    #[arg(long)]
+    pub webhook_addr: Option<SocketAddr>,
+    /// The Service in front of the webhook port: the serving certificate names it.
+    #[arg(long, default_value = "mcp-operator-webhook")]
+    pub webhook_service: String,
+    /// The Secret (in the pod's namespace) holding the webhook's CA and serving certificate.
+    #[arg(long, default_value = "mcp-operator-webhook-tls")]
+    pub webhook_secret: String,
+    /// The MutatingWebhookConfiguration whose caBundle the operator keeps.
+    #[arg(long, default_value = "mcp-operator")]
+    pub webhook_configuration: String,
+    /// The injected sidecar as JSON: {"image": …, "port", "healthPort", "resources",
+    /// "securityContext", "logLevel", "startupPeriodSeconds", "startupFailureThreshold",
+    /// "extraArgs"}. Required with --webhook-addr.
+    #[arg(long, env = "MCP_OPERATOR_SIDECAR")]
+    pub sidecar: Option<String>,
+}
+
+/// The injected sidecar's settings from `--sidecar`, or why there are none.
+pub fn settings(args: &WebhookArgs) -> Result<SidecarSettings, String> {
+    let text = args
+        .sidecar
+        .as_deref()
+        .ok_or("--webhook-addr needs --sidecar (or MCP_OPERATOR_SIDECAR): the injected sidecar's image and settings")?;
+    serde_json::from_str(text).map_err(|e| format!("--sidecar is not valid sidecar settings: {e}"))
+}
+
+#[derive(Clone)]
+struct Shared {
+    client: Client,
+    sidecar: Arc<SidecarSettings>,
+    metrics: Arc<Metrics>,
+}
+
+/// Starts the webhook: the first certificate is made current before it listens (so a replica
+/// never answers without one), then it serves and keeps the certificate current.
+pub async fn start(
+    args: &WebhookArgs,
+    addr: SocketAddr,
+    client: Client,
+    namespace: String,
+    metrics: Arc<Metrics>,
+) -> Result<SocketAddr, String> {
+    let sidecar = Arc::new(settings(args)?);
+    let resolver = Arc::new(certs::Resolver::default());
+    let keeper = certs::Keeper {
+        client: client.clone(),
+        namespace,
+        secret: args.webhook_secret.clone(),
+        service: args.webhook_service.clone(),
+        configuration: args.webhook_configuration.clone(),
+        life: certs::Lifetime::default(),
+    };
+    // The first round is retried until it works: without a certificate the webhook cannot
+    // answer, and every opted-in pod would be refused.
+    let mut delay = Duration::from_secs(1);
+    loop {
+        match keeper.sync(&resolver).await {
+            Ok(()) => break,
+            Err(e) if resolver.loaded() => {
+                tracing::warn!("the webhook serves, but: {e}");
+                break;
+            }
+            Err(e) => {
+                tracing::error!(
+                    reason = "WebhookCertificate",
+                    "the webhook cannot start yet: {e}"
+                );
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(30));
+            }
+        }
+    }
+    tokio::spawn({
+        let resolver = Arc::clone(&resolver);
+        async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(60)).await;
+                if let Err(e) = keeper.sync(&resolver).await {
+                    tracing::warn!(reason = "WebhookCertificate", "{e}");
+                }
+            }
+        }
+    });
+
+    let mut tls = rustls::ServerConfig::builder()
+        .with_no_client_auth()
+        .with_cert_resolver(resolver);
+    tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|e| format!("binding the webhook address {addr}: {e}"))?;
+    let bound = listener.local_addr().map_err(|e| e.to_string())?;
+    let tls_listener = TlsListener::spawn(listener, TlsAcceptor::from(Arc::new(tls)));
+    let app = router(Shared {
+        client,
+        sidecar,
+        metrics,
+    });
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(tls_listener, app).await {
+            tracing::error!("the webhook server stopped: {e}");
+        }
+    });
+    Ok(bound)
+}
+
+fn router(shared: Shared) -> Router {
+    Router::new()
+        .route("/inject", post(inject_handler))
+        .with_state(shared)
+}
+
+/// TLS connections whose handshake finished; each handshake runs on its own task with a
+/// deadline, so a slow or silent client never holds up the others.
+struct TlsListener {
+    local: SocketAddr,
+    ready: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
+}
+
+impl TlsListener {
+    fn spawn(listener: TcpListener, acceptor: TlsAcceptor) -> Self {
+        let local = listener
+            .local_addr()
+            .expect("a bound listener has an address");
+        let (tx, ready) = mpsc::channel(64);
+        tokio::spawn(async move {
+            loop {
+                let (tcp, peer) = match listener.accept().await {
+                    Ok(c) => c,
+                    Err(e) => {
+                        tracing::warn!("webhook accept failed: {e}");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                };
+                let (acceptor, tx) = (acceptor.clone(), tx.clone());
+                tokio::spawn(async move {
+                    match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await
+                    {
+                        Ok(Ok(tls)) => {
+                            let _ = tx.send((tls, peer)).await;
+                        }
+                        Ok(Err(e)) => tracing::debug!(%peer, "webhook TLS handshake failed: {e}"),
+                        Err(_) => tracing::debug!(%peer, "webhook TLS handshake timed out"),
+                    }
+                });
+            }
+        });
+        TlsListener { local, ready }
+    }
+}
+
+impl Listener for TlsListener {
+    type Io = TlsStream<TcpStream>;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        match self.ready.recv().await {
+            Some(conn) => conn,
+            // The accept task never ends while the listener lives.
+            None => std::future::pending().await,
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        Ok(self.local)
+    }
+}
+
+async fn inject_handler(State(s): State<Shared>, body: Bytes) -> impl IntoResponse {
+    let review = match serde_json::from_slice::<AdmissionReview<Pod>>(&body) {
+        Ok(review) => review,
+        Err(e) => {
+            s.metrics.admission("Invalid");
+            return (
+                StatusCode::BAD_REQUEST,
+                [(header::CONTENT_TYPE, "text/plain")],
+                format!("not an AdmissionReview of a Pod: {e}").into_bytes(),
+            );
+        }
+    };
+    let review = review_for(&s, review).await;
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        serde_json::to_vec(&review).expect("an AdmissionReview serialises"),
+    )
+}
+
+async fn review_for(s: &Shared, review: AdmissionReview<Pod>) -> AdmissionReview<DynamicObject> {
+    let request: AdmissionRequest<Pod> = match review.try_into() {
+        Ok(r) => r,
+        Err(e) => {
+            s.metrics.admission("Invalid");
+            return AdmissionResponse::invalid(e).into_review();
+        }
+    };
+    let response = AdmissionResponse::from(&request);
+    let namespace = request.namespace.clone().unwrap_or_default();
+    let pod_name = request
+        .object
+        .as_ref()
+        .map(|p| {
+            p.metadata
+                .name
+                .clone()
+                .or_else(|| p.metadata.generate_name.clone())
+                .unwrap_or_default()
+        })
+        .unwrap_or_default();
+    let response = match admit(s, &request, &namespace).await {
+        Ok(Admitted::NotLabelled) => {
+            s.metrics.admission("NotLabelled");
+            response
+        }
+        Ok(Admitted::Already(agent)) => {
+            s.metrics.admission("AlreadyInjected");
+            tracing::info!(
+                namespace,
+                pod = pod_name,
+                agent,
+                "the pod already has the MCP sidecar"
+            );
+            response
+        }
+        Ok(Admitted::Patch(agent, patch)) => match response.clone().with_patch(patch) {
+            Ok(r) => {
+                s.metrics.admission("Injected");
+                tracing::info!(namespace, pod = pod_name, agent, "injected the MCP sidecar");
+                r
+            }
+            Err(e) => {
+                s.metrics.admission("Error");
+                response.deny(format!("the sidecar patch could not be encoded: {e}"))
+            }
+        },
+        Err(Denied::Refused(refusal)) => {
+            s.metrics.admission("Refused");
+            tracing::info!(namespace, pod = pod_name, "refused a pod: {refusal}");
+            response.deny(refusal.to_string())
+        }
+        Err(Denied::Api(message)) => {
+            s.metrics.admission("ApiError");
+            tracing::warn!(
+                namespace,
+                pod = pod_name,
+                "could not decide on a pod: {message}"
+            );
+            response.deny(message)
+        }
+    };
+    response.into_review()
+}
+
+enum Admitted {
+    NotLabelled,
+    Already(String),
+    Patch(String, json_patch::Patch),
+}
+
+enum Denied {
+    Refused(Refusal),
+    Api(String),
+}
+
+/// Reads what the decision needs and makes it. A read that fails refuses the pod with the
+/// reason (the configuration's failurePolicy is Fail for opted-in pods anyway).
+async fn admit(
+    s: &Shared,
+    request: &AdmissionRequest<Pod>,
+    namespace: &str,
+) -> Result<Admitted, Denied> {
+    let Some(pod) = request.object.as_ref() else {
+        return Ok(Admitted::NotLabelled);
+    };
+    let agent = match inject::agent_of(pod) {
+        None => return Ok(Admitted::NotLabelled),
+        Some(a) => a.map_err(Denied::Refused)?.to_owned(),
+    };
+    if inject::is_injected(pod) {
+        return Ok(Admitted::Already(agent));
+    }
+    let read = Duration::from_secs(5);
+    let specs: Api<AgentSpec> = Api::namespaced(s.client.clone(), namespace);
+    let spec = tokio::time::timeout(read, specs.get_opt(&agent))
+        .await
+        .map_err(|_| Denied::Api(format!("reading the AgentSpec {agent:?} timed out")))?
+        .map_err(|e| Denied::Api(format!("reading the AgentSpec {agent:?} failed: {e}")))?
+        .ok_or_else(|| {
+            Denied::Refused(Refusal::UnknownAgentSpec {
+                agent: agent.clone(),
+                namespace: namespace.to_owned(),
+            })
+        })?;
+    // The grants reference exactly the credentials of the AgentSpec's McpServers that exist
+    // (the controller fills each server's endpoint from its McpServer the same way).
+    let servers: Api<McpServer> = Api::namespaced(s.client.clone(), namespace);
+    let mut endpoints = Vec::new();
+    for wanted in &spec.spec.servers {
+        let server = tokio::time::timeout(read, servers.get_opt(&wanted.name))
+            .await
+            .map_err(|_| Denied::Api(format!("reading the McpServer {:?} timed out", wanted.name)))?
+            .map_err(|e| {
+                Denied::Api(format!(
+                    "reading the McpServer {:?} failed: {e}",
+                    wanted.name
+                ))
+            })?;
+        if let Some(server) = server {
+            endpoints.push(endpoint(&server));
+        }
+    }
+    let refs = References::of(&endpoints);
+    match inject::decide(
+        pod,
+        &agent,
+        &grants_config_map_name(&spec.name_any()),
+        &refs,
+        &s.sidecar,
+    )
+    .map_err(Denied::Refused)?
+    {
+        Outcome::AlreadyInjected => Ok(Admitted::Already(agent)),
+        Outcome::Inject(patch) => Ok(Admitted::Patch(agent, patch)),
+    }
+}

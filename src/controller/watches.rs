@@ -8,6 +8,8 @@
 //!    Secret (metadata) ─────── McpServers in its namespace naming it
 //!    ConfigMap (metadata) ──── McpServers in its namespace naming it (CA bundles)
 //!    tools/list_changed ────── the server that pushed it
+//!    McpTenantPolicy ─reflect─► store ─► McpServers whose pinning requirement changed
+//!    Namespace (metadata) ─reflect─► store ─► the same, in that namespace
 //!  AgentSpec controller
 //!    AgentSpec ─────────────── main watch, store = the AgentSpecs the mappers search
 //!    McpServer ─reflect─► store ─► AgentSpecs in its namespace naming it
@@ -40,7 +42,7 @@ use crate::api::mcp_server::McpServer;
 use crate::api::tenant_policy::McpTenantPolicy;
 
 use super::context::Context;
-use super::mcp_server::{self, ServerContext};
+use super::mcp_server::{self, ServerContext, Tenancy};
 use super::readiness::{Readiness, listed};
 use super::{ControllerArgs, agent_spec, tenant_policy};
 
@@ -213,8 +215,33 @@ async fn run_servers(
     let pushed = futures::stream::unfold(trigger_rx, |mut rx| async move {
         rx.recv().await.map(|r| (r, rx))
     });
+    // Policies and namespace labels decide whether a policy requires pinning for a server.
+    let (policies, policies_writer) = reflector::store::<McpTenantPolicy>();
+    let policy_events = watcher(
+        Api::<McpTenantPolicy>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .backoff(Reconnect::new())
+    .reflect(policies_writer)
+    .touched_objects();
+    let (namespaces, namespaces_writer) = reflector::store::<PartialObjectMeta<Namespace>>();
+    let namespace_config = match ns {
+        Some(ns) => watcher::Config::default().fields(&format!("metadata.name={ns}")),
+        None => watcher::Config::default(),
+    };
+    let namespace_events = watcher(
+        Api::<PartialObjectMeta<Namespace>>::all(client.clone()),
+        namespace_config,
+    )
+    .backoff(Reconnect::new())
+    .reflect(namespaces_writer)
+    .touched_objects();
+    let tenancy = Tenancy::new(policies, namespaces);
+    ctx.attach_tenancy(tenancy.clone());
     let secret_store = store.clone();
     let cm_store = store.clone();
+    let (policy_store, namespace_store) = (store.clone(), store.clone());
+    let (policy_tenancy, namespace_tenancy) = (tenancy.clone(), tenancy);
     controller
         .watches_stream(secrets, move |secret| {
             referencing(&secret_store, &secret, mcp_server::referenced_secrets)
@@ -222,6 +249,19 @@ async fn run_servers(
         .watches_stream(config_maps, move |cm| {
             referencing(&cm_store, &cm, mcp_server::referenced_config_maps)
         })
+        .watches_stream(policy_events, move |_: McpTenantPolicy| {
+            pinning_changed(&policy_store, &policy_tenancy, None)
+        })
+        .watches_stream(
+            namespace_events,
+            move |namespace: PartialObjectMeta<Namespace>| {
+                pinning_changed(
+                    &namespace_store,
+                    &namespace_tenancy,
+                    Some(&namespace.name_any()),
+                )
+            },
+        )
         .reconcile_on(pushed)
         .graceful_shutdown_on(async move {
             let _ = stop.wait_for(|s| *s).await;
@@ -264,6 +304,30 @@ async fn forget_deleted_servers(servers: Api<McpServer>, ctx: Arc<ServerContext>
             _ => {}
         }
     }
+}
+
+/// The McpServers (in `namespace`, or all) whose status does not show what now turns pinning
+/// on for them: a policy or a namespace's labels changed it.
+fn pinning_changed(
+    store: &kube::runtime::reflector::Store<McpServer>,
+    tenancy: &Tenancy,
+    namespace: Option<&str>,
+) -> Vec<ObjectRef<McpServer>> {
+    store
+        .state()
+        .iter()
+        .filter(|s| namespace.is_none_or(|ns| s.namespace().as_deref() == Some(ns)))
+        .filter(|s| {
+            let shown = s
+                .status
+                .as_ref()
+                .and_then(|st| st.pinning.as_ref())
+                .map(|p| p.required_by.clone())
+                .unwrap_or_default();
+            shown != tenancy.pinning_required_by_now(s)
+        })
+        .map(|s| ObjectRef::from_obj(s.as_ref()))
+        .collect()
 }
 
 /// The McpServers in the object's namespace that refer to it by name.

@@ -993,3 +993,101 @@ async fn a_policy_that_requires_pinning_turns_it_on_for_the_servers_it_picks() {
     wait_tools(&client, ns.name(), "bot", "files", &NAMED_TOOLS).await;
     assert!(pinning_status(&client, ns.name(), "files").await.is_null());
 }
+
+#[tokio::test]
+async fn pins_of_a_spilled_catalogue_survive_an_operator_restart() {
+    let (client, ns) = e2e::setup("grants-pin-spill").await;
+    label_tenant(&client, ns.name()).await;
+    let fixture = Fixtures::load().sdk_server(&["--tools", "3000", "--no-named-tools"]);
+    let kubeconfig = e2e::kubeconfig_path().await;
+    let mut op = Operator::start(&kubeconfig, ns.name(), "op-grants-pin-spill");
+    apply_server(
+        &client,
+        ns.name(),
+        server_manifest(
+            "big",
+            &fixture.url,
+            json!({"pinning": {"enabled": true}, "timeouts": {"connect": "60s"}}),
+        ),
+    )
+    .await;
+    apply_agent(
+        &client,
+        ns.name(),
+        "bot",
+        json!({"servers": [{"name": "big", "allow": ["tool_000?"]}]}),
+    )
+    .await;
+    let ten: Vec<String> = (0..10).map(|i| format!("big__tool_{i:04}")).collect();
+    let ten: Vec<&str> = ten.iter().map(String::as_str).collect();
+    let nine: Vec<&str> = ten
+        .iter()
+        .copied()
+        .filter(|t| *t != "big__tool_0001")
+        .collect();
+    wait_tools(&client, ns.name(), "bot", "big", &ten).await;
+    let servers: Api<McpServer> = Api::namespaced(client.clone(), ns.name());
+    let spilled = servers.get("big").await.unwrap();
+    assert!(
+        spilled
+            .status
+            .as_ref()
+            .unwrap()
+            .catalog_config_map
+            .is_some(),
+        "the catalogue spills to its ConfigMap"
+    );
+
+    support::sdk_control_with(
+        &fixture.url,
+        "set-description",
+        &[("name", "tool_0001"), ("text", "Changed after review.")],
+    )
+    .await;
+    wait_tools(&client, ns.name(), "bot", "big", &nine).await;
+    let held = wait_pinning(&client, ns.name(), "big", "tool_0001 waits", |p| {
+        p["waitingCount"] == 1
+    })
+    .await;
+    assert_eq!(held["waiting"][0]["name"], "tool_0001");
+    assert_eq!(held["waiting"][0]["changed"], json!(["description"]));
+
+    // A new operator process reads the pins back from the ConfigMap: the tool still waits.
+    op.kill();
+    let op = Operator::start(&kubeconfig, ns.name(), "op-grants-pin-spill-2");
+    eventually(SOON, "the new operator to read the server", || async {
+        let m = op.metrics();
+        if m.contains("mcp_operator_probes_total{reason=\"Ready\"}") {
+            Ok(())
+        } else {
+            Err(m
+                .lines()
+                .filter(|l| l.contains("probes"))
+                .collect::<Vec<_>>()
+                .join("\n"))
+        }
+    })
+    .await;
+    let after = pinning_status(&client, ns.name(), "big").await;
+    assert_eq!(after["waitingCount"], 1, "{after:#}");
+    let (_, doc) = grants(&client, ns.name(), "bot").await.unwrap();
+    let mut names = tool_names(&doc, "big");
+    names.sort();
+    assert_eq!(names, nine);
+
+    let served = held["waiting"][0]["servedDigest"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    kubectl(&[
+        "-n",
+        ns.name(),
+        "annotate",
+        "mcpserver",
+        "big",
+        &format!("mcp-operator.dev/approve={served}"),
+        "--overwrite",
+    ])
+    .await;
+    wait_tools(&client, ns.name(), "bot", "big", &ten).await;
+}

@@ -656,6 +656,25 @@ async fn kubectl(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Waits until the operator holds `n` open tools/list_changed subscriptions, so a change the
+/// server pushes from now on is heard.
+async fn wait_subscribed(op: &Operator, n: usize) {
+    let want = format!("mcp_operator_subscriptions_open {n}");
+    eventually(SOON, &format!("{n} open subscriptions"), || async {
+        let m = op.metrics();
+        if m.lines().any(|l| l == want) {
+            Ok(())
+        } else {
+            Err(m
+                .lines()
+                .filter(|l| l.starts_with("mcp_operator_subscriptions_open"))
+                .collect::<Vec<_>>()
+                .join("\n"))
+        }
+    })
+    .await;
+}
+
 const NAMED_TOOLS: [&str; 4] = [
     "files__delete_file",
     "files__put_object",
@@ -701,7 +720,8 @@ async fn a_pinned_tool_whose_description_changes_waits_until_a_person_approves_i
     assert_eq!(first["waitingCount"], 0);
     assert_eq!(first["requiredBy"], json!(["spec.pinning.enabled"]));
 
-    // The rug pull: the server rewrites read_file's description.
+    // The rug pull: the server rewrites read_file's description (and says so).
+    wait_subscribed(&op, 1).await;
     let pulled = Instant::now();
     support::sdk_control_with(
         &fixture.url,
@@ -811,8 +831,23 @@ async fn a_pinned_tool_whose_description_changes_waits_until_a_person_approves_i
         "{metrics}"
     );
 
-    // The person on call reads what changed and approves it with the README's command.
-    let served = waiting["servedDigest"].as_str().unwrap().to_string();
+    // The person on call reads what changed and approves it, with the README's commands.
+    let listed = kubectl(&[
+        "-n",
+        ns.name(),
+        "get",
+        "mcpserver",
+        "files",
+        "-o",
+        r#"jsonpath={range .status.pinning.waiting[*]}{.name}: {.summary} -> {.servedDigest}{"\n"}{end}"#,
+    ])
+    .await;
+    let served = listed
+        .trim()
+        .strip_prefix("read_file: description changed -> ")
+        .unwrap_or_else(|| panic!("the README's listing: {listed:?}"))
+        .to_string();
+    assert_eq!(json!(served), waiting["servedDigest"]);
     let approved = Instant::now();
     kubectl(&[
         "-n",
@@ -896,7 +931,7 @@ async fn a_policy_that_requires_pinning_turns_it_on_for_the_servers_it_picks() {
     let fixtures = Fixtures::load();
     let picked = fixtures.sdk_server(&[]);
     let other = fixtures.sdk_server(&[]);
-    let _op = Operator::start(
+    let op = Operator::start(
         &e2e::kubeconfig_path().await,
         ns.name(),
         "op-grants-pin-policy",
@@ -937,6 +972,7 @@ async fn a_policy_that_requires_pinning_turns_it_on_for_the_servers_it_picks() {
     .await;
 
     // Both servers' read_file change: only the picked server's waits.
+    wait_subscribed(&op, 2).await;
     for url in [&picked.url, &other.url] {
         support::sdk_control_with(
             url,
@@ -1038,6 +1074,7 @@ async fn pins_of_a_spilled_catalogue_survive_an_operator_restart() {
         "the catalogue spills to its ConfigMap"
     );
 
+    wait_subscribed(&op, 1).await;
     support::sdk_control_with(
         &fixture.url,
         "set-description",

@@ -73,6 +73,13 @@ pub fn approved_by_annotation(value: &str) -> std::collections::BTreeSet<String>
         json_path = ".status.catalog.toolCount"
     ),
     printcolumn(
+        name = "Waiting",
+        type_ = "integer",
+        description = "Tools withheld until a person approves them (pinning)",
+        json_path = ".status.pinning.waitingCount",
+        priority = 1
+    ),
+    printcolumn(
         name = "Protocol",
         type_ = "string",
         json_path = ".status.protocolVersion"

@@ -286,4 +286,51 @@ mod tests {
             vec![d('b'), d('c')]
         );
     }
+
+    #[test]
+    fn the_condition_counts_the_waiting_tools_and_names_stale_approvals() {
+        use crate::core::catalog::build;
+        use crate::core::pinning::{Approvals, pin};
+        let def = |d: &str| {
+            json!({"name": "read_file", "description": d, "inputSchema": {}})
+                .as_object()
+                .unwrap()
+                .clone()
+        };
+        let on = Settings {
+            required_by: vec![BY_SPEC.into()],
+            approvals: Approvals {
+                by_spec: BTreeMap::from([(
+                    "gone_tool".to_string(),
+                    format!("sha256:{}", "0".repeat(64)),
+                )]),
+                ..Default::default()
+            },
+        };
+        let first = pin(None, build(&[def("a")], &BTreeMap::new(), 1), &on.approvals);
+        let section = status(&on, &first);
+        let (ok, reason, message) = condition(&section, &first.catalog);
+        assert!(ok);
+        assert_eq!(reason, "StaleApprovals");
+        assert!(message.contains("(gone_tool)"), "{message}");
+
+        let changed = pin(
+            Some(&first.catalog),
+            build(&[def("b")], &BTreeMap::new(), 1),
+            &on.approvals,
+        );
+        let section = status(&on, &changed);
+        assert_eq!(section.waiting_count, 1);
+        assert_eq!(section.content_key, pinning::content_key(&changed.catalog));
+        let (ok, reason, message) = condition(&section, &changed.catalog);
+        assert!(!ok);
+        assert_eq!(reason, "AwaitingApproval");
+        assert!(
+            message.starts_with(
+                "1 tool waits for approval and no agent is granted it: read_file (description changed)."
+            ),
+            "{message}"
+        );
+        assert!(message.contains(APPROVE_ANNOTATION));
+    }
 }

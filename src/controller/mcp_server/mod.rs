@@ -1,12 +1,12 @@
 //! The McpServer reconciler: resolve credentials, probe the server through `mcp::read_server`
 //! when its inputs changed or it is due, decide the status in one pure step
-//! ([`status::decide`]: conditions, catalogue, and whether a large catalogue moves to its
-//! companion ConfigMap), then apply: the ConfigMap, the status (only when its content changed),
-//! metrics and one event per transition.
+//! ([`status::decide`]: conditions, catalogue, under pinning which tools wait for approval, and
+//! whether a large catalogue moves to its companion ConfigMap), then apply: the ConfigMap, the
+//! status (only when its content changed), metrics and one event per transition.
 //!
 //! ```text
-//!  gather   credentials::resolve (Secrets, ConfigMaps) ─► schedule says probe? ─► read_server
-//!  decide   status::decide(stored, previous in full, finding) ─► Decision { status, spill }
+//!  gather   pinning on? (spec, policies) ─► credentials::resolve ─► schedule says probe? ─► read_server
+//!  decide   status::decide(stored, previous in full, finding, pinning) ─► Decision { status, spill }
 //!  apply    catalog_spill (write / remove) ─► status (SSA) ─► metrics ─► Events
 //! ```
 //!

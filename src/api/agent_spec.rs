@@ -193,10 +193,18 @@ pub struct AgentServerStatus {
     pub withheld_by_policy: u32,
     /// Tools this AgentSpec's allow/deny does not ask for.
     pub withheld_by_spec: u32,
+    /// Tools asked for and permitted that the server's pinning withholds until a person
+    /// approves their changed (or new) definitions; the conditions name them.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub awaiting_approval: u32,
     /// Whether the server's catalogue is currently synced. An optional server that is not
     /// available contributes no tools until it is.
     pub available: bool,
     /// Whether the granted tools' schemas exceed the sidecar's preload budget, so the sidecar
     /// offers discovery tools for this server instead of every schema.
     pub deferred: bool,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }

@@ -20,6 +20,8 @@ pub const CREDENTIALS_RESOLVED: &str = "CredentialsResolved";
 pub const REACHABLE: &str = "Reachable";
 /// McpServer: the status catalogue is the server's current, complete tool list.
 pub const CATALOG_SYNCED: &str = "CatalogSynced";
+/// McpServer under pinning: no tool waits for a person's approval.
+pub const TOOLS_APPROVED: &str = "ToolsApproved";
 /// Every kind: the object is fully usable.
 pub const READY: &str = "Ready";
 /// AgentSpec: every referenced server, policy and pattern resolved to a grant set without

@@ -18,12 +18,28 @@ use serde::{Deserialize, Serialize};
 
 use super::conditions::Condition;
 use crate::core::limits;
+use crate::core::pinning::{Part, StaleApproval};
 use crate::core::{Access, Catalog, ConfigMapKeySelector, Duration, SecretKeySelector};
 pub use crate::core::{Era as ProtocolEra, ServerInfo, Transport};
 
 /// Annotation on an McpServer that asks for its catalogue to be read again now; any new value
 /// triggers one refresh.
 pub const REFRESH_ANNOTATION: &str = "mcp-operator.dev/refresh";
+
+/// Annotation on an McpServer under pinning that approves tool definitions: one or more
+/// digests, separated by commas or spaces, each a tool's `definitionDigest` (approving that
+/// definition) or the catalogue's `digest` (approving every tool exactly as that catalogue
+/// serves it). Setting it reads the server again and applies the approval to what it serves.
+pub const APPROVE_ANNOTATION: &str = "mcp-operator.dev/approve";
+
+/// The digests an approve annotation names (empty entries ignored).
+pub fn approved_by_annotation(value: &str) -> std::collections::BTreeSet<String> {
+    value
+        .split(|c: char| c == ',' || c.is_whitespace())
+        .filter(|d| !d.is_empty())
+        .map(str::to_string)
+        .collect()
+}
 
 /// A remote MCP server reached over HTTP. The operator connects to it, reads its whole tool
 /// catalogue, classifies every tool as read, write or destructive, and reports in status whether
@@ -55,6 +71,13 @@ pub const REFRESH_ANNOTATION: &str = "mcp-operator.dev/refresh";
         name = "Tools",
         type_ = "integer",
         json_path = ".status.catalog.toolCount"
+    ),
+    printcolumn(
+        name = "Waiting",
+        type_ = "integer",
+        description = "Tools withheld until a person approves them (pinning)",
+        json_path = ".status.pinning.waitingCount",
+        priority = 1
     ),
     printcolumn(
         name = "Protocol",
@@ -136,6 +159,45 @@ pub struct McpServerSpec {
     #[serde(default = "default_retry")]
     #[schemars(range(min = 0, max = 10))]
     pub retry: u32,
+
+    /// Pinned tool definitions, the guard against a server changing a tool after it was
+    /// reviewed. Off unless enabled here or required by an McpTenantPolicy rule picking this
+    /// server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pinning: Option<Pinning>,
+}
+
+/// Pinning: the first catalogue read pins every tool's definitionDigest; a tool whose
+/// definition later differs from its pin, or a tool that was not there, is withheld from every
+/// agent until a person approves it (here, or with the mcp-operator.dev/approve annotation). A
+/// tool that changes back to its pinned definition is granted again; tools.overrides never
+/// need approval.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Pinning {
+    /// Pin this server's tool definitions.
+    #[serde(default)]
+    pub enabled: bool,
+
+    /// Approved definitions: tool name → the definitionDigest approved for it (sha256:<64 hex>,
+    /// as status.pinning.waiting[].servedDigest shows it). An entry the server does not serve is
+    /// reported in status, never an error.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend(
+        "maxProperties" = 256,
+        "additionalProperties" = {
+            "type": "string",
+            "maxLength": 71,
+            "pattern": "^sha256:[0-9a-f]{64}$",
+        },
+        "x-kubernetes-validations" = [
+            {
+                "rule": "self.all(k, k.matches('^[A-Za-z0-9_.-]{1,128}$'))",
+                "message": "pinning.approved keys must be exact tool names: 1 to 128 letters, digits, '_', '-' or '.' (no wildcards)",
+            },
+        ]
+    ))]
+    pub approved: BTreeMap<String, String>,
 }
 
 fn default_retry() -> u32 {
@@ -411,10 +473,64 @@ pub struct McpServerStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub catalog_config_map: Option<String>,
 
-    /// CredentialsResolved, Reachable, CatalogSynced and Ready.
+    /// Pinned tool definitions, while pinning is on: which tools wait for a person's approval
+    /// and why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pinning: Option<PinningStatus>,
+
+    /// CredentialsResolved, Reachable, CatalogSynced, Ready, and ToolsApproved while pinning is
+    /// on.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "super::conditions::conditions_schema")]
     pub conditions: Vec<Condition>,
+}
+
+/// Most waiting tools listed in status.pinning.waiting; every waiting tool is marked
+/// (awaitingApproval) in the catalogue itself.
+pub const WAITING_LISTED_MAX: usize = 100;
+
+/// Pinning as the controller applies it. The pins themselves are the catalogue's digests: a
+/// tool's definitionDigest, or awaitingApproval.pinnedDigest while it waits.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PinningStatus {
+    /// What turns pinning on: spec.pinning.enabled and/or the McpTenantPolicies requiring it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub required_by: Vec<String>,
+
+    /// How many tools wait for approval (withheld from every agent).
+    pub waiting_count: u32,
+
+    /// The waiting tools, sorted by name (at most 100; the catalogue marks every one).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub waiting: Vec<WaitingTool>,
+
+    /// Entries of spec.pinning.approved the server does not serve: update or remove them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stale_approvals: Vec<StaleApproval>,
+
+    /// Changes whenever the catalogue or its set of waiting tools changes; readers of a spilled
+    /// catalogue compare it with the ConfigMap's.
+    pub content_key: String,
+}
+
+/// One tool withheld until a person approves it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WaitingTool {
+    /// The tool's name.
+    pub name: String,
+    /// The definitionDigest last approved; absent for a tool that is new since pinning began.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pinned_digest: Option<String>,
+    /// The definitionDigest the server serves now: approve this one.
+    pub served_digest: String,
+    /// The parts that differ from the pinned definition (title, description, inputSchema,
+    /// outputSchema, annotations, other); empty for a new tool.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub changed: Vec<Part>,
+    /// The same in words: "new tool", "description changed".
+    pub summary: String,
 }
 
 /// The catalogue in status: the probe's catalogue document plus when it was read.

@@ -92,6 +92,12 @@ pub struct TenantRule {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "super::common::nullable_enum_schema::<Access>")]
     pub require_approval_for: Option<Access>,
+
+    /// Pin the tool definitions of the servers this rule picks, whatever their
+    /// spec.pinning.enabled says: a tool that changes, or a new tool, is withheld from every
+    /// agent until a person approves it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub require_pinning: bool,
 }
 
 /// Which McpServers a rule picks: by name, by labels, or both (a server matching either is

@@ -49,6 +49,9 @@ pub enum ReconcileError {
     /// Deleting the companion ConfigMap once the catalogue fits in status again.
     #[error("removing the catalogue ConfigMap failed: {0}")]
     CatalogSpillRemove(#[source] kube::Error),
+    /// Reading back the companion ConfigMap that holds a pinned catalogue's pins.
+    #[error("reading the catalogue ConfigMap failed: {0}")]
+    CatalogSpillRead(#[source] kube::Error),
 }
 
 impl ReconcileError {
@@ -59,6 +62,7 @@ impl ReconcileError {
             ReconcileError::GrantsConfigMap(_) => "GrantsConfigMap",
             ReconcileError::CatalogSpillWrite(_) => "CatalogSpillWrite",
             ReconcileError::CatalogSpillRemove(_) => "CatalogSpillRemove",
+            ReconcileError::CatalogSpillRead(_) => "CatalogSpillRead",
         }
     }
 }
@@ -81,6 +85,7 @@ mod tests {
             ReconcileError::GrantsConfigMap(refused()),
             ReconcileError::CatalogSpillWrite(refused()),
             ReconcileError::CatalogSpillRemove(refused()),
+            ReconcileError::CatalogSpillRead(refused()),
         ]
         .iter()
         .map(ReconcileError::reason)
@@ -91,7 +96,8 @@ mod tests {
                 "StatusPatch",
                 "GrantsConfigMap",
                 "CatalogSpillWrite",
-                "CatalogSpillRemove"
+                "CatalogSpillRemove",
+                "CatalogSpillRead"
             ]
         );
     }

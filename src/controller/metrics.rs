@@ -48,6 +48,7 @@ pub struct Metrics {
     pub status_writes: Family<KindLabels, Counter>,
     servers_by_reason: Family<ReasonLabels, Gauge>,
     tools: Family<ServerLabels, Gauge>,
+    awaiting_approval: Family<ServerLabels, Gauge>,
     pub subscriptions_open: Gauge,
     /// Admission reviews of the sidecar-injection webhook by result.
     admissions: Family<ResultLabels, Counter>,
@@ -102,6 +103,12 @@ impl Default for Metrics {
             "Tools in each McpServer's catalogue",
             tools.clone(),
         );
+        let awaiting_approval = Family::<ServerLabels, Gauge>::default();
+        registry.register(
+            "mcpserver_tools_awaiting_approval",
+            "Tools of each pinned McpServer withheld from every agent until a person approves them",
+            awaiting_approval.clone(),
+        );
         let subscriptions_open = Gauge::default();
         registry.register(
             "subscriptions_open",
@@ -124,6 +131,7 @@ impl Default for Metrics {
             status_writes,
             servers_by_reason,
             tools,
+            awaiting_approval,
             subscriptions_open,
             reasons: Mutex::new(HashMap::new()),
         }
@@ -176,6 +184,23 @@ impl Metrics {
                     reason: reason.to_string(),
                 })
                 .set(n);
+        }
+    }
+
+    /// Records how many tools of a pinned McpServer wait for approval (None: pinning is off or
+    /// the server is deleted).
+    pub fn set_awaiting_approval(&self, namespace: &str, name: &str, waiting: Option<u32>) {
+        let labels = ServerLabels {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        };
+        match waiting {
+            Some(n) => {
+                self.awaiting_approval.get_or_create(&labels).set(n as i64);
+            }
+            None => {
+                self.awaiting_approval.remove(&labels);
+            }
         }
     }
 

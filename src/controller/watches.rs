@@ -13,6 +13,7 @@
 //!                                     (CA bundles)
 //!  Secret (metadata) ───────────────► servers naming it
 //!  tools/list_changed ──────────────► the server that pushed it
+//!  McpTenantPolicy, Namespace ──────► servers whose pinning requirement changed
 //! ```
 //!
 //! McpServer, AgentSpec and ConfigMap watches are scoped by --watch-namespace; policies and
@@ -40,7 +41,7 @@ use crate::api::tenant_policy::McpTenantPolicy;
 
 use super::context::Context;
 use super::fanout::{Change, Watched};
-use super::mcp_server::{self, ServerContext};
+use super::mcp_server::{self, ServerContext, Tenancy};
 use super::readiness::Readiness;
 use super::{ControllerArgs, agent_spec, tenant_policy};
 
@@ -210,14 +211,33 @@ fn run_servers(
     let pushed = futures::stream::unfold(trigger_rx, |mut rx| async move {
         rx.recv().await.map(|r| (r, rx))
     });
+    // Policies and namespace labels decide whether a policy requires pinning for a server.
+    let tenancy = Tenancy::new(
+        w.policies.store(),
+        w.namespaces.store(),
+        Readiness::all(vec![w.policies.listed(), w.namespaces.listed()]),
+    );
+    ctx.attach_tenancy(tenancy.clone());
     let secret_store = store.clone();
-    let cm_store = store;
+    let cm_store = store.clone();
+    let (policy_store, namespace_store) = (store.clone(), store);
+    let (policy_tenancy, namespace_tenancy) = (tenancy.clone(), tenancy);
     let run = controller
         .watches_stream(secrets, move |secret| {
             referencing(&secret_store, &secret, mcp_server::referenced_secrets)
         })
         .watches_shared_stream(w.config_maps.touched(), move |cm| {
             referencing(&cm_store, cm.as_ref(), mcp_server::referenced_config_maps)
+        })
+        .watches_shared_stream(w.policies.touched(), move |_| {
+            pinning_changed(&policy_store, &policy_tenancy, None)
+        })
+        .watches_shared_stream(w.namespaces.touched(), move |namespace| {
+            pinning_changed(
+                &namespace_store,
+                &namespace_tenancy,
+                Some(&namespace.name_any()),
+            )
         })
         .reconcile_on(pushed)
         .graceful_shutdown_on(async move {
@@ -264,6 +284,30 @@ async fn forget_deleted_servers(
             Change::Applied(_) => {}
         }
     }
+}
+
+/// The McpServers (in `namespace`, or all) whose status does not show what now turns pinning
+/// on for them: a policy or a namespace's labels changed it.
+fn pinning_changed(
+    store: &Store<McpServer>,
+    tenancy: &Tenancy,
+    namespace: Option<&str>,
+) -> Vec<ObjectRef<McpServer>> {
+    store
+        .state()
+        .iter()
+        .filter(|s| namespace.is_none_or(|ns| s.namespace().as_deref() == Some(ns)))
+        .filter(|s| {
+            let shown = s
+                .status
+                .as_ref()
+                .and_then(|st| st.pinning.as_ref())
+                .map(|p| p.required_by.clone())
+                .unwrap_or_default();
+            shown != tenancy.pinning_required_by_now(s)
+        })
+        .map(|s| ObjectRef::from_obj(s.as_ref()))
+        .collect()
 }
 
 /// The McpServers in the object's namespace that refer to it by name.

@@ -10,6 +10,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
+pub use super::pinning::{AwaitingApproval, Part, PartDigests};
+
 /// How much a tool can change the world, from the least to the most. Ordered, so a ceiling is a
 /// comparison.
 #[derive(
@@ -78,6 +80,14 @@ pub struct CatalogTool {
     pub schema_bytes: u64,
     /// SHA-256 of the RFC 8785 canonical JSON of the whole tool definition.
     pub definition_digest: String,
+    /// Short digests of the parts of the definition a person reviews (title, description,
+    /// input and output schema, annotations, anything else), so a change can be told by part.
+    #[serde(default, skip_serializing_if = "PartDigests::is_empty")]
+    pub parts: PartDigests,
+    /// Set while pinning withholds this tool from every grant: its definition is not the one
+    /// pinned, and no person approved it yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub awaiting_approval: Option<AwaitingApproval>,
 }
 
 /// MCP tool annotations (hints, not guarantees).
@@ -157,6 +167,8 @@ fn catalog_tool(tool: &Map<String, Value>, overrides: &BTreeMap<String, Access>)
         annotations,
         schema_bytes,
         definition_digest: definition_digest(&Value::Object(tool.clone())),
+        parts: PartDigests::of(tool),
+        awaiting_approval: None,
         name,
     }
 }

@@ -11,6 +11,8 @@
 //!
 //! - [`catalog`]: `Access`, `Approval`, `Catalog`, `CatalogTool`; building and digesting a
 //!   catalogue from raw tool definitions.
+//! - [`pinning`]: pinned tool definitions: which tools of a new read wait for a person's
+//!   approval (the rug-pull guard), per-part digests, approvals.
 //! - [`server`]: `Era`, `ServerInfo`, `Transport`.
 //! - [`limits`]: `Limits` and every default (CRD fields, probe flags).
 //! - [`refs`]: `SecretKeySelector`, `ConfigMapKeySelector`.
@@ -19,6 +21,7 @@
 pub mod catalog;
 pub mod duration;
 pub mod limits;
+pub mod pinning;
 pub mod refs;
 pub mod server;
 

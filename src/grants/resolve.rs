@@ -22,7 +22,10 @@
 //!   (its catalogue after its own allow/deny); a pattern that matches only hidden tools is
 //!   reported too, with a message saying so.
 //! - Withheld counts are taken in plane order: a tool is counted against the first plane that
-//!   drops it, so granted + the three withheld counts = the catalogue's size.
+//!   drops it, so granted + the three withheld counts + awaiting approval = the catalogue's
+//!   size.
+//! - A tool its server's pinning holds back (`awaitingApproval` in the catalogue) is granted to
+//!   nobody; only an AgentSpec that would have been granted it counts it and hears why.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -88,6 +91,9 @@ pub struct ServerOutcome {
     pub withheld_by_policy: u32,
     /// Permitted but not asked for by the AgentSpec's allow/deny.
     pub withheld_by_spec: u32,
+    /// Asked for and permitted, but the server pins its definitions and this one waits for a
+    /// person's approval.
+    pub awaiting_approval: u32,
     /// Sum of the granted tools' schema sizes, compared with the preload budget.
     pub granted_schema_bytes: u64,
 }
@@ -123,6 +129,9 @@ pub enum Reason {
     PatternMatchesNothing,
     /// An AgentSpec requireApproval name is not a tool the server offers.
     RequireApprovalNotOffered,
+    /// A tool the agent would be granted is withheld: its server pins tool definitions and
+    /// this one changed (or is new) and waits for a person's approval.
+    AwaitingApproval,
 }
 
 impl Reason {
@@ -135,6 +144,7 @@ impl Reason {
             Reason::DeniedByPolicy => "DeniedByPolicy",
             Reason::PatternMatchesNothing => "PatternMatchesNothing",
             Reason::RequireApprovalNotOffered => "RequireApprovalNotOffered",
+            Reason::AwaitingApproval => "AwaitingApproval",
         }
     }
 }
@@ -240,6 +250,7 @@ fn resolve_server(
         withheld_by_server: 0,
         withheld_by_policy: 0,
         withheld_by_spec: 0,
+        awaiting_approval: 0,
         granted_schema_bytes: 0,
     };
     let mut grants = ServerGrants {
@@ -318,6 +329,22 @@ fn resolve_server(
         }
         if !spec_plane.permits(&tool.name) {
             outcome.withheld_by_spec += 1;
+            continue;
+        }
+        if let Some(waiting) = &tool.awaiting_approval {
+            // Neither the new definition nor the pinned one: the server no longer serves that.
+            outcome.awaiting_approval += 1;
+            findings.push(Finding::new(
+                Reason::AwaitingApproval,
+                Some(name),
+                format!(
+                    "tool {} of McpServer {name} is withheld until a person approves it ({}); \
+                     the McpServer's status.pinning.waiting shows what changed",
+                    tool.name,
+                    waiting.what_changed()
+                ),
+                false,
+            ));
             continue;
         }
         let requires_approval = input_approval(input.approval, tool.access)

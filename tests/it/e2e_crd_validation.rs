@@ -560,6 +560,50 @@ fn refused_cases() -> Vec<Refused> {
         &["spec.tools.overrides", "Too many", "256"],
     );
 
+    // --- McpServer: pinning
+    let digest = format!("sha256:{}", "a".repeat(64));
+    for (case, key) in [
+        ("wildcard", "read_*"),
+        ("empty", ""),
+        ("space", "read file"),
+    ] {
+        c.server(
+            &format!("pinning-approved-key-{case}"),
+            json!({"pinning": {"enabled": true, "approved": {key: digest}}}),
+            &[
+                "spec.pinning.approved",
+                "pinning.approved keys must be exact tool names",
+            ],
+        );
+    }
+    for (case, value) in [
+        ("no-prefix", "a".repeat(64)),
+        ("short", "sha256:abc".to_string()),
+        ("upper-hex", format!("sha256:{}", "A".repeat(64))),
+    ] {
+        c.server(
+            &format!("pinning-approved-digest-{case}"),
+            json!({"pinning": {"approved": {"read_file": value}}}),
+            &["spec.pinning.approved.read_file", SHOULD_MATCH],
+        );
+    }
+    c.server(
+        "pinning-approved-too-many",
+        json!({"pinning": {"approved": (0..257)
+            .map(|i| (format!("t{i}"), json!(digest)))
+            .collect::<serde_json::Map<_, _>>()}}),
+        &["spec.pinning.approved", "Too many", "256"],
+    );
+    c.server(
+        "pinning-enabled-not-bool",
+        json!({"pinning": {"enabled": "yes"}}),
+        &["spec.pinning.enabled", "must be of type boolean"],
+    )
+    .when_applied(
+        500,
+        &[TYPED_PATCH, ".spec.pinning.enabled: expected boolean"],
+    );
+
     // --- McpServer: optional
     c.server(
         "optional-not-bool",

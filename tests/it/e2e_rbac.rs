@@ -902,8 +902,19 @@ async fn the_controller_does_its_whole_job_with_only_the_charts_rbac() {
         }
     })
     .await;
-    let big = servers.get("big").await.unwrap();
-    assert!(big.status.unwrap().catalog_config_map.is_none());
+    // The ConfigMap goes before the status is written: wait for the status too.
+    eventually(
+        SOON,
+        "status no longer names the spill ConfigMap",
+        || async {
+            let big = servers.get("big").await.map_err(|e| e2e::describe(&e))?;
+            match big.status.and_then(|s| s.catalog_config_map) {
+                None => Ok(()),
+                Some(cm) => Err(format!("still names {cm}")),
+            }
+        },
+    )
+    .await;
 
     // The Secret is deleted: the same warning again is counted in the event's series (the
     // recorder's patch).

@@ -274,13 +274,17 @@ async fn publish(
 async fn spilled_catalog(ctx: &AgentContext, server: &McpServer) -> Option<Arc<Catalog>> {
     let status = server.status.as_ref()?;
     status.catalog_config_map.as_ref()?;
-    let digest = status.catalog.as_ref()?.catalog.digest.clone();
+    // Under pinning the same served catalogue can differ in which tools wait.
+    let digest = match &status.pinning {
+        Some(p) => p.content_key.clone(),
+        None => status.catalog.as_ref()?.catalog.digest.clone(),
+    };
     let key = server_key(server);
     if let Some(catalog) = ctx.spilled.get(&key, &digest) {
         return Some(catalog);
     }
     let catalog = Arc::new(read_spilled_catalog(&ctx.base.client, server).await?);
-    if catalog.digest != digest {
+    if crate::core::pinning::content_key(&catalog) != digest {
         // The ConfigMap is ahead of or behind the status: the next status change re-resolves.
         return None;
     }

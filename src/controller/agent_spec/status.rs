@@ -69,6 +69,7 @@ pub fn next_agent_status(
             withheld_by_server: o.withheld_by_server,
             withheld_by_policy: o.withheld_by_policy,
             withheld_by_spec: o.withheld_by_spec,
+            awaiting_approval: o.awaiting_approval,
             available: o.available,
             deferred: o.deferred,
         })
@@ -207,6 +208,7 @@ mod tests {
             withheld_by_server: 1,
             withheld_by_policy: 2,
             withheld_by_spec: 3,
+            awaiting_approval: 0,
             granted_schema_bytes: 10,
         }
     }
@@ -274,6 +276,7 @@ mod tests {
                 withheld_by_server: 1,
                 withheld_by_policy: 2,
                 withheld_by_spec: 3,
+                awaiting_approval: 0,
                 available: true,
                 deferred: false
             }

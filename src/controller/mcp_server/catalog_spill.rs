@@ -13,6 +13,7 @@ use kube::{Api, Client, Resource, ResourceExt};
 use crate::api::mcp_server::McpServer;
 use crate::controller::shared::config_map::apply_if_changed;
 use crate::core::Catalog;
+use crate::core::pinning::content_key;
 
 /// Above this many bytes of tool entries, the catalogue leaves status.
 pub const STATUS_TOOLS_BUDGET: usize = 512 * 1024;
@@ -44,8 +45,9 @@ pub fn decompress(bytes: &[u8]) -> Option<Catalog> {
     serde_json::from_slice(&json).ok()
 }
 
-/// Makes the companion ConfigMap hold `catalog` (built and written only when its digest
-/// changed). Returns whether anything was written.
+/// Makes the companion ConfigMap hold `catalog` (built and written only when its content key
+/// changed: its digest, and under pinning which tools wait). Returns whether anything was
+/// written.
 pub async fn publish(
     client: &Client,
     server: &McpServer,
@@ -54,14 +56,10 @@ pub async fn publish(
 ) -> Result<bool, kube::Error> {
     let namespace = server.namespace().unwrap_or_default();
     let name = config_map_name(&server.name_any());
+    let key = content_key(catalog);
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &namespace);
-    apply_if_changed(
-        &api,
-        &name,
-        DIGEST_ANNOTATION,
-        &catalog.digest,
-        field_manager,
-        || ConfigMap {
+    apply_if_changed(&api, &name, DIGEST_ANNOTATION, &key, field_manager, || {
+        ConfigMap {
             metadata: ObjectMeta {
                 name: Some(name.clone()),
                 namespace: Some(namespace.clone()),
@@ -75,7 +73,7 @@ pub async fn publish(
                 ])),
                 annotations: Some(BTreeMap::from([(
                     DIGEST_ANNOTATION.to_string(),
-                    catalog.digest.clone(),
+                    key.clone(),
                 )])),
                 ..Default::default()
             },
@@ -84,20 +82,30 @@ pub async fn publish(
                 ByteString(compress(catalog)),
             )])),
             ..Default::default()
-        },
-    )
+        }
+    })
     .await
 }
 
 /// The full catalogue from the companion ConfigMap, if it is there and readable.
 pub async fn read(client: &Client, server: &McpServer) -> Option<Catalog> {
+    read_checked(client, server).await.ok()?
+}
+
+/// The same, telling an apiserver error (Err) from a ConfigMap that is missing or does not
+/// hold a readable catalogue (None).
+pub async fn read_checked(
+    client: &Client,
+    server: &McpServer,
+) -> Result<Option<Catalog>, kube::Error> {
     let api: Api<ConfigMap> =
         Api::namespaced(client.clone(), &server.namespace().unwrap_or_default());
-    let cm = api
-        .get_opt(&config_map_name(&server.name_any()))
-        .await
-        .ok()??;
-    decompress(&cm.binary_data?.get(CATALOG_KEY)?.0)
+    let Some(cm) = api.get_opt(&config_map_name(&server.name_any())).await? else {
+        return Ok(None);
+    };
+    Ok(cm
+        .binary_data
+        .and_then(|d| d.get(CATALOG_KEY).and_then(|b| decompress(&b.0))))
 }
 
 /// Removes the companion ConfigMap once the catalogue fits in status again.
@@ -141,6 +149,50 @@ mod tests {
         // A ConfigMap holds at most 1 MiB of data.
         assert!(gz.len() < 1024 * 1024, "compressed to {} bytes", gz.len());
         assert_eq!(decompress(&gz).unwrap(), catalog);
+    }
+
+    /// Each waiting tool adds its pinned digest (about 50 bytes compressed): 10,000 tools of
+    /// which 8,000 wait at once still fit. All 10,000 do not (about 1.09 MB); the README says so.
+    #[test]
+    fn ten_thousand_tools_with_eight_thousand_waiting_for_approval_fit_a_config_map() {
+        use crate::core::pinning::{Approvals, pin};
+        let tools = |changed: usize| -> Vec<_> {
+            (0..10_000)
+                .map(|i| {
+                    let version = if i < changed { "v2" } else { "v1" };
+                    json!({"name": format!("tool_{i:05}"),
+                           "description": format!("Tool number {i} does a thing ({version})."),
+                           "inputSchema": {"type": "object", "properties": {"x": {"type": "string"}}}})
+                    .as_object()
+                    .unwrap()
+                    .clone()
+                })
+                .collect()
+        };
+        let none = Approvals::default();
+        let first = pin(None, build(&tools(0), &BTreeMap::new(), 100), &none).catalog;
+        let changed = pin(
+            Some(&first),
+            build(&tools(8_000), &BTreeMap::new(), 100),
+            &none,
+        )
+        .catalog;
+        assert_eq!(
+            changed
+                .tools
+                .iter()
+                .filter(|t| t.awaiting_approval.is_some())
+                .count(),
+            8_000
+        );
+        let gz = compress(&changed);
+        eprintln!(
+            "10,000 tools: {} bytes compressed; 8,000 of them waiting: {} bytes",
+            compress(&first).len(),
+            gz.len()
+        );
+        assert!(gz.len() < 1024 * 1024, "compressed to {} bytes", gz.len());
+        assert_eq!(decompress(&gz).unwrap(), changed);
     }
 
     #[test]

@@ -1,12 +1,12 @@
 //! The McpServer reconciler: resolve credentials, probe the server through `mcp::read_server`
 //! when its inputs changed or it is due, decide the status in one pure step
-//! ([`status::decide`]: conditions, catalogue, and whether a large catalogue moves to its
-//! companion ConfigMap), then apply: the ConfigMap, the status (only when its content changed),
-//! metrics and one event per transition.
+//! ([`status::decide`]: conditions, catalogue, under pinning which tools wait for approval, and
+//! whether a large catalogue moves to its companion ConfigMap), then apply: the ConfigMap, the
+//! status (only when its content changed), metrics and one event per transition.
 //!
 //! ```text
-//!  gather   credentials::resolve (Secrets, ConfigMaps) ─► schedule says probe? ─► read_server
-//!  decide   status::decide(stored, previous in full, finding) ─► Decision { status, spill }
+//!  gather   pinning on? (spec, policies) ─► credentials::resolve ─► schedule says probe? ─► read_server
+//!  decide   status::decide(stored, previous in full, finding, pinning) ─► Decision { status, spill }
 //!  apply    catalog_spill (write / remove) ─► status (SSA) ─► metrics ─► Events
 //! ```
 //!
@@ -15,17 +15,23 @@
 //! - [`schedule`]: when each server is next due for a probe.
 //! - [`subscriptions`]: one `tools/list_changed` subscription per server that pushes.
 //! - [`catalog_spill`]: the companion ConfigMap of a catalogue too large for status.
+//! - [`pinning`]: whether pinning is on (spec, tenant policies) and the approvals given.
 //! - [`status`]: the pure decision.
 
 mod catalog_spill;
 mod connection;
 pub(crate) mod credentials;
+mod pinning;
 mod schedule;
 mod status;
 mod subscriptions;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::core::PartialObjectMeta;
+use kube::runtime::reflector::Store;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::runtime::controller::Action;
@@ -37,12 +43,14 @@ use tokio::sync::mpsc;
 use tracing::{info, warn};
 
 use crate::api::conditions::{READY, find};
-use crate::api::mcp_server::{McpServer, McpServerStatus, REFRESH_ANNOTATION};
+use crate::api::mcp_server::{APPROVE_ANNOTATION, McpServer, McpServerStatus, REFRESH_ANNOTATION};
+use crate::api::tenant_policy::McpTenantPolicy;
 use crate::mcp;
 
 use super::context::Context;
 use super::error::ReconcileError;
 use super::metrics::ReasonLabels;
+use super::readiness::Readiness;
 use super::shared::{events, status::apply_status};
 use schedule::{ProbeSchedule, ServerKey};
 use status::{Decision, Finding, Spill, Transitions, decide};
@@ -55,11 +63,54 @@ pub(crate) use credentials::{referenced_config_maps, referenced_secrets};
 pub const KIND: &str = "McpServer";
 
 /// What the McpServer reconciler holds besides the shared context: when each server was last
-/// probed, and the open list_changed subscriptions.
+/// probed, the open list_changed subscriptions, and this term's stores of the tenant policies
+/// and namespaces (a policy may require pinning).
 pub struct ServerContext {
     pub base: Arc<Context>,
     schedule: Arc<ProbeSchedule>,
     subscriptions: Subscriptions,
+    tenancy: Mutex<Option<Tenancy>>,
+}
+
+/// The stores telling which McpTenantPolicies select a server's namespace.
+#[derive(Clone)]
+pub struct Tenancy {
+    pub policies: Store<McpTenantPolicy>,
+    pub namespaces: Store<PartialObjectMeta<Namespace>>,
+    listed: Readiness,
+}
+
+impl Tenancy {
+    /// `listed` resolves once both stores have listed.
+    pub fn new(
+        policies: Store<McpTenantPolicy>,
+        namespaces: Store<PartialObjectMeta<Namespace>>,
+        listed: Readiness,
+    ) -> Self {
+        Tenancy {
+            policies,
+            namespaces,
+            listed,
+        }
+    }
+
+    /// What turns pinning on for `server` (empty: it is off), from stores that have listed.
+    pub async fn pinning_required_by(&self, server: &McpServer) -> Vec<String> {
+        self.listed.wait().await;
+        self.pinning_required_by_now(server)
+    }
+
+    /// The same from the stores as they are (the watch mappers call it).
+    pub fn pinning_required_by_now(&self, server: &McpServer) -> Vec<String> {
+        let namespace = server.namespace().unwrap_or_default();
+        let labels = self
+            .namespaces
+            .get(&ObjectRef::new(&namespace))
+            .map(|ns| ns.labels().clone())
+            .unwrap_or_default();
+        let policies = self.policies.state();
+        pinning::required_by(server, policies.iter().map(|p| p.as_ref()), &labels)
+    }
 }
 
 impl ServerContext {
@@ -69,7 +120,17 @@ impl ServerContext {
             base,
             schedule,
             subscriptions: Subscriptions::default(),
+            tenancy: Mutex::new(None),
         }
+    }
+
+    /// The policy and namespace stores of a (new) controller run.
+    pub fn attach_tenancy(&self, tenancy: Tenancy) {
+        *self.tenancy.lock().expect("tenancy lock") = Some(tenancy);
+    }
+
+    fn tenancy(&self) -> Option<Tenancy> {
+        self.tenancy.lock().expect("tenancy lock").clone()
     }
 
     /// Starts delivering pushed changes to a (new) controller run as reconcile triggers.
@@ -92,6 +153,9 @@ impl ServerContext {
         self.schedule.forget(key);
         self.subscriptions.remove(key);
         self.base.metrics.set_server(&key.0, &key.1, None);
+        self.base
+            .metrics
+            .set_awaiting_approval(&key.0, &key.1, None);
     }
 }
 
@@ -135,12 +199,18 @@ async fn reconcile_inner(
         ctx.forget(&key);
         return Ok(Action::await_change());
     }
-    // Gather: what the server says now, when it is due.
-    let (finding, next_wait) = match probe_if_due(server, ctx, &key).await {
+    // Gather: whether pinning is on, and what the server says now, when it is due.
+    let required_by = match ctx.tenancy() {
+        Some(tenancy) => tenancy.pinning_required_by(server).await,
+        // Only tests run the reconciler without watches: the spec alone decides.
+        None => pinning::required_by(server, [], &Default::default()),
+    };
+    let pinning = pinning::settings(server, required_by);
+    let (finding, next_wait) = match probe_if_due(server, ctx, &key, pinning.as_ref()).await {
         Probe::NotDue(wait) => return Ok(Action::requeue(wait)),
         Probe::Done(finding, next_wait) => (finding, next_wait),
     };
-    let previous = previous_status_in_full(server, ctx).await;
+    let previous = previous_status_in_full(server, ctx).await?;
 
     // Decide.
     let decision = decide(
@@ -153,6 +223,7 @@ async fn reconcile_inner(
             .tls
             .as_ref()
             .is_some_and(|t| t.insecure_skip_verify),
+        pinning.as_ref(),
         catalog_spill::config_map_name(&key.1),
         Time(k8s_openapi::jiff::Timestamp::now()),
     );
@@ -173,11 +244,22 @@ enum Probe {
 
 /// Resolves the credentials and, when the server is due (new inputs, the refresh interval
 /// passed, or a pushed change), reads it.
-async fn probe_if_due(server: &McpServer, ctx: &ServerContext, key: &ServerKey) -> Probe {
+async fn probe_if_due(
+    server: &McpServer,
+    ctx: &ServerContext,
+    key: &ServerKey,
+    pinning: Option<&pinning::Settings>,
+) -> Probe {
     let spec = &server.spec;
     let refresh = spec.discovery.refresh_interval.as_std();
     let resolved = credentials::resolve(&ctx.base.client, &key.0, spec).await;
-    let inputs = probe_inputs(server, resolved.as_ref().ok().map(|r| r.digest.as_str()));
+    let inputs = probe_inputs(
+        server,
+        resolved.as_ref().ok().map(|r| r.digest.as_str()),
+        pinning
+            .map(|p| p.required_by.as_slice())
+            .unwrap_or_default(),
+    );
     if let Some(wait) = ctx.schedule.wait_before_probe(key, &inputs) {
         return Probe::NotDue(wait);
     }
@@ -284,6 +366,11 @@ fn record(ctx: &ServerContext, key: &ServerKey, status: &McpServerStatus, findin
             status.catalog.as_ref().map(|c| c.catalog.tool_count),
         )),
     );
+    metrics.set_awaiting_approval(
+        &key.0,
+        &key.1,
+        status.pinning.as_ref().map(|p| p.waiting_count),
+    );
     if probe_ran(finding) {
         metrics
             .probes
@@ -299,38 +386,67 @@ fn probe_ran(finding: &Finding) -> bool {
     !matches!(finding, Finding::Credentials(_))
 }
 
-/// What, when changed, calls for a new probe: the spec, the refresh annotation and the resolved
-/// credential values (as a digest).
-fn probe_inputs(server: &McpServer, credentials_digest: Option<&str>) -> String {
+/// What, when changed, calls for a new probe: the spec, the refresh and approve annotations,
+/// what turns pinning on, and the resolved credential values (as a digest). An approval thus
+/// reads the server again and applies to what it serves at that moment.
+fn probe_inputs(
+    server: &McpServer,
+    credentials_digest: Option<&str>,
+    pinning_required_by: &[String],
+) -> String {
     let mut h = Sha256::new();
     h.update(server.meta().generation.unwrap_or_default().to_be_bytes());
-    h.update(
-        server
-            .annotations()
-            .get(REFRESH_ANNOTATION)
-            .map(String::as_str)
-            .unwrap_or("")
-            .as_bytes(),
-    );
-    h.update(b"\0");
+    for annotation in [REFRESH_ANNOTATION, APPROVE_ANNOTATION] {
+        h.update(
+            server
+                .annotations()
+                .get(annotation)
+                .map(String::as_str)
+                .unwrap_or("")
+                .as_bytes(),
+        );
+        h.update(b"\0");
+    }
+    for by in pinning_required_by {
+        h.update(by.as_bytes());
+        h.update(b"\0");
+    }
     h.update(credentials_digest.unwrap_or("unresolved").as_bytes());
     hex::encode(h.finalize())
 }
 
 /// The status as last written, with a spilled catalogue read back from its ConfigMap so the
-/// comparison with the new catalogue sees every tool.
+/// comparison with the new catalogue sees every tool. Under pinning the spilled catalogue holds
+/// the pins, so failing to read it fails the reconcile (it is retried) rather than mistaking
+/// every tool for a new one; a ConfigMap that is gone or unreadable loses the pins, and
+/// pinning begins again from what the server serves (a warning says so).
 async fn previous_status_in_full(
     server: &McpServer,
     ctx: &ServerContext,
-) -> Option<McpServerStatus> {
-    let mut previous = server.status.clone()?;
+) -> Result<Option<McpServerStatus>, ReconcileError> {
+    let Some(mut previous) = server.status.clone() else {
+        return Ok(None);
+    };
     if previous.catalog_config_map.is_some()
         && let Some(catalog) = previous.catalog.as_mut()
-        && let Some(full) = catalog_spill::read(&ctx.base.client, server).await
     {
-        catalog.catalog = full;
+        match catalog_spill::read_checked(&ctx.base.client, server).await {
+            Ok(Some(full)) => catalog.catalog = full,
+            Err(e) if previous.pinning.is_some() => {
+                return Err(ReconcileError::CatalogSpillRead(e));
+            }
+            Err(_) => {}
+            Ok(None) => {
+                if previous.pinning.take().is_some() {
+                    let (namespace, name) = key_of(server);
+                    warn!(%namespace, mcpserver = %name,
+                        "the catalogue ConfigMap holding the pins is gone or unreadable: \
+                         pinning begins again from what the server serves");
+                }
+            }
+        }
     }
-    Some(previous)
+    Ok(Some(previous))
 }
 
 /// One log line and one event per transition.
@@ -368,7 +484,55 @@ async fn announce(server: &McpServer, ctx: &Context, transitions: &Transitions) 
             secondary: None,
         });
     }
+    if !transitions.started_waiting.is_empty() {
+        let named: Vec<String> = transitions
+            .started_waiting
+            .iter()
+            .map(|(tool, what)| format!("{tool} ({what})"))
+            .collect();
+        let note = format!(
+            "Withheld from every agent until a person approves: {}. See status.pinning.waiting.",
+            named.join(", ")
+        );
+        warn!(%namespace, mcpserver = %name, "tools wait for approval: {}", named.join(", "));
+        out.push(Event {
+            type_: EventType::Warning,
+            reason: "ToolsAwaitingApproval".into(),
+            note: Some(truncate_note(note)),
+            action: "Pin".into(),
+            secondary: None,
+        });
+    }
+    if !transitions.released.is_empty() {
+        let note = format!(
+            "Granted again (approved, or served as pinned): {}.",
+            transitions.released.join(", ")
+        );
+        info!(%namespace, mcpserver = %name, "tools no longer wait for approval: {}",
+            transitions.released.join(", "));
+        out.push(Event {
+            type_: EventType::Normal,
+            reason: "ToolsApproved".into(),
+            note: Some(truncate_note(note)),
+            action: "Pin".into(),
+            secondary: None,
+        });
+    }
     events::publish(&ctx.recorder, &server.object_ref(&()), out).await;
+}
+
+/// An Event's note is at most 1 KiB.
+fn truncate_note(mut note: String) -> String {
+    const MAX: usize = 1000;
+    if note.len() > MAX {
+        let mut cut = MAX;
+        while !note.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        note.truncate(cut);
+        note.push('…');
+    }
+    note
 }
 
 #[cfg(test)]

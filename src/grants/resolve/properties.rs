@@ -144,11 +144,16 @@ fn names() -> impl Strategy<Value = Vec<String>> {
 }
 
 fn catalog() -> impl Strategy<Value = Catalog> {
-    prop::collection::btree_map("[ab_]{1,2}", (access(), any::<bool>(), 0u64..50), 0..7).prop_map(
-        |tools| {
-            let tools: Vec<CatalogTool> = tools
-                .into_iter()
-                .map(|(name, (access, idempotent, schema_bytes))| CatalogTool {
+    prop::collection::btree_map(
+        "[ab_]{1,2}",
+        (access(), any::<bool>(), 0u64..50, prop::bool::weighted(0.2)),
+        0..7,
+    )
+    .prop_map(|tools| {
+        let tools: Vec<CatalogTool> = tools
+            .into_iter()
+            .map(
+                |(name, (access, idempotent, schema_bytes, waits))| CatalogTool {
                     definition_digest: format!("sha256:{name}"),
                     name,
                     title: None,
@@ -157,16 +162,22 @@ fn catalog() -> impl Strategy<Value = Catalog> {
                     idempotent,
                     annotations: None,
                     schema_bytes,
-                })
-                .collect();
-            Catalog {
-                tool_count: tools.len() as u32,
-                digest: String::new(),
-                pages_read: 1,
-                tools,
-            }
-        },
-    )
+                    parts: Default::default(),
+                    awaiting_approval: waits.then(|| crate::core::pinning::AwaitingApproval {
+                        pinned_digest: None,
+                        pinned_parts: Default::default(),
+                        changed: Vec::new(),
+                    }),
+                },
+            )
+            .collect();
+        Catalog {
+            tool_count: tools.len() as u32,
+            digest: String::new(),
+            pages_read: 1,
+            tools,
+        }
+    })
 }
 
 fn server_case(name: &'static str) -> impl Strategy<Value = ServerCase> {
@@ -293,8 +304,8 @@ fn tenant_permits(case: &Case, server: &str, tool: &CatalogTool) -> bool {
     })
 }
 
-/// The tools that pass every plane, restated independently of `resolve`: (qualified name,
-/// server, tool).
+/// The tools that pass every plane and do not wait for approval under pinning, restated
+/// independently of `resolve`: (qualified name, server, tool).
 fn expected_grants(case: &Case) -> Vec<(String, &ServerCase, &CatalogTool)> {
     let mut out = Vec::new();
     for s in &case.servers {
@@ -309,6 +320,7 @@ fn expected_grants(case: &Case) -> Vec<(String, &ServerCase, &CatalogTool)> {
             if server_plane.permits(&tool.name)
                 && tenant_permits(case, &s.name, tool)
                 && spec_plane.permits(&tool.name)
+                && tool.awaiting_approval.is_none()
             {
                 out.push((format!("{prefix}__{}", tool.name), s, tool));
             }
@@ -479,7 +491,7 @@ proptest! {
                 let total = s.catalog.as_ref().unwrap().tools.len() as u32;
                 prop_assert_eq!(
                     o.granted_tools + o.withheld_by_server + o.withheld_by_policy
-                        + o.withheld_by_spec,
+                        + o.withheld_by_spec + o.awaiting_approval,
                     total
                 );
             } else {

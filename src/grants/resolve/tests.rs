@@ -19,6 +19,8 @@ fn tool(name: &str, access: Access) -> CatalogTool {
         annotations: None,
         schema_bytes: 100,
         definition_digest: format!("sha256:{name}"),
+        parts: Default::default(),
+        awaiting_approval: None,
     }
 }
 
@@ -610,4 +612,53 @@ fn reason_words_are_the_condition_reasons() {
         assert_eq!(reason.to_string(), word);
         assert_eq!(serde_json::to_value(reason).unwrap(), word);
     }
+}
+
+#[test]
+fn a_tool_waiting_for_approval_is_granted_to_nobody_and_the_agent_hears_why() {
+    use crate::core::pinning::{AwaitingApproval, Part};
+    let mut gh = github();
+    for t in gh.tools.iter_mut() {
+        t.awaiting_approval = match t.name.as_str() {
+            "get_issue" => Some(AwaitingApproval {
+                pinned_digest: Some("sha256:old".into()),
+                pinned_parts: Default::default(),
+                changed: vec![Part::Description],
+            }),
+            "delete_repo" => Some(AwaitingApproval {
+                pinned_digest: None,
+                pinned_parts: Default::default(),
+                changed: vec![],
+            }),
+            _ => None,
+        };
+    }
+    let mut e = entry("github", &gh);
+    e.deny = strings(&["delete_repo"]);
+    let res = resolve(&input(vec![e]));
+    assert_eq!(
+        granted(&res, "github"),
+        ["create_issue", "list_issues", "update_issue"]
+    );
+    let o = outcome(&res, "github");
+    assert_eq!((o.awaiting_approval, o.withheld_by_spec), (1, 1));
+    assert!(
+        res.ready,
+        "a waiting tool does not keep the agent from being ready"
+    );
+    let why = with_reason(&res, Reason::AwaitingApproval);
+    assert_eq!(
+        why.len(),
+        1,
+        "only the tool this agent would be granted is reported"
+    );
+    assert_eq!(why[0].server.as_deref(), Some("github"));
+    assert!(
+        why[0]
+            .message
+            .contains("tool get_issue of McpServer github")
+            && why[0].message.contains("description changed"),
+        "{}",
+        why[0].message
+    );
 }

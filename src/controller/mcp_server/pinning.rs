@@ -1,0 +1,336 @@
+//! Pinning as the McpServer reconciler applies it: whether it is on for a server (its spec, or
+//! an McpTenantPolicy rule requiring it for the servers it picks), which approvals a person gave
+//! (spec and annotation), and what status says about the tools that wait. Pure: the reconciler
+//! gathers the policies and namespace labels from its stores; the rules themselves are
+//! [`crate::core::pinning`].
+//!
+//! ```text
+//!  McpServer spec.pinning ───────────┐
+//!  McpTenantPolicy rules (requirePinning) ─► required_by ─► Settings { required_by, approvals }
+//!  annotation mcp-operator.dev/approve ┘                          │
+//!                                        status::next_status ─► core::pinning::pin ─► PinningStatus
+//! ```
+
+use std::collections::BTreeMap;
+
+use kube::ResourceExt;
+
+use crate::api::mcp_server::{
+    APPROVE_ANNOTATION, McpServer, PinningStatus, WAITING_LISTED_MAX, WaitingTool,
+    approved_by_annotation,
+};
+use crate::api::tenant_policy::McpTenantPolicy;
+use crate::controller::shared::selector;
+use crate::core::Catalog;
+use crate::core::pinning::{self, Approvals, Pinned};
+
+/// What `required_by` says when the server's own spec turns pinning on.
+pub const BY_SPEC: &str = "spec.pinning.enabled";
+
+/// Pinning for one server, when it is on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Settings {
+    /// What turns it on: [`BY_SPEC`] and/or `McpTenantPolicy/<name>`, sorted.
+    pub required_by: Vec<String>,
+    /// What a person approved.
+    pub approvals: Approvals,
+}
+
+/// What turns pinning on for `server`: its spec, and every policy that selects its namespace
+/// (an invalid namespaceSelector selects every namespace: fail closed) with a rule that
+/// requires pinning and picks the server by name or by labels (an invalid server selector
+/// picks nothing but the names).
+pub fn required_by<'a>(
+    server: &McpServer,
+    policies: impl IntoIterator<Item = &'a McpTenantPolicy>,
+    namespace_labels: &BTreeMap<String, String>,
+) -> Vec<String> {
+    let mut by = Vec::new();
+    if server.spec.pinning.as_ref().is_some_and(|p| p.enabled) {
+        by.push(BY_SPEC.to_string());
+    }
+    let name = server.name_any();
+    let mut policies: Vec<String> = policies
+        .into_iter()
+        .filter(|p| selector::matches(&p.spec.namespace_selector, namespace_labels).unwrap_or(true))
+        .filter(|p| {
+            p.spec.rules.iter().any(|rule| {
+                rule.require_pinning
+                    && (rule.servers.names.contains(&name)
+                        || rule.servers.selector.as_ref().is_some_and(|s| {
+                            selector::matches(s, server.labels()).unwrap_or(false)
+                        }))
+            })
+        })
+        .map(|p| format!("McpTenantPolicy/{}", p.name_any()))
+        .collect();
+    policies.sort();
+    by.extend(policies);
+    by
+}
+
+/// The settings, or None when nothing turns pinning on.
+pub fn settings(server: &McpServer, required_by: Vec<String>) -> Option<Settings> {
+    if required_by.is_empty() {
+        return None;
+    }
+    let by_spec = server
+        .spec
+        .pinning
+        .as_ref()
+        .map(|p| p.approved.clone())
+        .unwrap_or_default();
+    let by_annotation = server
+        .annotations()
+        .get(APPROVE_ANNOTATION)
+        .map(|v| approved_by_annotation(v))
+        .unwrap_or_default();
+    Some(Settings {
+        required_by,
+        approvals: Approvals {
+            by_spec,
+            by_annotation,
+        },
+    })
+}
+
+/// The status section for a pinned catalogue.
+pub fn status(settings: &Settings, pinned: &Pinned) -> PinningStatus {
+    let waiting: Vec<&crate::core::CatalogTool> = pinning::waiting(&pinned.catalog).collect();
+    PinningStatus {
+        required_by: settings.required_by.clone(),
+        waiting_count: waiting.len() as u32,
+        waiting: waiting
+            .iter()
+            .take(WAITING_LISTED_MAX)
+            .map(|t| {
+                let a = t.awaiting_approval.as_ref().expect("a waiting tool");
+                WaitingTool {
+                    name: t.name.clone(),
+                    pinned_digest: a.pinned_digest.clone(),
+                    served_digest: t.definition_digest.clone(),
+                    changed: a.changed.clone(),
+                    summary: a.what_changed(),
+                }
+            })
+            .collect(),
+        stale_approvals: pinned.stale_approvals.clone(),
+        content_key: pinning::content_key(&pinned.catalog),
+    }
+}
+
+/// The ToolsApproved condition: (holds, reason, message).
+pub fn condition(status: &PinningStatus, catalog: &Catalog) -> (bool, &'static str, String) {
+    let stale = stale_note(status);
+    if status.waiting_count == 0 {
+        let reason = if status.stale_approvals.is_empty() {
+            "AllApproved"
+        } else {
+            "StaleApprovals"
+        };
+        return (
+            true,
+            reason,
+            format!(
+                "Every tool is served as pinned ({} tools).{stale}",
+                catalog.tool_count
+            ),
+        );
+    }
+    let named: Vec<String> = status
+        .waiting
+        .iter()
+        .take(5)
+        .map(|w| format!("{} ({})", w.name, w.summary))
+        .collect();
+    let more = status.waiting_count as usize - named.len();
+    let more = if more > 0 {
+        format!(" and {more} more")
+    } else {
+        String::new()
+    };
+    let count = status.waiting_count;
+    let tools = if count == 1 {
+        "tool waits"
+    } else {
+        "tools wait"
+    };
+    (
+        false,
+        "AwaitingApproval",
+        format!(
+            "{count} {tools} for approval and no agent is granted {}: {}{more}. See \
+             status.pinning.waiting; approve with spec.pinning.approved or the {APPROVE_ANNOTATION} \
+             annotation.{stale}",
+            if count == 1 { "it" } else { "them" },
+            named.join(", ")
+        ),
+    )
+}
+
+fn stale_note(status: &PinningStatus) -> String {
+    if status.stale_approvals.is_empty() {
+        return String::new();
+    }
+    let named: Vec<String> = status
+        .stale_approvals
+        .iter()
+        .take(5)
+        .map(|s| s.tool.clone())
+        .collect();
+    format!(
+        " spec.pinning.approved names definitions the server does not serve ({}): update or \
+         remove them (status.pinning.staleApprovals).",
+        named.join(", ")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::mcp_server::McpServerSpec;
+    use crate::api::tenant_policy::McpTenantPolicySpec;
+    use serde_json::json;
+
+    fn server(spec: serde_json::Value, labels: serde_json::Value) -> McpServer {
+        let mut s = McpServer::new(
+            "files",
+            serde_json::from_value::<McpServerSpec>(spec).unwrap(),
+        );
+        s.metadata.namespace = Some("team-a".into());
+        s.metadata.labels = serde_json::from_value(labels).unwrap();
+        s
+    }
+
+    fn policy(name: &str, spec: serde_json::Value) -> McpTenantPolicy {
+        McpTenantPolicy::new(
+            name,
+            serde_json::from_value::<McpTenantPolicySpec>(spec).unwrap(),
+        )
+    }
+
+    #[test]
+    fn pinning_is_off_unless_the_spec_or_a_policy_turns_it_on() {
+        let plain = server(json!({"url": "http://x/mcp"}), json!({}));
+        let none: Vec<McpTenantPolicy> = Vec::new();
+        assert!(required_by(&plain, none.iter(), &BTreeMap::new()).is_empty());
+        assert_eq!(settings(&plain, Vec::new()), None);
+
+        let on = server(
+            json!({"url": "http://x/mcp", "pinning": {"enabled": true}}),
+            json!({}),
+        );
+        assert_eq!(
+            required_by(&on, none.iter(), &BTreeMap::new()),
+            vec![BY_SPEC]
+        );
+    }
+
+    #[test]
+    fn a_policy_requires_pinning_for_the_servers_its_rules_pick() {
+        let labelled = server(json!({"url": "http://x/mcp"}), json!({"tier": "prod"}));
+        let ns = BTreeMap::from([("team".to_string(), "a".to_string())]);
+        let policies = [
+            policy(
+                "by-label",
+                json!({"namespaceSelector": {"matchLabels": {"team": "a"}},
+                       "rules": [{"servers": {"selector": {"matchLabels": {"tier": "prod"}}},
+                                  "requirePinning": true}]}),
+            ),
+            policy(
+                "by-name",
+                json!({"namespaceSelector": {}, "rules": [
+                    {"servers": {"names": ["other"]}, "requirePinning": true},
+                    {"servers": {"names": ["files"]}}]}),
+            ),
+            policy(
+                "other-tenant",
+                json!({"namespaceSelector": {"matchLabels": {"team": "b"}},
+                       "rules": [{"servers": {"names": ["files"]}, "requirePinning": true}]}),
+            ),
+            policy(
+                "broken-selector",
+                json!({"namespaceSelector": {"matchExpressions": [{"key": "k", "operator": "Bogus"}]},
+                       "rules": [{"servers": {"names": ["files"]}, "requirePinning": true}]}),
+            ),
+        ];
+        assert_eq!(
+            required_by(&labelled, policies.iter(), &ns),
+            vec![
+                "McpTenantPolicy/broken-selector",
+                "McpTenantPolicy/by-label"
+            ]
+        );
+    }
+
+    #[test]
+    fn approvals_come_from_the_spec_and_the_annotation() {
+        let d = |c: char| format!("sha256:{}", c.to_string().repeat(64));
+        let mut s = server(
+            json!({"url": "http://x/mcp", "pinning": {"enabled": true, "approved": {"t": d('a')}}}),
+            json!({}),
+        );
+        s.metadata.annotations = Some(BTreeMap::from([(
+            APPROVE_ANNOTATION.to_string(),
+            format!("{}, {}\n", d('b'), d('c')),
+        )]));
+        let settings = settings(&s, vec![BY_SPEC.into()]).unwrap();
+        assert_eq!(settings.approvals.by_spec.get("t"), Some(&d('a')));
+        assert_eq!(
+            settings
+                .approvals
+                .by_annotation
+                .iter()
+                .cloned()
+                .collect::<Vec<_>>(),
+            vec![d('b'), d('c')]
+        );
+    }
+
+    #[test]
+    fn the_condition_counts_the_waiting_tools_and_names_stale_approvals() {
+        use crate::core::catalog::build;
+        use crate::core::pinning::{Approvals, pin};
+        let def = |d: &str| {
+            json!({"name": "read_file", "description": d, "inputSchema": {}})
+                .as_object()
+                .unwrap()
+                .clone()
+        };
+        let on = Settings {
+            required_by: vec![BY_SPEC.into()],
+            approvals: Approvals {
+                by_spec: BTreeMap::from([(
+                    "gone_tool".to_string(),
+                    format!("sha256:{}", "0".repeat(64)),
+                )]),
+                ..Default::default()
+            },
+        };
+        let first = pin(None, build(&[def("a")], &BTreeMap::new(), 1), &on.approvals);
+        let section = status(&on, &first);
+        let (ok, reason, message) = condition(&section, &first.catalog);
+        assert!(ok);
+        assert_eq!(reason, "StaleApprovals");
+        assert!(message.contains("(gone_tool)"), "{message}");
+
+        let changed = pin(
+            Some(&first.catalog),
+            build(&[def("b")], &BTreeMap::new(), 1),
+            &on.approvals,
+        );
+        let section = status(&on, &changed);
+        assert_eq!(section.waiting_count, 1);
+        assert_eq!(section.content_key, pinning::content_key(&changed.catalog));
+        let (ok, reason, message) = condition(&section, &changed.catalog);
+        assert!(!ok);
+        assert_eq!(reason, "AwaitingApproval");
+        assert!(
+            message.starts_with(
+                "1 tool waits for approval and no agent is granted it: read_file (description changed)."
+            ),
+            "{message}"
+        );
+        assert!(message.contains(APPROVE_ANNOTATION));
+    }
+}

@@ -1,0 +1,380 @@
+//! Pinned tool definitions, the rug-pull guard: which tools of a freshly read catalogue must
+//! wait for a person's approval before any agent is granted them. Pure: the McpServer
+//! reconciler calls [`pin`] with the previous catalogue (which carries the pins) and the one it
+//! just read; `grants` leaves out every tool marked [`AwaitingApproval`].
+//!
+//! ```text
+//!  previous catalogue ──pins──┐
+//!  served catalogue ──────────┼─► pin() ─► catalogue with awaiting marks, stale approvals
+//!  approvals (spec, annotation)┘
+//! ```
+//!
+//! Where the pins live: a tool's pin is the digest of the definition last accepted for it. For
+//! a tool that does not wait, that is its own `definitionDigest`; for a waiting tool it is
+//! `awaitingApproval.pinnedDigest` (absent for a tool that is new since pinning began). So the
+//! catalogue in status (or its spilled ConfigMap) holds every pin and nothing else has to.
+//!
+//! The rules:
+//!
+//! - First read under pinning (no previous pins): every tool served is pinned as it is.
+//! - A tool whose definition equals its pin is granted; so is one that changes back to it.
+//! - A tool whose definition differs from its pin, or a tool with no pin (new), waits unless
+//!   its served digest is approved: in `spec.pinning.approved` (tool → digest), or named by the
+//!   approve annotation, or the annotation names the served catalogue's digest (approving every
+//!   tool as served). An approved tool stops waiting, so its served digest becomes its pin.
+//! - A removed tool disappears with its pin; if it comes back, it is new.
+//! - Classification (`tools.overrides`) is not part of the definition, so it never needs
+//!   approval.
+//! - An approval in the spec that the server does not serve is reported, never an error.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+use super::catalog::Catalog;
+
+/// Hex characters kept of a part's SHA-256. Part digests only say *which* part changed (the
+/// guard itself compares whole `definitionDigest`s), so 48 bits are plenty, and 10,000 tools'
+/// parts still fit a spilled catalogue's ConfigMap.
+pub const PART_DIGEST_HEX: usize = 12;
+
+/// One part of a tool definition a person reviews.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+)]
+#[serde(rename_all = "camelCase")]
+pub enum Part {
+    Title,
+    Description,
+    InputSchema,
+    OutputSchema,
+    Annotations,
+    /// Any other field of the definition (`_meta`, `icons`, `execution`, …).
+    Other,
+}
+
+impl Part {
+    /// Every part, in the order they are reported.
+    pub const ALL: [Part; 6] = [
+        Part::Title,
+        Part::Description,
+        Part::InputSchema,
+        Part::OutputSchema,
+        Part::Annotations,
+        Part::Other,
+    ];
+
+    /// The part as the definition's JSON names it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Part::Title => "title",
+            Part::Description => "description",
+            Part::InputSchema => "inputSchema",
+            Part::OutputSchema => "outputSchema",
+            Part::Annotations => "annotations",
+            Part::Other => "other",
+        }
+    }
+}
+
+impl std::fmt::Display for Part {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Short digests (first [`PART_DIGEST_HEX`] hex characters of the SHA-256 of the RFC 8785
+/// canonical JSON) of each part of a tool definition; absent when the definition lacks it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PartDigests {
+    /// The title.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// The description.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// The input schema.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_schema: Option<String>,
+    /// The output schema.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_schema: Option<String>,
+    /// The annotations.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<String>,
+    /// Every other field except the name, together.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub other: Option<String>,
+}
+
+impl PartDigests {
+    /// The part digests of one raw tool definition.
+    pub fn of(tool: &Map<String, Value>) -> Self {
+        let part = |key: &str| tool.get(key).map(short_digest);
+        let rest: Map<String, Value> = tool
+            .iter()
+            .filter(|(k, _)| {
+                k.as_str() != "name" && !Part::ALL.iter().any(|p| p.as_str() == k.as_str())
+            })
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        PartDigests {
+            title: part("title"),
+            description: part("description"),
+            input_schema: part("inputSchema"),
+            output_schema: part("outputSchema"),
+            annotations: part("annotations"),
+            other: (!rest.is_empty()).then(|| short_digest(&Value::Object(rest))),
+        }
+    }
+
+    /// True when no part is known (a catalogue written before parts were kept).
+    pub fn is_empty(&self) -> bool {
+        *self == PartDigests::default()
+    }
+
+    fn get(&self, part: Part) -> Option<&str> {
+        self.slot(part).as_deref()
+    }
+
+    fn slot(&self, part: Part) -> &Option<String> {
+        match part {
+            Part::Title => &self.title,
+            Part::Description => &self.description,
+            Part::InputSchema => &self.input_schema,
+            Part::OutputSchema => &self.output_schema,
+            Part::Annotations => &self.annotations,
+            Part::Other => &self.other,
+        }
+    }
+
+    fn slot_mut(&mut self, part: Part) -> &mut Option<String> {
+        match part {
+            Part::Title => &mut self.title,
+            Part::Description => &mut self.description,
+            Part::InputSchema => &mut self.input_schema,
+            Part::OutputSchema => &mut self.output_schema,
+            Part::Annotations => &mut self.annotations,
+            Part::Other => &mut self.other,
+        }
+    }
+
+    /// Only these parts (the others left out).
+    fn only(&self, parts: &[Part]) -> PartDigests {
+        let mut out = PartDigests::default();
+        for p in parts {
+            *out.slot_mut(*p) = self.slot(*p).clone();
+        }
+        out
+    }
+
+    /// The parts whose digests differ (a part added or removed differs too).
+    pub fn changed(&self, other: &PartDigests) -> Vec<Part> {
+        Part::ALL
+            .into_iter()
+            .filter(|p| self.get(*p) != other.get(*p))
+            .collect()
+    }
+}
+
+fn short_digest(value: &Value) -> String {
+    let canonical =
+        serde_json_canonicalizer::to_vec(value).expect("a serde_json value canonicalises");
+    let mut hex = hex::encode(Sha256::digest(&canonical));
+    hex.truncate(PART_DIGEST_HEX);
+    hex
+}
+
+/// Why a tool is withheld under pinning, and what it was pinned at.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AwaitingApproval {
+    /// The `definitionDigest` last accepted for this tool; absent when the tool is new since
+    /// pinning began.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pinned_digest: Option<String>,
+    /// The part digests of that accepted definition, for the changed parts only (the others
+    /// are the served definition's): a spilled catalogue of 10,000 waiting tools stays small.
+    #[serde(default, skip_serializing_if = "PartDigests::is_empty")]
+    pub pinned_parts: PartDigests,
+    /// The parts in which the served definition differs from the pinned one; empty for a new
+    /// tool.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub changed: Vec<Part>,
+}
+
+impl AwaitingApproval {
+    /// Every part digest of the pinned definition, given the served definition's parts this
+    /// mark was made against (`changed` parts from `pinned_parts`, the rest from `served`).
+    fn pinned_in_full(&self, served: &PartDigests) -> PartDigests {
+        let mut full = served.clone();
+        for p in &self.changed {
+            *full.slot_mut(*p) = self.pinned_parts.slot(*p).clone();
+        }
+        full
+    }
+
+    /// "new tool" or "description and inputSchema changed".
+    pub fn what_changed(&self) -> String {
+        if self.pinned_digest.is_none() {
+            return "new tool".into();
+        }
+        if self.changed.is_empty() {
+            // The pinned parts were not kept (an older catalogue): only the whole digest is known.
+            return "definition changed".into();
+        }
+        let names: Vec<&str> = self.changed.iter().map(|p| p.as_str()).collect();
+        let list = match names.as_slice() {
+            [one] => one.to_string(),
+            [init @ .., last] => format!("{} and {last}", init.join(", ")),
+            [] => unreachable!("checked above"),
+        };
+        format!("{list} changed")
+    }
+}
+
+/// The approvals a person gave.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Approvals {
+    /// `spec.pinning.approved`: tool name → the `definitionDigest` approved for it.
+    pub by_spec: BTreeMap<String, String>,
+    /// Digests named by the approve annotation: tools' `definitionDigest`s, or a catalogue
+    /// digest (approving every tool of exactly that catalogue).
+    pub by_annotation: BTreeSet<String>,
+}
+
+/// An entry of `spec.pinning.approved` that the server does not serve.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StaleApproval {
+    /// The tool the entry names.
+    pub tool: String,
+    /// The digest the entry approves.
+    pub approved_digest: String,
+    /// What the server serves for that tool now; absent when it serves no such tool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub served_digest: Option<String>,
+}
+
+/// The outcome of pinning one served catalogue.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Pinned {
+    /// The served catalogue, each tool that must wait marked [`AwaitingApproval`].
+    pub catalog: Catalog,
+    /// Tools that wait now but did not wait (with this definition) before: for the event.
+    pub newly_waiting: Vec<String>,
+    /// Tools that waited before and are granted now (approved, or changed back).
+    pub released: Vec<String>,
+    /// Spec approvals the server does not serve.
+    pub stale_approvals: Vec<StaleApproval>,
+}
+
+/// Pins `served` against the pins held by `previous` (None: pinning begins with this read, so
+/// every served tool is pinned as it is).
+pub fn pin(previous: Option<&Catalog>, mut served: Catalog, approvals: &Approvals) -> Pinned {
+    let before: BTreeMap<&str, &super::CatalogTool> = previous
+        .map(|c| c.tools.iter().map(|t| (t.name.as_str(), t)).collect())
+        .unwrap_or_default();
+    let catalogue_approved = approvals.by_annotation.contains(&served.digest);
+    let mut newly_waiting = Vec::new();
+    let mut released = Vec::new();
+    for tool in &mut served.tools {
+        let old = before.get(tool.name.as_str());
+        // The pin and the parts it was taken from.
+        let (pinned_digest, pinned_parts) = match old {
+            _ if previous.is_none() => (Some(tool.definition_digest.clone()), tool.parts.clone()),
+            None => (None, PartDigests::default()),
+            Some(old) => match &old.awaiting_approval {
+                Some(waiting) => (
+                    waiting.pinned_digest.clone(),
+                    waiting.pinned_in_full(&old.parts),
+                ),
+                None => (Some(old.definition_digest.clone()), old.parts.clone()),
+            },
+        };
+        let digest = &tool.definition_digest;
+        let accepted = pinned_digest.as_ref() == Some(digest)
+            || approvals.by_spec.get(&tool.name) == Some(digest)
+            || approvals.by_annotation.contains(digest)
+            || catalogue_approved;
+        let waited_before = old.and_then(|o| o.awaiting_approval.as_ref());
+        tool.awaiting_approval = if accepted {
+            if waited_before.is_some() {
+                released.push(tool.name.clone());
+            }
+            None
+        } else {
+            let same_wait =
+                old.is_some_and(|o| &o.definition_digest == digest) && waited_before.is_some();
+            if !same_wait {
+                newly_waiting.push(tool.name.clone());
+            }
+            let changed = match &pinned_digest {
+                Some(_) if !pinned_parts.is_empty() => pinned_parts.changed(&tool.parts),
+                _ => Vec::new(),
+            };
+            Some(AwaitingApproval {
+                pinned_parts: pinned_parts.only(&changed),
+                changed,
+                pinned_digest,
+            })
+        };
+    }
+    let served_digests: BTreeMap<&str, &str> = served
+        .tools
+        .iter()
+        .map(|t| (t.name.as_str(), t.definition_digest.as_str()))
+        .collect();
+    let stale_approvals = approvals
+        .by_spec
+        .iter()
+        .filter(|(tool, digest)| served_digests.get(tool.as_str()) != Some(&digest.as_str()))
+        .map(|(tool, digest)| StaleApproval {
+            tool: tool.clone(),
+            approved_digest: digest.clone(),
+            served_digest: served_digests.get(tool.as_str()).map(|d| d.to_string()),
+        })
+        .collect();
+    Pinned {
+        catalog: served,
+        newly_waiting,
+        released,
+        stale_approvals,
+    }
+}
+
+/// The tools of a catalogue that wait for approval.
+pub fn waiting(catalog: &Catalog) -> impl Iterator<Item = &super::CatalogTool> {
+    catalog
+        .tools
+        .iter()
+        .filter(|t| t.awaiting_approval.is_some())
+}
+
+/// A key that changes whenever the catalogue's served content or its waiting set changes: the
+/// catalogue digest when nothing waits (so catalogues without pinning keep their key), else a
+/// digest over it and every waiting tool's pin. The spilled ConfigMap and its readers' caches
+/// are keyed by it.
+pub fn content_key(catalog: &Catalog) -> String {
+    let mut waiting = waiting(catalog).peekable();
+    if waiting.peek().is_none() {
+        return catalog.digest.clone();
+    }
+    let mut hasher = Sha256::new();
+    hasher.update(catalog.digest.as_bytes());
+    for tool in waiting {
+        let pin = tool
+            .awaiting_approval
+            .as_ref()
+            .and_then(|a| a.pinned_digest.as_deref());
+        hasher.update(format!("\n{} {}", tool.name, pin.unwrap_or("new")).as_bytes());
+    }
+    format!("sha256:{}", hex::encode(hasher.finalize()))
+}
+
+#[cfg(test)]
+mod tests;

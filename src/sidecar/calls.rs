@@ -1,12 +1,17 @@
-//! The call pipeline: every `tools/call` the agent makes passes these steps, in this order, and
-//! is audited once at the end.
+//! The call pipeline: every tool call the agent makes passes these steps, in this order, and
+//! is audited once at the end. [`Calls::call`] is the one entry point: a `tools/call` and a
+//! discovery tool naming its target both arrive here as a [`ToolCall`] for the *target* tool.
 //!
 //! ```text
 //! narrow      grants::permits(current document, name)     ── refused: "not granted"
 //! available   the grants and the live state of the server ── refused: "server unavailable"
 //! definition  live digest == granted digest               ── refused: "definition changed"
-//! approval    requiresApproval → refused for now; issue 11's elicitation gate replaces this step
+//! approval    requiresApproval → approval::Approvals::gate (ask the agent's client; see there)
+//!             legacy: held until answered, then narrow/available/definition again on the
+//!             grants of that moment (a grant removed meanwhile refuses; a gate removed
+//!             meanwhile does not un-ask)
 //! send        pool connection, call timeout, resend rules ── the upstream's answer, unchanged
+//!             progress and log notifications of the call ─► the caller's stream (and the log)
 //! ```
 //!
 //! A refused name never reaches an upstream. The upstream gets the raw tool name. Resending
@@ -21,10 +26,11 @@ use std::time::{Duration, Instant};
 use serde_json::{Map, Value, json};
 use tokio::sync::{mpsc, watch};
 
-use crate::grants::{self, GrantedTool, ServerGrants};
+use crate::grants::{self, GrantedTool};
 use crate::mcp::call::{CallAnswer, CallFailure};
 use crate::mcp::{Access, EndpointPolicy};
 
+use super::approval::{self, Approvals, Requester, Target, Verdict};
 use super::audit::{self, CallRecord, Decision, Outcome};
 use super::credentials::CredentialsDir;
 use super::definitions::{Definitions, Live};
@@ -35,9 +41,10 @@ use super::upstream::Pool;
 /// What the agent gets back.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Reply {
-    /// A `tools/call` result (the upstream's unchanged, or ours with `isError: true`).
+    /// A `tools/call` result (the upstream's unchanged, or ours with `isError: true`, or an
+    /// `input_required` result asking for approval).
     Result(Map<String, Value>),
-    /// A JSON-RPC error (the upstream answered with one).
+    /// A JSON-RPC error (the upstream answered with one, or -32021 for a missing capability).
     Error {
         code: i64,
         message: String,
@@ -54,6 +61,72 @@ pub struct Calls {
     pub policy: EndpointPolicy,
     pub pool: Pool,
     pub metrics: Arc<Metrics>,
+    pub approvals: Approvals,
+}
+
+/// One call to one tool, however the agent asked for it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ToolCall {
+    /// The qualified name of the tool to run.
+    pub name: String,
+    /// The arguments for it, as the agent sent them.
+    pub arguments: Option<Value>,
+    /// The agent's `_meta` (progressToken, logLevel…); its protocol envelope is not sent on.
+    pub meta: Option<Map<String, Value>>,
+    /// Any other params, passed on unchanged.
+    pub rest: Map<String, Value>,
+    /// Modern retry: the answers to the sidecar's input requests, and the sealed state.
+    pub input_responses: Option<Value>,
+    pub request_state: Option<String>,
+}
+
+impl ToolCall {
+    /// From `tools/call` params.
+    pub fn from_params(mut params: Map<String, Value>) -> Self {
+        let name = match params.remove("name") {
+            Some(Value::String(s)) => s,
+            _ => String::new(),
+        };
+        let meta = match params.remove("_meta") {
+            Some(Value::Object(m)) => Some(m),
+            _ => None,
+        };
+        let request_state = match params.remove("requestState") {
+            Some(Value::String(s)) => Some(s),
+            _ => None,
+        };
+        ToolCall {
+            name,
+            arguments: params.remove("arguments"),
+            meta,
+            input_responses: params.remove("inputResponses"),
+            request_state,
+            rest: params,
+        }
+    }
+}
+
+/// Which kind of agent connection a call came on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallerEra<'a> {
+    Modern,
+    Legacy {
+        session: &'a str,
+        protocol_version: &'a str,
+    },
+}
+
+/// The agent's client as this call's request reached the sidecar.
+#[derive(Debug, Clone, Copy)]
+pub struct Caller<'a> {
+    pub era: CallerEra<'a>,
+    /// The client capabilities it declared (legacy: at initialize; modern: in the request).
+    pub capabilities: Option<&'a Value>,
+    /// The call's own response stream, when the agent accepts one: the upstream's progress and
+    /// log notifications and, in the legacy era, the approval request go there.
+    pub stream: Option<&'a mpsc::UnboundedSender<Value>>,
+    /// The lowest log level the agent wants of the upstream's log lines (`None`: none).
+    pub log_level: Option<&'a str>,
 }
 
 /// A refusal or failure, as the agent reads it: a tool result marked as an error.
@@ -64,172 +137,272 @@ fn sentence(text: String) -> Reply {
     Reply::Result(result)
 }
 
-struct Audit<'a> {
+struct Audit {
     started: Instant,
-    name: &'a str,
-    server: Option<&'a ServerGrants>,
-    tool: Option<&'a GrantedTool>,
+    name: String,
+    server: Option<String>,
+    tool: Option<(String, Access)>,
     attempts: u32,
 }
 
+/// A tool the grants permit right now, with what calling it needs.
+struct Resolved {
+    server: String,
+    endpoint: grants::Endpoint,
+    tool: GrantedTool,
+    grants_digest: String,
+}
+
 impl Calls {
-    /// Runs one `tools/call` (params as the agent sent them) through the pipeline.
-    /// `notifications` receives what the upstream sends on the call's stream; when `cancelled`
-    /// completes the upstream is told and the call ends.
+    /// Runs one tool call through the pipeline. When `cancelled` completes (the agent cancelled,
+    /// or went away) a held approval ends and the upstream is told.
     pub async fn call(
         &self,
-        params: Map<String, Value>,
-        notifications: Option<&mpsc::UnboundedSender<Value>>,
+        call: ToolCall,
+        caller: &Caller<'_>,
         cancelled: impl Future<Output = ()>,
     ) -> Reply {
-        let started = Instant::now();
-        let view = Arc::clone(&self.view.borrow());
-        let name = params
-            .get("name")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string();
+        tokio::pin!(cancelled);
         let mut audit = Audit {
-            started,
-            name: &name,
+            started: Instant::now(),
+            name: call.name.clone(),
             server: None,
             tool: None,
             attempts: 0,
         };
+        let view = Arc::clone(&self.view.borrow());
+        let mut resolved = match self.resolve(&view, &call.name, &mut audit) {
+            Ok(r) => r,
+            Err((decision, text)) => return self.refuse(&audit, decision, text),
+        };
+        // 4. Approval, about this very tool and these arguments.
+        let mut decision = Decision::Allowed;
+        if resolved.tool.requires_approval {
+            let null = Value::Null;
+            let target = Target {
+                agent: &self.agent,
+                server: &resolved.server,
+                qualified: &resolved.tool.qualified_name,
+                raw: &resolved.tool.name,
+                access: resolved.tool.access,
+                arguments: call.arguments.as_ref().unwrap_or(&null),
+                grants_digest: &resolved.grants_digest,
+            };
+            let can_elicit = approval::can_answer_forms(caller.capabilities);
+            let requester = match caller.era {
+                CallerEra::Modern => Requester::Modern {
+                    can_elicit,
+                    input_responses: call.input_responses.as_ref(),
+                    request_state: call.request_state.as_deref(),
+                },
+                CallerEra::Legacy {
+                    session,
+                    protocol_version,
+                } => Requester::Legacy {
+                    session,
+                    protocol_version,
+                    // Elicitation arrived in 2025-06-18: a 2025-03-26 session has no way to answer.
+                    can_elicit: can_elicit && protocol_version != "2025-03-26",
+                    stream: caller.stream,
+                },
+            };
+            match self
+                .approvals
+                .gate(&target, &requester, &mut cancelled)
+                .await
+            {
+                Verdict::Approved => decision = Decision::Approved,
+                Verdict::Ask(result) => {
+                    self.finish(&audit, Decision::ApprovalAsked, Outcome::InputRequired);
+                    return Reply::Result(result);
+                }
+                Verdict::Refused {
+                    decision,
+                    text,
+                    code,
+                    data,
+                } => {
+                    self.finish(&audit, decision, Outcome::Refused);
+                    return match code {
+                        Some(code) => Reply::Error {
+                            code,
+                            message: text,
+                            data,
+                        },
+                        None => sentence(text),
+                    };
+                }
+            }
+            // A legacy approval may have taken minutes: the grants of now decide whether the
+            // tool may still run (a modern retry was checked against them already).
+            let now = Arc::clone(&self.view.borrow());
+            if !Arc::ptr_eq(&now, &view) {
+                let approved_tool = resolved.tool.clone();
+                resolved = match self.resolve(&now, &call.name, &mut audit) {
+                    Ok(r)
+                        if r.tool.name == approved_tool.name
+                            && r.tool.definition_digest == approved_tool.definition_digest =>
+                    {
+                        r
+                    }
+                    Ok(_) => {
+                        return self.refuse(
+                            &audit,
+                            Decision::DefinitionChanged,
+                            format!(
+                                "the tool {} changed while its approval was asked; it was not run",
+                                call.name
+                            ),
+                        );
+                    }
+                    Err((decision, text)) => return self.refuse(&audit, decision, text),
+                };
+            }
+        }
+        // 5. Send, with the raw name.
+        let name = call.name.clone();
+        let upstream = upstream_params(call, &resolved.tool.name, caller.log_level);
+        let endpoint = &resolved.endpoint;
+        let timeout = Duration::from_millis(endpoint.call_timeout_ms.max(1));
+        let (notes_tx, mut notes_rx) = mpsc::unbounded_channel::<Value>();
+        let mut attempts = 0;
+        let (reply, outcome) = {
+            let sending = tokio::time::timeout(
+                timeout,
+                self.send(
+                    &resolved.server,
+                    &resolved.tool,
+                    endpoint,
+                    upstream,
+                    &notes_tx,
+                    &mut attempts,
+                ),
+            );
+            tokio::pin!(sending);
+            loop {
+                tokio::select! {
+                    sent = &mut sending => break match sent {
+                        Ok(done) => done,
+                        Err(_) => (
+                            sentence(format!(
+                                "the call to {name} did not finish within {}; its outcome is unknown: check before calling it again",
+                                humanize(timeout)
+                            )),
+                            Outcome::Timeout,
+                        ),
+                    },
+                    Some(note) = notes_rx.recv() => pass_through(&resolved.server, note, caller),
+                    _ = &mut cancelled => break (
+                        sentence(format!("the call to {name} was cancelled; its outcome is unknown")),
+                        Outcome::OutcomeUnknown,
+                    ),
+                }
+            }
+        };
+        audit.attempts = attempts;
+        while let Ok(note) = notes_rx.try_recv() {
+            pass_through(&resolved.server, note, caller);
+        }
+        self.finish(&audit, decision, outcome);
+        reply
+    }
+
+    /// Steps 1–3 on `view`: the tool the grants permit under `name`, on a server that can be
+    /// called, with the definition that was granted.
+    fn resolve(
+        &self,
+        view: &View,
+        name: &str,
+        audit: &mut Audit,
+    ) -> Result<Resolved, (Decision, String)> {
         let Some(grants) = view.grants.as_ref() else {
-            return self.refuse(
-                &audit,
+            return Err((
                 Decision::ServerUnavailable,
                 "no tools are granted yet: the sidecar has not read a grants document".into(),
-            );
+            ));
         };
         // 1. Narrow: the one function, however the agent got the name.
-        let Some(tool) = grants::permits(&grants.doc, &name) else {
-            return self.refuse(
-                &audit,
+        let Some(tool) = grants::permits(&grants.doc, name) else {
+            return Err((
                 Decision::NotGranted,
-                format!("the tool {} is not granted to this agent", shown(&name)),
-            );
+                format!("the tool {} is not granted to this agent", shown(name)),
+            ));
         };
-        let Some((server, _)) = grants.doc.find(&name) else {
+        let Some((server, _)) = grants.doc.find(name) else {
             unreachable!("permits found {name} in the document");
         };
-        audit.server = Some(server);
-        audit.tool = Some(tool);
+        audit.server = Some(server.name.clone());
+        audit.tool = Some((tool.name.clone(), tool.access));
         // 2. Available.
         let Some(endpoint) = server.endpoint.as_ref().filter(|_| server.available) else {
-            return self.refuse(
-                &audit,
+            return Err((
                 Decision::ServerUnavailable,
                 format!(
                     "the tool {name} cannot be called: the McpServer {} is not available (see its status)",
                     server.name
                 ),
-            );
+            ));
         };
         let live = match self.definitions.get(&server.name) {
             Live::Ready(tools) => tools,
             Live::Reading => {
-                return self.refuse(
-                    &audit,
+                return Err((
                     Decision::ServerUnavailable,
                     format!(
                         "the tool {name} cannot be called yet: the sidecar is still reading the tools of {}",
                         server.name
                     ),
-                );
+                ));
             }
             Live::Unavailable(reason) => {
-                return self.refuse(
-                    &audit,
+                return Err((
                     Decision::ServerUnavailable,
                     format!(
                         "the tool {name} cannot be called: server {} is unavailable ({reason})",
                         server.name
                     ),
-                );
+                ));
             }
         };
         // 3. Definition: the rug-pull guard.
         match live.get(&tool.name) {
             Some(t) if t.digest == tool.definition_digest => {}
             Some(_) => {
-                return self.refuse(
-                    &audit,
+                return Err((
                     Decision::DefinitionChanged,
                     format!(
                         "the tool {name} is withheld: its definition on server {} changed since it was granted, and it stays withheld until the grants are updated",
                         server.name
                     ),
-                );
+                ));
             }
             None => {
-                return self.refuse(
-                    &audit,
+                return Err((
                     Decision::ServerUnavailable,
                     format!(
                         "the tool {name} cannot be called: server {} no longer offers it",
                         server.name
                     ),
-                );
+                ));
             }
         }
-        // 4. Approval. Until the sidecar can ask the agent's client (elicitation, issue 11), a
-        //    gated tool is refused: running it unasked would make the grant's gate advice.
-        if tool.requires_approval {
-            return self.refuse(
-                &audit,
-                Decision::ApprovalRequired,
-                format!(
-                    "the tool {name} needs a person's approval before it runs, and this sidecar cannot ask for it yet; it was not run"
-                ),
-            );
-        }
-        // 5. Send, with the raw name.
-        let mut upstream = params;
-        upstream.insert("name".into(), Value::String(tool.name.clone()));
-        // The agent's protocol envelope describes its connection to the sidecar, not the
-        // sidecar's to the upstream (which gets its own); the rest of `_meta` (progressToken…)
-        // passes through.
-        if let Some(Value::Object(meta)) = upstream.get_mut("_meta") {
-            meta.retain(|key, _| !key.starts_with("io.modelcontextprotocol/"));
-            if meta.is_empty() {
-                upstream.remove("_meta");
-            }
-        }
-        let timeout = Duration::from_millis(endpoint.call_timeout_ms.max(1));
-        let (reply, outcome) = tokio::select! {
-            sent = tokio::time::timeout(
-                timeout,
-                self.send(server, tool, endpoint, upstream, notifications, &mut audit.attempts),
-            ) => match sent {
-                Ok(done) => done,
-                Err(_) => (
-                    sentence(format!(
-                        "the call to {name} did not finish within {}; its outcome is unknown: check before calling it again",
-                        humanize(timeout)
-                    )),
-                    Outcome::Timeout,
-                ),
-            },
-            _ = cancelled => (
-                sentence(format!("the call to {name} was cancelled; its outcome is unknown")),
-                Outcome::OutcomeUnknown,
-            ),
-        };
-        self.finish(&audit, Decision::Allowed, outcome);
-        reply
+        Ok(Resolved {
+            server: server.name.clone(),
+            endpoint: endpoint.clone(),
+            tool: tool.clone(),
+            grants_digest: grants.digest.clone(),
+        })
     }
 
     /// Sends, reconnecting and resending only where that is safe. Returns the reply and how the
     /// call ended.
     async fn send(
         &self,
-        server: &ServerGrants,
+        server: &str,
         tool: &GrantedTool,
         endpoint: &grants::Endpoint,
         params: Map<String, Value>,
-        notifications: Option<&mpsc::UnboundedSender<Value>>,
+        notifications: &mpsc::UnboundedSender<Value>,
         attempts: &mut u32,
     ) -> (Reply, Outcome) {
         let resend_safe = tool.access == Access::Read || tool.idempotent;
@@ -243,17 +416,13 @@ impl Calls {
                     return (
                         sentence(format!(
                             "the tool {qualified} cannot be called: server {} is unavailable ({reason})",
-                            server.name
+                            server
                         )),
                         Outcome::Error,
                     );
                 }
             };
-            let session = match self
-                .pool
-                .session(&server.name, &resolved, endpoint.era)
-                .await
-            {
+            let session = match self.pool.session(server, &resolved, endpoint.era).await {
                 Ok(s) => s,
                 Err(e) => {
                     // Nothing was sent: trying again is always safe, within the budget.
@@ -265,7 +434,7 @@ impl Calls {
                     return (
                         sentence(format!(
                             "the tool {qualified} cannot be called: server {} could not be reached ({e})",
-                            server.name
+                            server
                         )),
                         Outcome::Error,
                     );
@@ -277,7 +446,7 @@ impl Calls {
                 session: Some(Arc::clone(&session)),
                 id,
             };
-            let answer = session.call(id, params.clone(), notifications).await;
+            let answer = session.call(id, params.clone(), Some(notifications)).await;
             guard.disarm();
             match answer {
                 Ok(CallAnswer::Result(result)) => {
@@ -294,7 +463,7 @@ impl Calls {
                             code,
                             message: format!(
                                 "server {} answered the call to {qualified} with JSON-RPC error {code}",
-                                server.name
+                                server
                             ),
                             data,
                         },
@@ -302,7 +471,7 @@ impl Calls {
                     );
                 }
                 Err(CallFailure::SessionGone { status }) => {
-                    self.pool.discard(&server.name, &resolved, &session).await;
+                    self.pool.discard(server, &resolved, &session).await;
                     if !session_renewed {
                         session_renewed = true;
                         continue;
@@ -310,13 +479,13 @@ impl Calls {
                     return (
                         sentence(format!(
                             "the tool {qualified} was not run: server {} rejected a new session too (HTTP {status})",
-                            server.name
+                            server
                         )),
                         Outcome::Error,
                     );
                 }
                 Err(CallFailure::NotSent(e)) => {
-                    self.pool.discard(&server.name, &resolved, &session).await;
+                    self.pool.discard(server, &resolved, &session).await;
                     if budget > 0 {
                         budget -= 1;
                         continue;
@@ -324,21 +493,21 @@ impl Calls {
                     return (
                         sentence(format!(
                             "the tool {qualified} was not run: server {} refused it ({e})",
-                            server.name
+                            server
                         )),
                         Outcome::Error,
                     );
                 }
                 Err(CallFailure::Refused(e)) => {
                     // Not retried; the next call reconnects and reads the credential again.
-                    self.pool.discard(&server.name, &resolved, &session).await;
+                    self.pool.discard(server, &resolved, &session).await;
                     return (
                         sentence(format!("the tool {qualified} was not run: {e}")),
                         Outcome::Error,
                     );
                 }
                 Err(CallFailure::AfterSending(e)) => {
-                    self.pool.discard(&server.name, &resolved, &session).await;
+                    self.pool.discard(server, &resolved, &session).await;
                     if resend_safe && budget > 0 {
                         budget -= 1;
                         continue;
@@ -346,7 +515,7 @@ impl Calls {
                     return (
                         sentence(format!(
                             "the outcome of the call to {qualified} is unknown: it was sent to server {} and no answer came back ({e}); check whether it took effect before calling it again",
-                            server.name
+                            server
                         )),
                         Outcome::OutcomeUnknown,
                     );
@@ -355,27 +524,27 @@ impl Calls {
         }
     }
 
-    fn refuse(&self, audit: &Audit<'_>, decision: Decision, text: String) -> Reply {
+    fn refuse(&self, audit: &Audit, decision: Decision, text: String) -> Reply {
         self.finish(audit, decision, Outcome::Refused);
         sentence(text)
     }
 
-    fn finish(&self, audit: &Audit<'_>, decision: Decision, outcome: Outcome) {
+    fn finish(&self, audit: &Audit, decision: Decision, outcome: Outcome) {
         let duration = audit.started.elapsed();
-        let server = audit.server.map(|s| s.name.as_str());
+        let server = audit.server.as_deref();
         audit::write(&CallRecord {
             agent: &self.agent,
             server,
-            tool: audit.name,
-            raw_tool: audit.tool.map(|t| t.name.as_str()),
-            access: audit.tool.map(|t| t.access),
+            tool: &audit.name,
+            raw_tool: audit.tool.as_ref().map(|(t, _)| t.as_str()),
+            access: audit.tool.as_ref().map(|(_, a)| *a),
             decision,
             outcome,
             duration,
             attempts: audit.attempts,
         });
         let server = server.unwrap_or("").to_string();
-        if decision == Decision::Allowed {
+        if decision.sent() {
             self.metrics
                 .call_duration
                 .get_or_create(&server_label(&server))
@@ -390,6 +559,116 @@ impl Calls {
             })
             .inc();
     }
+}
+
+/// The `tools/call` params the upstream gets: the raw name, the arguments, the agent's `_meta`
+/// without its protocol envelope (which describes the agent's connection to the sidecar, not
+/// the sidecar's to the upstream), and nothing of the sidecar's own approval exchange.
+fn upstream_params(call: ToolCall, raw: &str, log_level: Option<&str>) -> Map<String, Value> {
+    let mut params = call.rest;
+    params.insert("name".into(), Value::String(raw.to_string()));
+    if let Some(arguments) = call.arguments {
+        params.insert("arguments".into(), arguments);
+    }
+    let mut meta = call.meta.unwrap_or_default();
+    meta.retain(|key, _| !key.starts_with("io.modelcontextprotocol/"));
+    // A modern upstream sends log lines only to a request that opts in (2026-07-28): the
+    // agent's level, which a legacy agent sets for its session (logging/setLevel).
+    if let Some(level) = log_level {
+        meta.insert(META_LOG_LEVEL.into(), Value::String(level.to_string()));
+    }
+    if !meta.is_empty() {
+        params.insert("_meta".into(), Value::Object(meta));
+    }
+    params
+}
+
+const META_LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
+/// MCP's log levels, lowest first (RFC 5424 severities).
+pub const LOG_LEVELS: [&str; 8] = [
+    "debug",
+    "info",
+    "notice",
+    "warning",
+    "error",
+    "critical",
+    "alert",
+    "emergency",
+];
+
+/// Whether a line at `level` reaches an agent that asked for `wanted` and above.
+fn wanted(level: &str, wanted: Option<&str>) -> bool {
+    let rank = |l: &str| LOG_LEVELS.iter().position(|x| *x == l);
+    match (rank(level), wanted.and_then(rank)) {
+        (Some(l), Some(w)) => l >= w,
+        // An unknown level is shown to an agent that wants log lines at all.
+        (None, Some(_)) => true,
+        (_, None) => false,
+    }
+}
+
+/// Most bytes of an upstream log line's data written to the sidecar's own log.
+const LOG_DATA_BYTES: usize = 2048;
+
+/// What the upstream sent on the call's stream that belongs to the call: progress and log
+/// lines go to the agent (log lines also to the sidecar's log); anything else stays here.
+fn pass_through(server: &str, note: Value, caller: &Caller<'_>) {
+    let method = note.get("method").and_then(Value::as_str).unwrap_or("");
+    match method {
+        "notifications/progress" => {}
+        "notifications/message" => {
+            let params = note.get("params");
+            let level = params
+                .and_then(|p| p.get("level"))
+                .and_then(Value::as_str)
+                .unwrap_or("info");
+            let logger = params
+                .and_then(|p| p.get("logger"))
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            let data = params
+                .and_then(|p| p.get("data"))
+                .map_or(String::new(), |d| {
+                    let text = match d {
+                        Value::String(s) => s.clone(),
+                        other => other.to_string(),
+                    };
+                    bounded(&text, LOG_DATA_BYTES)
+                });
+            match level {
+                "debug" => {
+                    tracing::debug!(target: "mcp_sidecar::upstream_log", server, level, logger, "{data}")
+                }
+                "info" | "notice" => {
+                    tracing::info!(target: "mcp_sidecar::upstream_log", server, level, logger, "{data}")
+                }
+                "warning" => {
+                    tracing::warn!(target: "mcp_sidecar::upstream_log", server, level, logger, "{data}")
+                }
+                _ => {
+                    tracing::error!(target: "mcp_sidecar::upstream_log", server, level, logger, "{data}")
+                }
+            }
+            if !wanted(level, caller.log_level) {
+                return;
+            }
+        }
+        _ => return,
+    }
+    if let Some(stream) = caller.stream {
+        let _ = stream.send(note);
+    }
+}
+
+fn bounded(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
 }
 
 /// Tells the upstream a call was abandoned (timeout, agent cancelled, agent went away) when the

@@ -24,6 +24,11 @@ pub struct Sidecar {
 
 impl Sidecar {
     pub fn start(grants: Option<&Value>) -> Sidecar {
+        Self::start_with(grants, &[])
+    }
+
+    /// A sidecar with more flags (e.g. `--approval-timeout 1s`).
+    pub fn start_with(grants: Option<&Value>, extra: &[&str]) -> Sidecar {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("grants");
         std::fs::create_dir_all(&root).unwrap();
@@ -46,6 +51,7 @@ impl Sidecar {
                 "test-agent",
                 "--allow-loopback",
             ])
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
@@ -219,6 +225,27 @@ where
     F: FnOnce() -> Fut,
     Fut: std::future::Future<Output = ()>,
 {
+    run_agent(url, mode, steps, None, trigger).await
+}
+
+/// The Python SDK client with an elicitation callback answering each request with the next of
+/// `answers` ("accept", "accept-false", "decline", "cancel"); the output's "elicitations" holds
+/// what it was asked.
+pub async fn agent_answering(url: &str, mode: &str, steps: Value, answers: Value) -> Value {
+    run_agent(url, mode, steps, Some(answers), || async {}).await
+}
+
+async fn run_agent<F, Fut>(
+    url: &str,
+    mode: &str,
+    steps: Value,
+    answers: Option<Value>,
+    trigger: F,
+) -> Value
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
     let fixtures = Fixtures::load();
     let mut command = if mode == "typescript" {
         let (node, sdk) = fixtures.typescript_sdk();
@@ -231,6 +258,9 @@ where
         let mut c = Command::new(fixtures.python());
         c.arg(fixtures.fixture("sdk_client.py"))
             .args([url, mode, &steps.to_string()]);
+        if let Some(answers) = &answers {
+            c.arg(answers.to_string());
+        }
         c
     };
     let mut child = command

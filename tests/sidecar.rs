@@ -1083,3 +1083,108 @@ async fn progress_and_log_lines_of_a_call_reach_the_agent_and_the_log() {
     assert_eq!(lines[0]["fields"]["level"], "warning");
     assert_eq!(lines[0]["level"], "WARN");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_typescript_sdk_client_approves_and_declines_through_its_handler() {
+    let fixtures = Fixtures::load();
+    let server = fixtures.sdk_server(&[]);
+    let grants = gated_grants(&server.url, &["delete_file"], &["delete_file"]).await;
+    let sidecar = Sidecar::start(Some(&grants));
+    sidecar.wait_ready().await;
+    let call =
+        |path: &str| json!({"op": "call", "name": "fs__delete_file", "arguments": {"path": path}});
+    let out = sidecar_support::agent_answering(
+        &sidecar.url,
+        "typescript",
+        json!([call("/ts/yes"), call("/ts/no"), call("/ts/dismissed")]),
+        json!(["accept", "decline", "cancel"]),
+    )
+    .await;
+    let steps = &out["steps"];
+    assert_eq!(steps[0]["isError"], false, "{out}");
+    assert!(
+        steps[0]["text"].as_str().unwrap().contains("/ts/yes"),
+        "{out}"
+    );
+    assert!(
+        steps[1]["text"].as_str().unwrap().contains("declined"),
+        "{out}"
+    );
+    assert!(
+        steps[2]["text"].as_str().unwrap().contains("cancelled"),
+        "{out}"
+    );
+    assert_eq!(out["elicitations"].as_array().unwrap().len(), 3, "{out}");
+    assert_eq!(upstream_calls(&server.url).await, ["delete_file"]);
+    // Without a handler it declares no elicitation and cannot approve.
+    let out = agent(&sidecar.url, "typescript", json!([call("/ts/unasked")])).await;
+    assert!(
+        out["steps"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("cannot give it"),
+        "{out}"
+    );
+    assert_eq!(upstream_calls(&server.url).await, ["delete_file"]);
+    assert_eq!(
+        decisions(&sidecar, "fs__delete_file"),
+        ["approved", "declined", "cancelled", "cannot_ask"]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_held_call_is_judged_by_its_answer_and_the_grants_when_answered() {
+    let fixtures = Fixtures::load();
+    let server = fixtures.sdk_server(&[]);
+    let gated = gated_grants(&server.url, &["read_file", "delete_file"], &["delete_file"]).await;
+    let ungated = gated_grants(&server.url, &["read_file", "delete_file"], &[]).await;
+    let revoked = gated_grants(&server.url, &["read_file"], &[]).await;
+    let mut sidecar = Sidecar::start(Some(&gated));
+    sidecar.wait_ready().await;
+    let url = sidecar.url.clone();
+    let call =
+        |path: &str| json!({"op": "call", "name": "fs__delete_file", "arguments": {"path": path}});
+
+    // The gate is removed while the person thinks, and they say no: still refused; the next
+    // call runs unasked.
+    let sidecar_ref = &mut sidecar;
+    let bytes = ungated.to_string();
+    let out = sidecar_support::agent_answering_with(
+        &url,
+        "legacy",
+        json!([call("/held/declined"), {"op": "sleep", "seconds": 1}, call("/held/next")]),
+        json!(["decline-late"]),
+        || async move { sidecar_ref.swap_grants(bytes.as_bytes()) },
+    )
+    .await;
+    let steps = &out["steps"];
+    assert!(
+        steps[0]["text"].as_str().unwrap().contains("declined"),
+        "{out}"
+    );
+    assert_eq!(steps[2]["isError"], false, "{out}");
+    assert_eq!(out["elicitations"].as_array().unwrap().len(), 1, "{out}");
+    assert_eq!(upstream_calls(&server.url).await, ["delete_file"]);
+
+    // The grant is removed while the person thinks, and they say yes: the grants of the
+    // moment refuse it.
+    sidecar.swap_grants(gated.to_string().as_bytes());
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let sidecar_ref = &mut sidecar;
+    let bytes = revoked.to_string();
+    let out = sidecar_support::agent_answering_with(
+        &url,
+        "legacy",
+        json!([call("/held/revoked")]),
+        json!(["accept-late"]),
+        || async move { sidecar_ref.swap_grants(bytes.as_bytes()) },
+    )
+    .await;
+    let text = out["steps"][0]["text"].as_str().unwrap();
+    assert!(text.contains("not granted"), "{out}");
+    assert_eq!(upstream_calls(&server.url).await, ["delete_file"]);
+    assert_eq!(
+        decisions(&sidecar, "fs__delete_file"),
+        ["declined", "allowed", "not_granted"]
+    );
+}

@@ -228,11 +228,26 @@ where
     run_agent(url, mode, steps, None, trigger).await
 }
 
-/// The Python SDK client with an elicitation callback answering each request with the next of
+/// An SDK client (Python, or TypeScript for mode `typescript`) with an elicitation handler answering each request with the next of
 /// `answers` ("accept", "accept-false", "decline", "cancel"); the output's "elicitations" holds
 /// what it was asked.
 pub async fn agent_answering(url: &str, mode: &str, steps: Value, answers: Value) -> Value {
     run_agent(url, mode, steps, Some(answers), || async {}).await
+}
+
+/// [`agent_answering`], running `trigger` while a "-late" answer is pending.
+pub async fn agent_answering_with<F, Fut>(
+    url: &str,
+    mode: &str,
+    steps: Value,
+    answers: Value,
+    trigger: F,
+) -> Value
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    run_agent(url, mode, steps, Some(answers), trigger).await
 }
 
 async fn run_agent<F, Fut>(
@@ -253,6 +268,9 @@ where
         c.arg(fixtures.fixture("ts_client.mjs"))
             .args([url, &steps.to_string()])
             .env("MCP_TS_SDK", sdk);
+        if let Some(answers) = &answers {
+            c.arg(answers.to_string());
+        }
         c
     } else {
         let mut c = Command::new(fixtures.python());

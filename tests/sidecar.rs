@@ -1188,3 +1188,27 @@ async fn a_held_call_is_judged_by_its_answer_and_the_grants_when_answered() {
         ["declined", "allowed", "not_granted"]
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_upstream_that_asks_the_agent_is_answered_no_and_the_agent_is_not_asked() {
+    let fixtures = Fixtures::load();
+    let hostile = fixtures.hostile_server();
+    let url = format!("{}/call-faults/mcp", hostile.url);
+    let grants = grants_for("faulty", "ff", &url, &["asks_agent"], json!({}), None).await;
+    let sidecar = Sidecar::start(Some(&grants));
+    sidecar.wait_ready().await;
+    for mode in MODES {
+        let out = sidecar_support::agent_answering(
+            &sidecar.url,
+            mode,
+            json!([{"op": "call", "name": "ff__asks_agent", "arguments": {}}]),
+            json!(["accept"]),
+        )
+        .await;
+        assert_eq!(
+            out["steps"][0]["text"], "asked the agent; the client answered error -32601",
+            "{mode}: {out}"
+        );
+        assert_eq!(out["elicitations"], json!([]), "{mode}: {out}");
+    }
+}

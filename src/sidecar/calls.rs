@@ -449,6 +449,19 @@ impl Calls {
             let answer = session.call(id, params.clone(), Some(notifications)).await;
             guard.disarm();
             match answer {
+                Ok(CallAnswer::Result(result))
+                    if result.get("resultType").and_then(Value::as_str)
+                        == Some("input_required") =>
+                {
+                    // The server wants input from the agent (2026-07-28): its requests do not
+                    // pass the sidecar, whose own approval exchange uses the same fields.
+                    return (
+                        sentence(format!(
+                            "server {server} asked for more input to run {qualified} (elicitation or sampling from servers does not pass the sidecar); the call did not complete and may have done part of its work"
+                        )),
+                        Outcome::Error,
+                    );
+                }
                 Ok(CallAnswer::Result(result)) => {
                     let outcome = if result.get("isError").and_then(Value::as_bool) == Some(true) {
                         Outcome::IsError

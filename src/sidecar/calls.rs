@@ -727,3 +727,46 @@ fn humanize(d: Duration) -> String {
         format!("{}ms", d.as_millis())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_upstream_gets_the_raw_name_and_none_of_the_sidecars_exchange() {
+        let params = json!({
+            "name": "fs__delete_file",
+            "arguments": {"path": "/x"},
+            "inputResponses": {"approval": {"action": "accept"}},
+            "requestState": "sealed",
+            "task": {"ttl": 1},
+            "_meta": {
+                "progressToken": 7,
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}},
+                "io.modelcontextprotocol/logLevel": "debug",
+            },
+        });
+        let call = ToolCall::from_params(params.as_object().cloned().unwrap());
+        assert_eq!(call.name, "fs__delete_file");
+        assert_eq!(call.request_state.as_deref(), Some("sealed"));
+        assert!(call.input_responses.is_some());
+        let sent = upstream_params(call.clone(), "delete_file", Some("warning"));
+        assert_eq!(
+            Value::Object(sent),
+            json!({"name": "delete_file", "arguments": {"path": "/x"}, "task": {"ttl": 1},
+                   "_meta": {"progressToken": 7, "io.modelcontextprotocol/logLevel": "warning"}})
+        );
+        let quiet = upstream_params(ToolCall { meta: None, ..call }, "delete_file", None);
+        assert!(!quiet.contains_key("_meta"));
+    }
+
+    #[test]
+    fn log_lines_reach_the_agent_at_its_level_and_above() {
+        assert!(wanted("warning", Some("info")));
+        assert!(wanted("info", Some("info")));
+        assert!(!wanted("debug", Some("info")));
+        assert!(!wanted("emergency", None));
+        assert!(wanted("chatter", Some("error")));
+    }
+}

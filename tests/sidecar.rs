@@ -1212,3 +1212,84 @@ async fn an_upstream_that_asks_the_agent_is_answered_no_and_the_agent_is_not_ask
         assert_eq!(out["elicitations"], json!([]), "{mode}: {out}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_2025_06_18_session_is_asked_on_the_calls_own_stream() {
+    use futures::StreamExt;
+    let fixtures = Fixtures::load();
+    let server = fixtures.sdk_server(&[]);
+    let grants = gated_grants(&server.url, &["delete_file"], &["delete_file"]).await;
+    let sidecar = Sidecar::start(Some(&grants));
+    sidecar.wait_ready().await;
+    let post = |body: Value, session: Option<&str>| {
+        let mut r = http()
+            .post(&sidecar.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(body.to_string());
+        if let Some(s) = session {
+            r = r
+                .header("mcp-session-id", s)
+                .header("mcp-protocol-version", "2025-06-18");
+        }
+        r.send()
+    };
+    let init = post(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {"elicitation": {}},
+            "clientInfo": {"name": "june", "version": "1"}}}),
+        None,
+    )
+    .await
+    .unwrap();
+    let session = init.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let r = post(
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "fs__delete_file", "arguments": {"path": "/june"}}}),
+        Some(&session),
+    )
+    .await
+    .unwrap();
+    assert!(
+        r.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/event-stream")
+    );
+    let mut body = r.bytes_stream();
+    let mut buffer = String::new();
+    let mut events = Vec::<Value>::new();
+    while events.len() < 2 {
+        let chunk = tokio::time::timeout(Duration::from_secs(10), body.next())
+            .await
+            .expect("the stream goes on")
+            .expect("the stream is not over")
+            .unwrap();
+        buffer.push_str(std::str::from_utf8(&chunk).unwrap());
+        while let Some(end) = buffer.find("\n\n") {
+            let event: String = buffer.drain(..end + 2).collect();
+            if let Some(data) = event.lines().find_map(|l| l.strip_prefix("data: ")) {
+                let message: Value = serde_json::from_str(data).unwrap();
+                if message["method"] == "elicitation/create" {
+                    assert!(
+                        message["params"].get("mode").is_none(),
+                        "no modes before 2025-11-25: {message}"
+                    );
+                    assert!(upstream_calls(&server.url).await.is_empty());
+                    let answer = json!({"jsonrpc": "2.0", "id": message["id"],
+                                        "result": {"action": "accept", "content": {"approve": true}}});
+                    let r = post(answer, Some(&session)).await.unwrap();
+                    assert_eq!(r.status().as_u16(), 202);
+                }
+                events.push(message);
+            }
+        }
+    }
+    assert_eq!(events[0]["method"], "elicitation/create", "{events:?}");
+    assert_eq!(events[1]["id"], 2, "{events:?}");
+    assert_eq!(events[1]["result"]["isError"], false, "{events:?}");
+    assert_eq!(upstream_calls(&server.url).await, ["delete_file"]);
+    assert_eq!(decisions(&sidecar, "fs__delete_file"), ["approved"]);
+}

@@ -577,7 +577,7 @@ impl Approvals {
                         ),
                     );
                 };
-                self.ask_on_stream(target, session, stream, cancelled, &who)
+                self.ask_on_stream(target, session, protocol_version, stream, cancelled, &who)
                     .await
             }
         }
@@ -643,13 +643,22 @@ impl Approvals {
         &self,
         target: &Target<'_>,
         session: &str,
+        protocol_version: &str,
         stream: &mpsc::UnboundedSender<Value>,
         cancelled: impl std::future::Future<Output = ()>,
         who: &str,
     ) -> Verdict {
         let id = format!("approval-{}", random_hex(8));
         let answer = self.answers.expect(session, &id);
-        let request = json!({"jsonrpc": "2.0", "id": id, "method": "elicitation/create", "params": form(target)});
+        let mut params = form(target);
+        if protocol_version == "2025-06-18" {
+            // Modes arrived in 2025-11-25; before, every elicitation was a form.
+            if let Some(p) = params.as_object_mut() {
+                p.remove("mode");
+            }
+        }
+        let request =
+            json!({"jsonrpc": "2.0", "id": id, "method": "elicitation/create", "params": params});
         if stream.send(request).is_err() {
             self.answers.forget(session, &id);
             return refused(

@@ -941,8 +941,11 @@ async fn a_modern_approval_cannot_be_replayed_altered_retargeted_or_forged() {
         &["delete_file", "write_file"],
     )
     .await;
-    let sidecar = Sidecar::start_with(Some(&grants), &["--approval-ttl", "2s"]);
+    let sidecar = Sidecar::start(Some(&grants));
+    // Its states expire after a second.
+    let hasty = Sidecar::start_with(Some(&grants), &["--approval-ttl", "1s"]);
     sidecar.wait_ready().await;
+    hasty.wait_ready().await;
     let url = &sidecar.url;
     let args = json!({"path": "/a"});
     let asked = modern_call(url, 1, "fs__delete_file", args.clone(), json!({})).await;
@@ -1007,14 +1010,17 @@ async fn a_modern_approval_cannot_be_replayed_altered_retargeted_or_forged() {
     assert_eq!(upstream_calls(&server.url).await, ["delete_file"]);
 
     // An answer after the state expired.
-    let asked = modern_call(url, 8, "fs__delete_file", args.clone(), json!({})).await;
+    let asked = modern_call(&hasty.url, 8, "fs__delete_file", args.clone(), json!({})).await;
     let late = asked["result"]["requestState"]
         .as_str()
         .unwrap()
         .to_string();
-    tokio::time::sleep(Duration::from_millis(2200)).await;
-    let expired = modern_call(url, 9, "fs__delete_file", args.clone(), retry(&late)).await;
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let expired = modern_call(&hasty.url, 9, "fs__delete_file", args.clone(), retry(&late)).await;
     refused(&expired, "expired");
+    // A state from another sidecar process (its own key) does not open here.
+    let elsewhere = modern_call(url, 11, "fs__delete_file", args.clone(), retry(&late)).await;
+    refused(&elsewhere, "altered or was not issued by this sidecar");
 
     // Without the capability: -32021 naming it.
     let r = http()
@@ -1041,6 +1047,10 @@ async fn a_modern_approval_cannot_be_replayed_altered_retargeted_or_forged() {
         seen.iter().filter(|d| *d == "invalid_approval").count(),
         5,
         "{seen:?}"
+    );
+    assert_eq!(
+        decisions(&hasty, "fs__delete_file"),
+        ["approval_asked", "invalid_approval"]
     );
     assert_eq!(
         seen.iter().filter(|d| *d == "approved").count(),

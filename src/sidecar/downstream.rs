@@ -694,6 +694,9 @@ async fn tools_call(
     let (stream_tx, mut stream_rx) = mpsc::unbounded_channel::<Value>();
     let (reply_tx, mut reply_rx) = tokio::sync::oneshot::channel::<Reply>();
     let calls = Arc::clone(&d.calls);
+    // The agent going away before any answer started cancels the call, as it did when the call
+    // ran inside this handler.
+    let gone = CancelOnDrop(Some(Arc::clone(&cancel)));
     // The call runs on its own task: the response may turn into an event stream midway.
     tokio::spawn(async move {
         let caller = Caller {
@@ -721,6 +724,7 @@ async fn tools_call(
         },
         Some(note) = stream_rx.recv() => Err((note, None)),
     };
+    gone.disarm();
     let (first, early_reply) = match first {
         Ok(Ok(reply)) => return json_response(StatusCode::OK, &reply_message(&id, reply, modern)),
         Ok(Err(_)) => {
@@ -754,6 +758,24 @@ async fn tools_call(
         }
     });
     sse_response(rx, vec![])
+}
+
+/// Signals the call's cancellation when dropped armed (axum drops the handler when the agent's
+/// connection closes).
+struct CancelOnDrop(Option<Arc<Notify>>);
+
+impl CancelOnDrop {
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if let Some(cancel) = self.0.take() {
+            cancel.notify_one();
+        }
+    }
 }
 
 fn reply_message(id: &Value, reply: Reply, modern: bool) -> Value {

@@ -295,7 +295,11 @@ impl ToolSession {
             };
         }
         if content_type(&response).starts_with("text/event-stream") {
-            return read_call_stream(http, response, id, notifications).await;
+            let headers = self.headers("", None);
+            return read_call_stream(http, response, id, notifications, |request_id| {
+                self.refuse_server_request(http, session_id, &headers, request_id)
+            })
+            .await;
         }
         let body = http.read_body(response).await.map_err(after_sending)?;
         let value: Value = serde_json::from_slice(&body).map_err(|_| {
@@ -315,12 +319,49 @@ impl ToolSession {
     }
 }
 
-/// Reads a call's event stream until it carries the answer, handing notifications over.
+impl ToolSession {
+    /// Answers a request the server sent on a call's stream (elicitation, sampling, roots: this
+    /// client declared none of them) with an error, so the server is not left waiting.
+    fn refuse_server_request(
+        &self,
+        http: &Http,
+        session_id: Option<&HeaderValue>,
+        headers: &HeaderMap,
+        request_id: Value,
+    ) {
+        let answer = serde_json::json!({
+            "jsonrpc": "2.0",
+            "id": request_id,
+            "error": {"code": -32601, "message": "this client (mcp-operator sidecar) declared no capability for server requests; it answers none"},
+        });
+        let mut headers = headers.clone();
+        headers.remove(HeaderName::from_static("mcp-method"));
+        let mut request = http
+            .post(&http.endpoint.url)
+            .header(ACCEPT, "application/json, text/event-stream")
+            .header(CONTENT_TYPE, "application/json")
+            .headers(headers)
+            .body(serde_json::to_vec(&answer).expect("JSON serialises"));
+        if let Some(session) = session_id {
+            request = request.header(SESSION_HEADER, session.clone());
+        }
+        let http = http.clone();
+        tokio::spawn(async move {
+            if let Ok(response) = http.send(request, "").await {
+                let _ = http.read_body(response).await;
+            }
+        });
+    }
+}
+
+/// Reads a call's event stream until it carries the answer, handing notifications over and
+/// the ids of requests the server sent to `refuse`.
 async fn read_call_stream(
     http: &Http,
     mut response: reqwest::Response,
     id: u64,
     notifications: Option<&mpsc::UnboundedSender<Value>>,
+    refuse: impl Fn(Value),
 ) -> Result<CallAnswer, CallFailure> {
     let mut reader = SseReader::whole(http.max_response_bytes);
     loop {
@@ -346,10 +387,15 @@ async fn read_call_stream(
             match rpc::classify(&value, id) {
                 Incoming::Reply(reply) => return Ok(answer_of(reply)),
                 Incoming::Other => {
-                    let is_notification =
-                        value.get("method").is_some() && value.get("id").is_none();
-                    if let (true, Some(tx)) = (is_notification, notifications) {
-                        let _ = tx.send(value);
+                    let has_method = value.get("method").is_some();
+                    match value.get("id") {
+                        None if has_method => {
+                            if let Some(tx) = notifications {
+                                let _ = tx.send(value);
+                            }
+                        }
+                        Some(request_id) if has_method => refuse(request_id.clone()),
+                        _ => {}
                     }
                 }
                 Incoming::Malformed(why) => {

@@ -13,8 +13,21 @@ pub enum Decision {
     NotGranted,
     DefinitionChanged,
     ServerUnavailable,
-    /// The tool needs a person's approval, which could not be obtained.
-    ApprovalRequired,
+    /// The tool needs approval and the agent's client said yes: sent.
+    Approved,
+    /// The person said no (or accepted without saying yes).
+    Declined,
+    /// The approval request was dismissed, or the call was cancelled while it waited.
+    Cancelled,
+    /// No answer within the approval timeout.
+    TimedOut,
+    /// The client cannot be asked (no elicitation capability, no event stream) or answered with
+    /// an error.
+    CannotAsk,
+    /// Modern era: the call was answered with `input_required` (the form); its retry decides.
+    ApprovalAsked,
+    /// A modern retry whose requestState is forged, expired, replayed or for another call.
+    InvalidApproval,
 }
 
 impl Decision {
@@ -24,8 +37,19 @@ impl Decision {
             Decision::NotGranted => "not_granted",
             Decision::DefinitionChanged => "definition_changed",
             Decision::ServerUnavailable => "server_unavailable",
-            Decision::ApprovalRequired => "approval_required",
+            Decision::Approved => "approved",
+            Decision::Declined => "declined",
+            Decision::Cancelled => "cancelled",
+            Decision::TimedOut => "timed_out",
+            Decision::CannotAsk => "cannot_ask",
+            Decision::ApprovalAsked => "approval_asked",
+            Decision::InvalidApproval => "invalid_approval",
         }
+    }
+
+    /// Whether the call was sent upstream.
+    pub fn sent(self) -> bool {
+        matches!(self, Decision::Allowed | Decision::Approved)
     }
 }
 
@@ -60,8 +84,10 @@ pub enum Outcome {
     OutcomeUnknown,
     /// The call timeout struck.
     Timeout,
-    /// Not sent: the decision was not `allowed`.
+    /// Not sent: the decision was not `allowed` or `approved`.
     Refused,
+    /// Not sent yet: the agent was asked for approval (modern era) and will call again.
+    InputRequired,
 }
 
 impl Outcome {
@@ -73,6 +99,7 @@ impl Outcome {
             Outcome::OutcomeUnknown => "outcome_unknown",
             Outcome::Timeout => "timeout",
             Outcome::Refused => "refused",
+            Outcome::InputRequired => "input_required",
         }
     }
 }

@@ -1,17 +1,18 @@
-//! The call pipeline: every `tools/call` the agent makes passes these steps, in this order, and
-//! is audited once at the end.
+//! The call pipeline: every tool call the agent makes passes these steps, in this order, and
+//! is audited once at the end. [`Calls::call`] is the one entry point: a `tools/call` and a
+//! discovery tool naming its target both arrive here as a [`ToolCall`] for the *target* tool.
 //!
 //! ```text
 //! narrow      grants::permits(current document, name)     ── refused: "not granted"
 //! available   the grants and the live state of the server ── refused: "server unavailable"
 //! definition  live digest == granted digest               ── refused: "definition changed"
-//! approval    requiresApproval → refused for now; issue 11's elicitation gate replaces this step
+//! approval    requiresApproval → approval::Approvals::gate (ask the agent's client; see there)
+//!             legacy: held until answered, then narrow/available/definition again on the
+//!             grants of that moment (a grant removed meanwhile refuses; a gate removed
+//!             meanwhile does not un-ask)
 //! send        pool connection, call timeout, resend rules ── the upstream's answer, unchanged
+//!             progress and log notifications of the call ─► the caller's stream (and the log)
 //! ```
-//!
-//! [`Calls::call`] narrows the name the agent sent; `call_tool` of a deferred server
-//! ([`super::discovery`]) resolves its target instead; both then run the steps from `available`
-//! on in [`Calls::call_granted`], with the target tool.
 //!
 //! A refused name never reaches an upstream. The upstream gets the raw tool name. Resending
 //! (seed 000): a call is sent again only when the server cannot have run it (the session was
@@ -25,10 +26,11 @@ use std::time::{Duration, Instant};
 use serde_json::{Map, Value, json};
 use tokio::sync::{mpsc, watch};
 
-use crate::grants::{self, GrantedTool, ServerGrants};
+use crate::grants::{self, GrantedTool};
 use crate::mcp::call::{CallAnswer, CallFailure};
 use crate::mcp::{Access, EndpointPolicy};
 
+use super::approval::{self, Approvals, Requester, Target, Verdict};
 use super::audit::{self, CallRecord, Decision, Outcome, Via};
 use super::credentials::CredentialsDir;
 use super::definitions::{Definitions, Live};
@@ -39,9 +41,10 @@ use super::upstream::Pool;
 /// What the agent gets back.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Reply {
-    /// A `tools/call` result (the upstream's unchanged, or ours with `isError: true`).
+    /// A `tools/call` result (the upstream's unchanged, or ours with `isError: true`, or an
+    /// `input_required` result asking for approval).
     Result(Map<String, Value>),
-    /// A JSON-RPC error (the upstream answered with one).
+    /// A JSON-RPC error (the upstream answered with one, or -32021 for a missing capability).
     Error {
         code: i64,
         message: String,
@@ -58,6 +61,72 @@ pub struct Calls {
     pub policy: EndpointPolicy,
     pub pool: Pool,
     pub metrics: Arc<Metrics>,
+    pub approvals: Approvals,
+}
+
+/// One call to one tool, however the agent asked for it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ToolCall {
+    /// The qualified name of the tool to run.
+    pub name: String,
+    /// The arguments for it, as the agent sent them.
+    pub arguments: Option<Value>,
+    /// The agent's `_meta` (progressToken, logLevel…); its protocol envelope is not sent on.
+    pub meta: Option<Map<String, Value>>,
+    /// Any other params, passed on unchanged.
+    pub rest: Map<String, Value>,
+    /// Modern retry: the answers to the sidecar's input requests, and the sealed state.
+    pub input_responses: Option<Value>,
+    pub request_state: Option<String>,
+}
+
+impl ToolCall {
+    /// From `tools/call` params.
+    pub fn from_params(mut params: Map<String, Value>) -> Self {
+        let name = match params.remove("name") {
+            Some(Value::String(s)) => s,
+            _ => String::new(),
+        };
+        let meta = match params.remove("_meta") {
+            Some(Value::Object(m)) => Some(m),
+            _ => None,
+        };
+        let request_state = match params.remove("requestState") {
+            Some(Value::String(s)) => Some(s),
+            _ => None,
+        };
+        ToolCall {
+            name,
+            arguments: params.remove("arguments"),
+            meta,
+            input_responses: params.remove("inputResponses"),
+            request_state,
+            rest: params,
+        }
+    }
+}
+
+/// Which kind of agent connection a call came on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallerEra<'a> {
+    Modern,
+    Legacy {
+        session: &'a str,
+        protocol_version: &'a str,
+    },
+}
+
+/// The agent's client as this call's request reached the sidecar.
+#[derive(Debug, Clone, Copy)]
+pub struct Caller<'a> {
+    pub era: CallerEra<'a>,
+    /// The client capabilities it declared (legacy: at initialize; modern: in the request).
+    pub capabilities: Option<&'a Value>,
+    /// The call's own response stream, when the agent accepts one: the upstream's progress and
+    /// log notifications and, in the legacy era, the approval request go there.
+    pub stream: Option<&'a mpsc::UnboundedSender<Value>>,
+    /// The lowest log level the agent wants of the upstream's log lines (`None`: none).
+    pub log_level: Option<&'a str>,
 }
 
 /// A refusal or failure, as the agent reads it: a tool result marked as an error.
@@ -69,11 +138,11 @@ fn sentence(text: String) -> Reply {
 }
 
 /// What the audit line of one call says, filled in as the pipeline learns it.
-pub(super) struct Audit<'a> {
+pub(super) struct Audit {
     started: Instant,
-    name: &'a str,
-    server: Option<&'a ServerGrants>,
-    tool: Option<&'a GrantedTool>,
+    name: String,
+    server: Option<String>,
+    tool: Option<(String, Access)>,
     attempts: u32,
     via: Via,
     /// The access recorded when no granted tool was resolved (discovery grades such a target
@@ -81,12 +150,12 @@ pub(super) struct Audit<'a> {
     pub(super) graded: Option<Access>,
 }
 
-impl<'a> Audit<'a> {
+impl Audit {
     /// A call the agent made at `started`, to `name`, by way of `via`.
-    pub(super) fn new(started: Instant, name: &'a str, via: Via) -> Self {
+    pub(super) fn new(started: Instant, name: impl Into<String>, via: Via) -> Self {
         Audit {
             started,
-            name,
+            name: name.into(),
             server: None,
             tool: None,
             attempts: 0,
@@ -95,181 +164,278 @@ impl<'a> Audit<'a> {
         }
     }
 
-    pub(super) fn server(&mut self, server: &'a ServerGrants) {
-        self.server = Some(server);
+    /// The McpServer the call was for, when it is known without a granted tool.
+    pub(super) fn server(&mut self, server: &str) {
+        self.server = Some(server.to_string());
     }
 }
 
+/// A tool the grants permit right now, with what calling it needs.
+struct Resolved {
+    server: String,
+    endpoint: grants::Endpoint,
+    tool: GrantedTool,
+    grants_digest: String,
+}
+
 impl Calls {
-    /// Runs one `tools/call` (params as the agent sent them) through the pipeline.
-    /// `notifications` receives what the upstream sends on the call's stream; when `cancelled`
-    /// completes the upstream is told and the call ends.
+    /// Runs one tool call through the pipeline. When `cancelled` completes (the agent cancelled,
+    /// or went away) a held approval ends and the upstream is told.
     pub async fn call(
         &self,
-        params: Map<String, Value>,
-        notifications: Option<&mpsc::UnboundedSender<Value>>,
+        call: ToolCall,
+        caller: &Caller<'_>,
         cancelled: impl Future<Output = ()>,
     ) -> Reply {
-        let started = Instant::now();
-        let view = Arc::clone(&self.view.borrow());
-        let name = params
-            .get("name")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string();
-        let audit = Audit::new(started, &name, Via::Direct);
-        let Some(grants) = view.grants.as_ref() else {
-            return self.refuse(
-                &audit,
-                Decision::ServerUnavailable,
-                "no tools are granted yet: the sidecar has not read a grants document".into(),
-            );
-        };
-        // 1. Narrow: the one function, however the agent got the name.
-        let Some(tool) = grants::permits(&grants.doc, &name) else {
-            return self.refuse(
-                &audit,
-                Decision::NotGranted,
-                format!("the tool {} is not granted to this agent", shown(&name)),
-            );
-        };
-        let Some((server, _)) = grants.doc.find(&name) else {
-            unreachable!("permits found {name} in the document");
-        };
-        self.call_granted(audit, server, tool, params, notifications, cancelled)
+        self.call_via(call, caller, cancelled, Instant::now(), Via::Direct)
             .await
     }
 
-    /// Steps 2–5 and the audit line, for a tool that survived narrowing: `server` and `tool`
-    /// are the grants of the tool the call is for. A direct `tools/call` and a `call_tool`
-    /// through discovery (its *target*) both end here, so availability, the definition guard,
-    /// approval, sending, the audit line and the metrics are always the target tool's.
-    pub(super) async fn call_granted<'a>(
+    /// [`Calls::call`] for a call that arrived `via` discovery's `call_tool` (at `started`):
+    /// `call` names the target tool, which every step (approval too) is about.
+    pub(super) async fn call_via(
         &self,
-        mut audit: Audit<'a>,
-        server: &'a ServerGrants,
-        tool: &'a GrantedTool,
-        params: Map<String, Value>,
-        notifications: Option<&mpsc::UnboundedSender<Value>>,
+        call: ToolCall,
+        caller: &Caller<'_>,
         cancelled: impl Future<Output = ()>,
+        started: Instant,
+        via: Via,
     ) -> Reply {
-        let name = tool.qualified_name.as_str();
-        audit.server = Some(server);
-        audit.tool = Some(tool);
+        tokio::pin!(cancelled);
+        let mut audit = Audit::new(started, call.name.clone(), via);
+        let view = Arc::clone(&self.view.borrow());
+        let mut resolved = match self.resolve(&view, &call.name, &mut audit) {
+            Ok(r) => r,
+            Err((decision, text)) => return self.refuse(&audit, decision, text),
+        };
+        // 4. Approval, about this very tool and these arguments.
+        let mut decision = Decision::Allowed;
+        if resolved.tool.requires_approval {
+            let null = Value::Null;
+            let target = Target {
+                agent: &self.agent,
+                server: &resolved.server,
+                qualified: &resolved.tool.qualified_name,
+                raw: &resolved.tool.name,
+                access: resolved.tool.access,
+                arguments: call.arguments.as_ref().unwrap_or(&null),
+                grants_digest: &resolved.grants_digest,
+            };
+            let can_elicit = approval::can_answer_forms(caller.capabilities);
+            let requester = match caller.era {
+                CallerEra::Modern => Requester::Modern {
+                    can_elicit,
+                    input_responses: call.input_responses.as_ref(),
+                    request_state: call.request_state.as_deref(),
+                },
+                CallerEra::Legacy {
+                    session,
+                    protocol_version,
+                } => Requester::Legacy {
+                    session,
+                    protocol_version,
+                    // Elicitation arrived in 2025-06-18: a 2025-03-26 session has no way to answer.
+                    can_elicit: can_elicit && protocol_version != "2025-03-26",
+                    stream: caller.stream,
+                },
+            };
+            match self
+                .approvals
+                .gate(&target, &requester, &mut cancelled)
+                .await
+            {
+                Verdict::Approved => decision = Decision::Approved,
+                Verdict::Ask(result) => {
+                    self.finish(&audit, Decision::ApprovalAsked, Outcome::InputRequired);
+                    return Reply::Result(result);
+                }
+                Verdict::Refused {
+                    decision,
+                    text,
+                    code,
+                    data,
+                } => {
+                    self.finish(&audit, decision, Outcome::Refused);
+                    return match code {
+                        Some(code) => Reply::Error {
+                            code,
+                            message: text,
+                            data,
+                        },
+                        None => sentence(text),
+                    };
+                }
+            }
+            // A legacy approval may have taken minutes: the grants of now decide whether the
+            // tool may still run (a modern retry was checked against them already).
+            let now = Arc::clone(&self.view.borrow());
+            if !Arc::ptr_eq(&now, &view) {
+                let approved_tool = resolved.tool.clone();
+                resolved = match self.resolve(&now, &call.name, &mut audit) {
+                    Ok(r)
+                        if r.tool.name == approved_tool.name
+                            && r.tool.definition_digest == approved_tool.definition_digest =>
+                    {
+                        r
+                    }
+                    Ok(_) => {
+                        return self.refuse(
+                            &audit,
+                            Decision::DefinitionChanged,
+                            format!(
+                                "the tool {} changed while its approval was asked; it was not run",
+                                call.name
+                            ),
+                        );
+                    }
+                    Err((decision, text)) => return self.refuse(&audit, decision, text),
+                };
+            }
+        }
+        // 5. Send, with the raw name.
+        let name = call.name.clone();
+        let upstream = upstream_params(call, &resolved.tool.name, caller.log_level);
+        let endpoint = &resolved.endpoint;
+        let timeout = Duration::from_millis(endpoint.call_timeout_ms.max(1));
+        let (notes_tx, mut notes_rx) = mpsc::unbounded_channel::<Value>();
+        let mut attempts = 0;
+        let (reply, outcome) = {
+            let sending = tokio::time::timeout(
+                timeout,
+                self.send(
+                    &resolved.server,
+                    &resolved.tool,
+                    endpoint,
+                    upstream,
+                    &notes_tx,
+                    &mut attempts,
+                ),
+            );
+            tokio::pin!(sending);
+            loop {
+                tokio::select! {
+                    sent = &mut sending => break match sent {
+                        Ok(done) => done,
+                        Err(_) => (
+                            sentence(format!(
+                                "the call to {name} did not finish within {}; its outcome is unknown: check before calling it again",
+                                humanize(timeout)
+                            )),
+                            Outcome::Timeout,
+                        ),
+                    },
+                    Some(note) = notes_rx.recv() => pass_through(&resolved.server, note, caller),
+                    _ = &mut cancelled => break (
+                        sentence(format!("the call to {name} was cancelled; its outcome is unknown")),
+                        Outcome::OutcomeUnknown,
+                    ),
+                }
+            }
+        };
+        audit.attempts = attempts;
+        while let Ok(note) = notes_rx.try_recv() {
+            pass_through(&resolved.server, note, caller);
+        }
+        self.finish(&audit, decision, outcome);
+        reply
+    }
+
+    /// Steps 1–3 on `view`: the tool the grants permit under `name`, on a server that can be
+    /// called, with the definition that was granted.
+    fn resolve(
+        &self,
+        view: &View,
+        name: &str,
+        audit: &mut Audit,
+    ) -> Result<Resolved, (Decision, String)> {
+        let Some(grants) = view.grants.as_ref() else {
+            return Err((
+                Decision::ServerUnavailable,
+                "no tools are granted yet: the sidecar has not read a grants document".into(),
+            ));
+        };
+        // 1. Narrow: the one function, however the agent got the name.
+        let Some(tool) = grants::permits(&grants.doc, name) else {
+            return Err((
+                Decision::NotGranted,
+                format!("the tool {} is not granted to this agent", shown(name)),
+            ));
+        };
+        let Some((server, _)) = grants.doc.find(name) else {
+            unreachable!("permits found {name} in the document");
+        };
+        audit.server = Some(server.name.clone());
+        audit.tool = Some((tool.name.clone(), tool.access));
         // 2. Available.
         let Some(endpoint) = server.endpoint.as_ref().filter(|_| server.available) else {
-            return self.refuse(
-                &audit,
+            return Err((
                 Decision::ServerUnavailable,
                 format!(
                     "the tool {name} cannot be called: the McpServer {} is not available (see its status)",
                     server.name
                 ),
-            );
+            ));
         };
         let live = match self.definitions.get(&server.name) {
             Live::Ready(tools) => tools,
             Live::Reading => {
-                return self.refuse(
-                    &audit,
+                return Err((
                     Decision::ServerUnavailable,
                     format!(
                         "the tool {name} cannot be called yet: the sidecar is still reading the tools of {}",
                         server.name
                     ),
-                );
+                ));
             }
             Live::Unavailable(reason) => {
-                return self.refuse(
-                    &audit,
+                return Err((
                     Decision::ServerUnavailable,
                     format!(
                         "the tool {name} cannot be called: server {} is unavailable ({reason})",
                         server.name
                     ),
-                );
+                ));
             }
         };
         // 3. Definition: the rug-pull guard.
         match live.get(&tool.name) {
             Some(t) if t.digest == tool.definition_digest => {}
             Some(_) => {
-                return self.refuse(
-                    &audit,
+                return Err((
                     Decision::DefinitionChanged,
                     format!(
                         "the tool {name} is withheld: its definition on server {} changed since it was granted, and it stays withheld until the grants are updated",
                         server.name
                     ),
-                );
+                ));
             }
             None => {
-                return self.refuse(
-                    &audit,
+                return Err((
                     Decision::ServerUnavailable,
                     format!(
                         "the tool {name} cannot be called: server {} no longer offers it",
                         server.name
                     ),
-                );
+                ));
             }
         }
-        // 4. Approval. Until the sidecar can ask the agent's client (elicitation, issue 11), a
-        //    gated tool is refused: running it unasked would make the grant's gate advice.
-        if tool.requires_approval {
-            return self.refuse(
-                &audit,
-                Decision::ApprovalRequired,
-                format!(
-                    "the tool {name} needs a person's approval before it runs, and this sidecar cannot ask for it yet; it was not run"
-                ),
-            );
-        }
-        // 5. Send, with the raw name.
-        let mut upstream = params;
-        upstream.insert("name".into(), Value::String(tool.name.clone()));
-        // The agent's protocol envelope describes its connection to the sidecar, not the
-        // sidecar's to the upstream (which gets its own); the rest of `_meta` (progressToken…)
-        // passes through.
-        if let Some(Value::Object(meta)) = upstream.get_mut("_meta") {
-            meta.retain(|key, _| !key.starts_with("io.modelcontextprotocol/"));
-            if meta.is_empty() {
-                upstream.remove("_meta");
-            }
-        }
-        let timeout = Duration::from_millis(endpoint.call_timeout_ms.max(1));
-        let (reply, outcome) = tokio::select! {
-            sent = tokio::time::timeout(
-                timeout,
-                self.send(server, tool, endpoint, upstream, notifications, &mut audit.attempts),
-            ) => match sent {
-                Ok(done) => done,
-                Err(_) => (
-                    sentence(format!(
-                        "the call to {name} did not finish within {}; its outcome is unknown: check before calling it again",
-                        humanize(timeout)
-                    )),
-                    Outcome::Timeout,
-                ),
-            },
-            _ = cancelled => (
-                sentence(format!("the call to {name} was cancelled; its outcome is unknown")),
-                Outcome::OutcomeUnknown,
-            ),
-        };
-        self.finish(&audit, Decision::Allowed, outcome);
-        reply
+        Ok(Resolved {
+            server: server.name.clone(),
+            endpoint: endpoint.clone(),
+            tool: tool.clone(),
+            grants_digest: grants.digest.clone(),
+        })
     }
 
     /// Sends, reconnecting and resending only where that is safe. Returns the reply and how the
     /// call ended.
     async fn send(
         &self,
-        server: &ServerGrants,
+        server: &str,
         tool: &GrantedTool,
         endpoint: &grants::Endpoint,
         params: Map<String, Value>,
-        notifications: Option<&mpsc::UnboundedSender<Value>>,
+        notifications: &mpsc::UnboundedSender<Value>,
         attempts: &mut u32,
     ) -> (Reply, Outcome) {
         let resend_safe = tool.access == Access::Read || tool.idempotent;
@@ -283,17 +449,13 @@ impl Calls {
                     return (
                         sentence(format!(
                             "the tool {qualified} cannot be called: server {} is unavailable ({reason})",
-                            server.name
+                            server
                         )),
                         Outcome::Error,
                     );
                 }
             };
-            let session = match self
-                .pool
-                .session(&server.name, &resolved, endpoint.era)
-                .await
-            {
+            let session = match self.pool.session(server, &resolved, endpoint.era).await {
                 Ok(s) => s,
                 Err(e) => {
                     // Nothing was sent: trying again is always safe, within the budget.
@@ -305,7 +467,7 @@ impl Calls {
                     return (
                         sentence(format!(
                             "the tool {qualified} cannot be called: server {} could not be reached ({e})",
-                            server.name
+                            server
                         )),
                         Outcome::Error,
                     );
@@ -317,9 +479,22 @@ impl Calls {
                 session: Some(Arc::clone(&session)),
                 id,
             };
-            let answer = session.call(id, params.clone(), notifications).await;
+            let answer = session.call(id, params.clone(), Some(notifications)).await;
             guard.disarm();
             match answer {
+                Ok(CallAnswer::Result(result))
+                    if result.get("resultType").and_then(Value::as_str)
+                        == Some("input_required") =>
+                {
+                    // The server wants input from the agent (2026-07-28): its requests do not
+                    // pass the sidecar, whose own approval exchange uses the same fields.
+                    return (
+                        sentence(format!(
+                            "server {server} asked for more input to run {qualified} (elicitation or sampling from servers does not pass the sidecar); the call did not complete and may have done part of its work"
+                        )),
+                        Outcome::Error,
+                    );
+                }
                 Ok(CallAnswer::Result(result)) => {
                     let outcome = if result.get("isError").and_then(Value::as_bool) == Some(true) {
                         Outcome::IsError
@@ -334,7 +509,7 @@ impl Calls {
                             code,
                             message: format!(
                                 "server {} answered the call to {qualified} with JSON-RPC error {code}",
-                                server.name
+                                server
                             ),
                             data,
                         },
@@ -342,7 +517,7 @@ impl Calls {
                     );
                 }
                 Err(CallFailure::SessionGone { status }) => {
-                    self.pool.discard(&server.name, &resolved, &session).await;
+                    self.pool.discard(server, &resolved, &session).await;
                     if !session_renewed {
                         session_renewed = true;
                         continue;
@@ -350,13 +525,13 @@ impl Calls {
                     return (
                         sentence(format!(
                             "the tool {qualified} was not run: server {} rejected a new session too (HTTP {status})",
-                            server.name
+                            server
                         )),
                         Outcome::Error,
                     );
                 }
                 Err(CallFailure::NotSent(e)) => {
-                    self.pool.discard(&server.name, &resolved, &session).await;
+                    self.pool.discard(server, &resolved, &session).await;
                     if budget > 0 {
                         budget -= 1;
                         continue;
@@ -364,21 +539,21 @@ impl Calls {
                     return (
                         sentence(format!(
                             "the tool {qualified} was not run: server {} refused it ({e})",
-                            server.name
+                            server
                         )),
                         Outcome::Error,
                     );
                 }
                 Err(CallFailure::Refused(e)) => {
                     // Not retried; the next call reconnects and reads the credential again.
-                    self.pool.discard(&server.name, &resolved, &session).await;
+                    self.pool.discard(server, &resolved, &session).await;
                     return (
                         sentence(format!("the tool {qualified} was not run: {e}")),
                         Outcome::Error,
                     );
                 }
                 Err(CallFailure::AfterSending(e)) => {
-                    self.pool.discard(&server.name, &resolved, &session).await;
+                    self.pool.discard(server, &resolved, &session).await;
                     if resend_safe && budget > 0 {
                         budget -= 1;
                         continue;
@@ -386,7 +561,7 @@ impl Calls {
                     return (
                         sentence(format!(
                             "the outcome of the call to {qualified} is unknown: it was sent to server {} and no answer came back ({e}); check whether it took effect before calling it again",
-                            server.name
+                            server
                         )),
                         Outcome::OutcomeUnknown,
                     );
@@ -395,20 +570,20 @@ impl Calls {
         }
     }
 
-    pub(super) fn refuse(&self, audit: &Audit<'_>, decision: Decision, text: String) -> Reply {
+    pub(super) fn refuse(&self, audit: &Audit, decision: Decision, text: String) -> Reply {
         self.finish(audit, decision, Outcome::Refused);
         sentence(text)
     }
 
-    fn finish(&self, audit: &Audit<'_>, decision: Decision, outcome: Outcome) {
+    fn finish(&self, audit: &Audit, decision: Decision, outcome: Outcome) {
         let duration = audit.started.elapsed();
-        let server = audit.server.map(|s| s.name.as_str());
+        let server = audit.server.as_deref();
         audit::write(&CallRecord {
             agent: &self.agent,
             server,
-            tool: audit.name,
-            raw_tool: audit.tool.map(|t| t.name.as_str()),
-            access: audit.tool.map(|t| t.access).or(audit.graded),
+            tool: &audit.name,
+            raw_tool: audit.tool.as_ref().map(|(t, _)| t.as_str()),
+            access: audit.tool.as_ref().map(|(_, a)| *a).or(audit.graded),
             via: audit.via,
             decision,
             outcome,
@@ -416,7 +591,7 @@ impl Calls {
             attempts: audit.attempts,
         });
         let server = server.unwrap_or("").to_string();
-        if decision == Decision::Allowed {
+        if decision.sent() {
             self.metrics
                 .call_duration
                 .get_or_create(&server_label(&server))
@@ -431,6 +606,116 @@ impl Calls {
             })
             .inc();
     }
+}
+
+/// The `tools/call` params the upstream gets: the raw name, the arguments, the agent's `_meta`
+/// without its protocol envelope (which describes the agent's connection to the sidecar, not
+/// the sidecar's to the upstream), and nothing of the sidecar's own approval exchange.
+fn upstream_params(call: ToolCall, raw: &str, log_level: Option<&str>) -> Map<String, Value> {
+    let mut params = call.rest;
+    params.insert("name".into(), Value::String(raw.to_string()));
+    if let Some(arguments) = call.arguments {
+        params.insert("arguments".into(), arguments);
+    }
+    let mut meta = call.meta.unwrap_or_default();
+    meta.retain(|key, _| !key.starts_with("io.modelcontextprotocol/"));
+    // A modern upstream sends log lines only to a request that opts in (2026-07-28): the
+    // agent's level, which a legacy agent sets for its session (logging/setLevel).
+    if let Some(level) = log_level {
+        meta.insert(META_LOG_LEVEL.into(), Value::String(level.to_string()));
+    }
+    if !meta.is_empty() {
+        params.insert("_meta".into(), Value::Object(meta));
+    }
+    params
+}
+
+const META_LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
+/// MCP's log levels, lowest first (RFC 5424 severities).
+pub const LOG_LEVELS: [&str; 8] = [
+    "debug",
+    "info",
+    "notice",
+    "warning",
+    "error",
+    "critical",
+    "alert",
+    "emergency",
+];
+
+/// Whether a line at `level` reaches an agent that asked for `wanted` and above.
+fn wanted(level: &str, wanted: Option<&str>) -> bool {
+    let rank = |l: &str| LOG_LEVELS.iter().position(|x| *x == l);
+    match (rank(level), wanted.and_then(rank)) {
+        (Some(l), Some(w)) => l >= w,
+        // An unknown level is shown to an agent that wants log lines at all.
+        (None, Some(_)) => true,
+        (_, None) => false,
+    }
+}
+
+/// Most bytes of an upstream log line's data written to the sidecar's own log.
+const LOG_DATA_BYTES: usize = 2048;
+
+/// What the upstream sent on the call's stream that belongs to the call: progress and log
+/// lines go to the agent (log lines also to the sidecar's log); anything else stays here.
+fn pass_through(server: &str, note: Value, caller: &Caller<'_>) {
+    let method = note.get("method").and_then(Value::as_str).unwrap_or("");
+    match method {
+        "notifications/progress" => {}
+        "notifications/message" => {
+            let params = note.get("params");
+            let level = params
+                .and_then(|p| p.get("level"))
+                .and_then(Value::as_str)
+                .unwrap_or("info");
+            let logger = params
+                .and_then(|p| p.get("logger"))
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            let data = params
+                .and_then(|p| p.get("data"))
+                .map_or(String::new(), |d| {
+                    let text = match d {
+                        Value::String(s) => s.clone(),
+                        other => other.to_string(),
+                    };
+                    bounded(&text, LOG_DATA_BYTES)
+                });
+            match level {
+                "debug" => {
+                    tracing::debug!(target: "mcp_sidecar::upstream_log", server, level, logger, "{data}")
+                }
+                "info" | "notice" => {
+                    tracing::info!(target: "mcp_sidecar::upstream_log", server, level, logger, "{data}")
+                }
+                "warning" => {
+                    tracing::warn!(target: "mcp_sidecar::upstream_log", server, level, logger, "{data}")
+                }
+                _ => {
+                    tracing::error!(target: "mcp_sidecar::upstream_log", server, level, logger, "{data}")
+                }
+            }
+            if !wanted(level, caller.log_level) {
+                return;
+            }
+        }
+        _ => return,
+    }
+    if let Some(stream) = caller.stream {
+        let _ = stream.send(note);
+    }
+}
+
+fn bounded(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
 }
 
 /// Tells the upstream a call was abandoned (timeout, agent cancelled, agent went away) when the
@@ -474,5 +759,48 @@ fn humanize(d: Duration) -> String {
         format!("{}s", d.as_secs())
     } else {
         format!("{}ms", d.as_millis())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_upstream_gets_the_raw_name_and_none_of_the_sidecars_exchange() {
+        let params = json!({
+            "name": "fs__delete_file",
+            "arguments": {"path": "/x"},
+            "inputResponses": {"approval": {"action": "accept"}},
+            "requestState": "sealed",
+            "task": {"ttl": 1},
+            "_meta": {
+                "progressToken": 7,
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}},
+                "io.modelcontextprotocol/logLevel": "debug",
+            },
+        });
+        let call = ToolCall::from_params(params.as_object().cloned().unwrap());
+        assert_eq!(call.name, "fs__delete_file");
+        assert_eq!(call.request_state.as_deref(), Some("sealed"));
+        assert!(call.input_responses.is_some());
+        let sent = upstream_params(call.clone(), "delete_file", Some("warning"));
+        assert_eq!(
+            Value::Object(sent),
+            json!({"name": "delete_file", "arguments": {"path": "/x"}, "task": {"ttl": 1},
+                   "_meta": {"progressToken": 7, "io.modelcontextprotocol/logLevel": "warning"}})
+        );
+        let quiet = upstream_params(ToolCall { meta: None, ..call }, "delete_file", None);
+        assert!(!quiet.contains_key("_meta"));
+    }
+
+    #[test]
+    fn log_lines_reach_the_agent_at_its_level_and_above() {
+        assert!(wanted("warning", Some("info")));
+        assert!(wanted("info", Some("info")));
+        assert!(!wanted("debug", Some("info")));
+        assert!(!wanted("emergency", None));
+        assert!(wanted("chatter", Some("error")));
     }
 }

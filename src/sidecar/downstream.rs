@@ -7,7 +7,9 @@
 //!   legacy  initialize → session (Mcp-Session-Id); later requests need it (unknown → 404)
 //!   modern  _meta + MCP-Protocol-Version + Mcp-Method (+ Mcp-Name) checked (-32020/-32022)
 //!     ├ tools/list  → pages of the shared View
-//!     ├ tools/call  → discovery::call → calls (JSON, or SSE when the agent asked for progress)
+//!     ├ tools/call  → discovery::call → calls::Calls::call: JSON, or SSE as soon as the call has something to
+//!     │               stream first (the upstream's progress or log lines, a legacy approval
+//!     │               request); the agent's POSTed answer to that request → approval::PendingAnswers
 //!     ├ server/discover, ping, notifications (cancelled)
 //!     └ subscriptions/listen (modern) → SSE: acknowledged, then tools/list_changed
 //! GET /mcp (legacy session) → SSE: tools/list_changed;  DELETE /mcp → ends the session
@@ -29,7 +31,7 @@ use tokio::sync::{Notify, mpsc, watch};
 
 use crate::mcp::session::{LEGACY_VERSIONS, MODERN_VERSION};
 
-use super::calls::{Calls, Reply};
+use super::calls::{Caller, CallerEra, Calls, LOG_LEVELS, Reply, ToolCall};
 use super::discovery;
 use super::listing::View;
 use super::metrics::Metrics;
@@ -38,6 +40,8 @@ const SESSION_HEADER: &str = "mcp-session-id";
 const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
 const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
 const META_SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
+const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+const META_LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
 /// Legacy revisions agents may speak (2024-11-05 is not offered: it has no Streamable HTTP).
 const AGENT_LEGACY_VERSIONS: [&str; 3] = ["2025-11-25", "2025-06-18", "2025-03-26"];
 /// Most legacy sessions kept; beyond it the oldest is forgotten (its agent gets 404 and
@@ -66,6 +70,10 @@ pub struct Downstream {
 struct AgentSession {
     protocol_version: String,
     created: std::time::Instant,
+    /// What the client declared at initialize (elicitation decides whether it can be asked).
+    capabilities: Option<Value>,
+    /// The level `logging/setLevel` set; upstream log lines below it are not passed on.
+    log_level: Option<String>,
 }
 
 impl Downstream {
@@ -296,7 +304,16 @@ async fn post(State(d): State<Arc<Downstream>>, headers: HeaderMap, body: Body) 
         .and_then(Value::as_str)
         .map(str::to_string)
     else {
-        // A response from the agent (to a request this sidecar never sends yet): nothing to do.
+        // A response from the agent: to an approval request sent on one of its session's call
+        // streams, or to nothing (then it is dropped). Only the session it was sent on counts.
+        if let Some(session) = header_str(&headers, SESSION_HEADER)
+            && d.sessions
+                .lock()
+                .expect("sessions lock")
+                .contains_key(session)
+        {
+            d.calls.approvals.answers.deliver(session, &message);
+        }
         return StatusCode::ACCEPTED.into_response();
     };
     let params = match message.get("params") {
@@ -332,6 +349,7 @@ async fn post(State(d): State<Arc<Downstream>>, headers: HeaderMap, body: Body) 
         }
         "tools/list" => tools_list(&d, &era, &id, &params),
         "tools/call" => tools_call(d, era, id, params, &headers).await,
+        "logging/setLevel" if matches!(era, Era::Legacy(_)) => set_level(&d, &era, &id, &params),
         "subscriptions/listen" if matches!(era, Era::Modern) => listen(&d, id, &params),
         _ => json_response(
             StatusCode::OK,
@@ -460,6 +478,11 @@ fn capabilities() -> Value {
     json!({"tools": {"listChanged": true}})
 }
 
+/// Legacy sessions also hear the upstreams' log lines of their calls (`notifications/message`).
+fn legacy_capabilities() -> Value {
+    json!({"tools": {"listChanged": true}, "logging": {}})
+}
+
 fn initialize(d: &Downstream, id: &Value, params: &Map<String, Value>) -> Response {
     let asked = params
         .get("protocolVersion")
@@ -487,6 +510,8 @@ fn initialize(d: &Downstream, id: &Value, params: &Map<String, Value>) -> Respon
             AgentSession {
                 protocol_version: version.to_string(),
                 created: std::time::Instant::now(),
+                capabilities: params.get("capabilities").cloned(),
+                log_level: None,
             },
         );
     }
@@ -494,7 +519,7 @@ fn initialize(d: &Downstream, id: &Value, params: &Map<String, Value>) -> Respon
     let view = Arc::clone(&d.view.borrow());
     let result = json!({
         "protocolVersion": version,
-        "capabilities": capabilities(),
+        "capabilities": legacy_capabilities(),
         "serverInfo": server_info(),
         "instructions": view.instructions(),
     });
@@ -564,6 +589,33 @@ fn tools_list(d: &Downstream, era: &Era, id: &Value, params: &Map<String, Value>
     json_response(StatusCode::OK, &rpc_result(id, result))
 }
 
+fn set_level(d: &Downstream, era: &Era, id: &Value, params: &Map<String, Value>) -> Response {
+    let Some(level) = params
+        .get("level")
+        .and_then(Value::as_str)
+        .filter(|l| LOG_LEVELS.contains(l))
+    else {
+        return json_response(
+            StatusCode::OK,
+            &rpc_error(
+                id,
+                ErrorCode::INVALID_PARAMS.0 as i64,
+                &format!("level must be one of {}", LOG_LEVELS.join(", ")),
+                None,
+            ),
+        );
+    };
+    if let Era::Legacy(Some(session)) = era
+        && let Some(s) = d.sessions.lock().expect("sessions lock").get_mut(session)
+    {
+        s.log_level = Some(level.to_string());
+    }
+    json_response(StatusCode::OK, &rpc_result(id, Map::new()))
+}
+
+/// What a legacy session hears of the upstreams' log lines until it sets a level.
+const DEFAULT_LEGACY_LOG_LEVEL: &str = "info";
+
 fn flight_key(era: &Era, id: &Value) -> (String, String) {
     let session = match era {
         Era::Legacy(Some(s)) => s.clone(),
@@ -606,37 +658,125 @@ async fn tools_call(
         d: Arc::clone(&d),
         key,
     };
-    let wants_progress = params
-        .get("_meta")
-        .and_then(|m| m.get("progressToken"))
-        .is_some();
-    if !(wants_progress && accepts_sse(headers)) {
-        let reply = discovery::call(&d.calls, params, None, cancel.notified()).await;
-        drop(in_flight);
-        return json_response(StatusCode::OK, &reply_message(&id, reply, modern));
-    }
-    // The agent asked for progress: answer on an event stream carrying the upstream's
-    // notifications for this call, then the result.
-    let (tx, rx) = mpsc::channel::<Bytes>(64);
-    tokio::spawn(async move {
-        let (note_tx, mut note_rx) = mpsc::unbounded_channel::<Value>();
-        let call = discovery::call(&d.calls, params, Some(&note_tx), cancel.notified());
-        tokio::pin!(call);
-        let reply = loop {
-            tokio::select! {
-                reply = &mut call => break reply,
-                Some(note) = note_rx.recv() => {
-                    let _ = tx.send(sse_event(&note)).await;
-                }
-            }
-        };
-        while let Ok(note) = note_rx.try_recv() {
-            let _ = tx.send(sse_event(&note)).await;
+    // Who is calling: a legacy session's declared capabilities, or the modern request's own.
+    let (session, capabilities, log_level) = match &era {
+        Era::Legacy(Some(session)) => {
+            let known = d
+                .sessions
+                .lock()
+                .expect("sessions lock")
+                .get(session)
+                .cloned();
+            (
+                known
+                    .as_ref()
+                    .map(|k| (session.clone(), k.protocol_version.clone())),
+                known.as_ref().and_then(|k| k.capabilities.clone()),
+                Some(
+                    known
+                        .and_then(|k| k.log_level)
+                        .unwrap_or_else(|| DEFAULT_LEGACY_LOG_LEVEL.to_string()),
+                ),
+            )
         }
-        let _ = tx.send(sse_event(&reply_message(&id, reply, modern))).await;
+        _ => {
+            let meta = params.get("_meta");
+            (
+                None,
+                meta.and_then(|m| m.get(META_CLIENT_CAPABILITIES)).cloned(),
+                meta.and_then(|m| m.get(META_LOG_LEVEL))
+                    .and_then(Value::as_str)
+                    .map(str::to_string),
+            )
+        }
+    };
+    let streams = accepts_sse(headers);
+    let call = ToolCall::from_params(params);
+    let (stream_tx, mut stream_rx) = mpsc::unbounded_channel::<Value>();
+    let (reply_tx, mut reply_rx) = tokio::sync::oneshot::channel::<Reply>();
+    let calls = Arc::clone(&d.calls);
+    // The agent going away before any answer started cancels the call, as it did when the call
+    // ran inside this handler.
+    let gone = CancelOnDrop(Some(Arc::clone(&cancel)));
+    // The call runs on its own task: the response may turn into an event stream midway.
+    tokio::spawn(async move {
+        let caller = Caller {
+            era: match &session {
+                Some((session, protocol_version)) => CallerEra::Legacy {
+                    session,
+                    protocol_version,
+                },
+                None => CallerEra::Modern,
+            },
+            capabilities: capabilities.as_ref(),
+            stream: streams.then_some(&stream_tx),
+            log_level: log_level.as_deref(),
+        };
+        let reply = discovery::call(&calls, call, &caller, cancel.notified()).await;
+        let _ = reply_tx.send(reply);
         drop(in_flight);
     });
+    // JSON when the answer comes first; an event stream as soon as something must go before it.
+    let first = tokio::select! {
+        biased;
+        reply = &mut reply_rx => match stream_rx.try_recv() {
+            Ok(note) => Err((note, reply.ok())),
+            Err(_) => Ok(reply),
+        },
+        Some(note) = stream_rx.recv() => Err((note, None)),
+    };
+    gone.disarm();
+    let (first, early_reply) = match first {
+        Ok(Ok(reply)) => return json_response(StatusCode::OK, &reply_message(&id, reply, modern)),
+        Ok(Err(_)) => {
+            return error_response(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                &id,
+                ErrorCode::INTERNAL_ERROR,
+                "the call ended without an answer",
+            );
+        }
+        Err(pair) => pair,
+    };
+    let (tx, rx) = mpsc::channel::<Bytes>(64);
+    tokio::spawn(async move {
+        let _ = tx.send(sse_event(&first)).await;
+        let reply = match early_reply {
+            Some(reply) => Some(reply),
+            None => loop {
+                tokio::select! {
+                    biased;
+                    Some(note) = stream_rx.recv() => { let _ = tx.send(sse_event(&note)).await; }
+                    reply = &mut reply_rx => break reply.ok(),
+                }
+            },
+        };
+        while let Ok(note) = stream_rx.try_recv() {
+            let _ = tx.send(sse_event(&note)).await;
+        }
+        if let Some(reply) = reply {
+            let _ = tx.send(sse_event(&reply_message(&id, reply, modern))).await;
+        }
+    });
     sse_response(rx, vec![])
+}
+
+/// Signals the call's cancellation when dropped armed (axum drops the handler when the agent's
+/// connection closes).
+struct CancelOnDrop(Option<Arc<Notify>>);
+
+impl CancelOnDrop {
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if let Some(cancel) = self.0.take() {
+            cancel.notify_one();
+        }
+    }
 }
 
 fn reply_message(id: &Value, reply: Reply, modern: bool) -> Value {

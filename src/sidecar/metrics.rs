@@ -1,6 +1,8 @@
 //! Prometheus metrics of the sidecar, served on `/metrics` (`--metrics-addr`). Label values are
 //! the words of the audit line: decision (allowed, not_granted, definition_changed,
-//! server_unavailable) and outcome (ok, is_error, error, outcome_unknown, timeout, refused).
+//! server_unavailable, approved, declined, cancelled, timed_out, cannot_ask, approval_asked,
+//! invalid_approval) and outcome (ok, is_error, error, outcome_unknown, timeout, refused,
+//! input_required).
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -48,7 +50,7 @@ impl Metrics {
         });
         registry.register(
             "tool_call_duration_seconds",
-            "Time from the agent's tools/call to its answer, allowed calls only",
+            "Time from the agent's tools/call to its answer, calls sent upstream only (an approved call includes the wait for the answer)",
             call_duration.clone(),
         );
         let upstream_connections = Family::<ServerLabels, Gauge>::default();

@@ -8,7 +8,7 @@
 //!                                                            ├─► view task ──► View (listing) ──► downstream
 //! definitions (one refresher per upstream) ─► Live tools ────┘                   tools/list, list_changed
 //!                                                                                      │
-//! agent ──► downstream /mcp ──► discovery::call ──► calls (narrow → available → definition → [approval] → send)
+//! agent ──► downstream /mcp ──► discovery::call ──► calls (narrow → available → definition → approval → send)
 //!                                  │ list_tools, get_tool_info: the View's deferred tools        ▲          │
 //!                                  └ call_tool: resolve the target ──────────────────────────────┘          │
 //!                                    calls ─► audit line, metrics                upstream pool ◄────────────┘
@@ -21,10 +21,12 @@
 //! - [`listing`]: pure: the grants and the live definitions → what the agent sees.
 //! - [`discovery`]: deferred servers' discovery tools (list_tools, get_tool_info, call_tool).
 //! - [`calls`]: the call pipeline and the resend rules.
+//! - [`approval`]: asking the agent's client before a gated call (elicitation, both eras).
 //! - [`upstream`]: the connection pool.
 //! - [`downstream`]: the agent-facing `/mcp` handler, both protocol eras.
 //! - [`audit`], [`metrics`], [`ops`]: the audit line, Prometheus metrics, health and readiness.
 
+pub mod approval;
 pub mod audit;
 pub mod calls;
 pub mod credentials;
@@ -94,6 +96,16 @@ pub struct SidecarArgs {
     /// How long SIGTERM waits for in-flight calls before exiting.
     #[arg(long, default_value = "30s", value_parser = humantime_secs)]
     pub drain_timeout: Duration,
+    /// How long a legacy-era call that needs approval waits for the person's answer.
+    #[arg(long, default_value = "120s", value_parser = humantime_secs)]
+    pub approval_timeout: Duration,
+    /// How long a modern-era approval request (its requestState) stays good.
+    #[arg(long, default_value = "5m", value_parser = humantime_secs)]
+    pub approval_ttl: Duration,
+    /// A file whose bytes (at least 32) are the key sealing approval states, e.g. a mounted
+    /// Secret key. Without it the sidecar makes a random key at start.
+    #[arg(long, env = "MCP_SIDECAR_APPROVAL_KEY_FILE")]
+    pub approval_key_file: Option<PathBuf>,
 }
 
 fn humantime_secs(s: &str) -> Result<Duration, String> {
@@ -125,6 +137,8 @@ pub enum SidecarError {
     },
     #[error("serving agents failed: {0}")]
     Serve(std::io::Error),
+    #[error("cannot use the approval key file {path}: {reason}")]
+    ApprovalKey { path: PathBuf, reason: String },
 }
 
 impl SidecarError {
@@ -133,6 +147,7 @@ impl SidecarError {
             SidecarError::NotLoopback(_) => "NotLoopback",
             SidecarError::Bind { .. } => "BindFailed",
             SidecarError::Serve(_) => "ServeFailed",
+            SidecarError::ApprovalKey { .. } => "ApprovalKeyInvalid",
         }
     }
 }
@@ -142,6 +157,16 @@ pub async fn run(args: SidecarArgs) -> Result<(), SidecarError> {
     if !args.listen.ip().is_loopback() && !args.allow_remote_agents {
         return Err(SidecarError::NotLoopback(args.listen));
     }
+    let key = match &args.approval_key_file {
+        None => approval::StateKey::generate(),
+        Some(path) => std::fs::read(path)
+            .map_err(|e| e.to_string())
+            .and_then(|bytes| approval::StateKey::from_bytes(&bytes))
+            .map_err(|reason| SidecarError::ApprovalKey {
+                path: path.clone(),
+                reason,
+            })?,
+    };
     let metrics = Arc::new(Metrics::new());
     let grants = grants_file::watch_file(args.grants_file.clone(), Arc::clone(&metrics));
     let policy = EndpointPolicy {
@@ -170,6 +195,7 @@ pub async fn run(args: SidecarArgs) -> Result<(), SidecarError> {
         policy,
         pool: upstream::Pool::new(Arc::clone(&metrics)),
         metrics: Arc::clone(&metrics),
+        approvals: approval::Approvals::new(key, args.approval_ttl, args.approval_timeout),
     });
     let readiness = Arc::new(Readiness::new(grants.clone(), view_rx.clone()));
     tokio::spawn(maintain_view(

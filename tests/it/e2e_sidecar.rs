@@ -1,8 +1,10 @@
 //! The sidecar on grants the real controller published: an McpServer and an AgentSpec on the
 //! real control plane, the grants ConfigMap laid out on disk as the kubelet lays out a ConfigMap
 //! volume (a timestamped directory behind `..data`, swapped on every change), the sidecar on it,
-//! and the official Python SDK client as the agent. A platform engineer's policy change narrows
-//! what the agent can see and call within seconds.
+//! and the official Python SDK client as the agent. The example AgentSpec's gates (`approval:
+//! destructive`, `requireApproval: [put_object]`) are asked about through the client's
+//! elicitation handler in both eras. A platform engineer's policy change narrows what the agent
+//! can see and call within seconds.
 
 use crate::e2e;
 use crate::operator;
@@ -18,7 +20,9 @@ use mcp_operator::api::agent_spec::AgentSpec;
 use mcp_operator::api::tenant_policy::McpTenantPolicy;
 use operator::{Operator, apply_server, server_manifest};
 use serde_json::json;
-use sidecar_support::{Sidecar, agent, agent_with, names, swap_grants, upstream_calls};
+use sidecar_support::{
+    Sidecar, agent, agent_answering, agent_with, names, swap_grants, upstream_calls,
+};
 use support::Fixtures;
 
 const TENANT_LABEL: &str = "mcp-operator.dev/e2e-tenant";
@@ -64,7 +68,9 @@ async fn the_sidecar_serves_the_published_grants_and_a_policy_change_narrows_the
     .await;
     let agent_spec: AgentSpec = serde_json::from_value(json!({
         "apiVersion": "mcp-operator.dev/v1alpha1", "kind": "AgentSpec",
-        "metadata": {"name": "bot"}, "spec": {"servers": [{"name": "files"}]},
+        "metadata": {"name": "bot"},
+        // As examples/agentspec.yaml gates files-admin.
+        "spec": {"servers": [{"name": "files", "requireApproval": ["put_object"]}], "approval": "destructive"},
     }))
     .unwrap();
     Api::<AgentSpec>::namespaced(client.clone(), ns.name())
@@ -107,9 +113,49 @@ async fn the_sidecar_serves_the_published_grants_and_a_policy_change_narrows_the
         "{out}"
     );
     assert_eq!(steps[1]["isError"], false, "{out}");
-    // approval: destructive (the default) gates delete_file; the sidecar cannot ask yet.
+    // approval: destructive gates delete_file (unannotated); a client without elicitation
+    // cannot approve it.
+    assert_eq!(steps[2]["error"]["code"], -32021, "{out}");
     assert!(
-        steps[2]["text"].as_str().unwrap().contains("approval"),
+        steps[2]["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("approval"),
+        "{out}"
+    );
+    // With a person behind the client: put_object (requireApproval) approved, delete_file
+    // declined (modern), then delete_file approved (legacy).
+    let out = agent_answering(
+        &sidecar.url,
+        "auto",
+        json!([
+            {"op": "call", "name": "files__put_object", "arguments": {"path": "/p"}},
+            {"op": "call", "name": "files__delete_file", "arguments": {"path": "/d"}},
+        ]),
+        json!(["accept", "decline"]),
+    )
+    .await;
+    assert_eq!(out["steps"][0]["isError"], false, "{out}");
+    assert!(
+        out["steps"][1]["text"]
+            .as_str()
+            .unwrap()
+            .contains("declined"),
+        "{out}"
+    );
+    let out = agent_answering(
+        &sidecar.url,
+        "legacy",
+        json!([{"op": "call", "name": "files__delete_file", "arguments": {"path": "/l"}}]),
+        json!(["accept"]),
+    )
+    .await;
+    assert_eq!(out["steps"][0]["isError"], false, "{out}");
+    assert!(
+        out["elicitations"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("Access: destructive"),
         "{out}"
     );
 
@@ -161,7 +207,7 @@ async fn the_sidecar_serves_the_published_grants_and_a_policy_change_narrows_the
     let calls = upstream_calls(&fixture.url).await;
     assert_eq!(
         calls,
-        ["write_file"],
-        "only the call made while granted reached the server"
+        ["write_file", "put_object", "delete_file"],
+        "only the calls made while granted, and approved where gated, reached the server"
     );
 }

@@ -728,43 +728,483 @@ async fn the_endpoint_refuses_what_agents_must_not_do() {
     assert_eq!(upstream_calls(&server.url).await, ["read_file"]);
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn an_approval_gated_tool_is_refused_until_the_sidecar_can_ask() {
-    let fixtures = Fixtures::load();
-    let server = fixtures.sdk_server(&[]);
-    let mut grants = grants_for(
-        "files",
-        "fs",
-        &server.url,
-        &["read_file", "delete_file"],
-        json!({}),
-        None,
-    )
-    .await;
+/// Grants for the SDK fixture server with `gated` tools requiring approval.
+async fn gated_grants(url: &str, names: &[&str], gated: &[&str]) -> Value {
+    let mut grants = grants_for("files", "fs", url, names, json!({}), None).await;
     for tool in grants["servers"][0]["tools"].as_array_mut().unwrap() {
-        if tool["name"] == "delete_file" {
+        if gated.contains(&tool["name"].as_str().unwrap()) {
             tool["requiresApproval"] = json!(true);
         }
     }
+    grants
+}
+
+fn decisions(sidecar: &Sidecar, tool: &str) -> Vec<String> {
+    sidecar
+        .audit()
+        .iter()
+        .filter(|a| a["tool"] == tool)
+        .map(|a| a["decision"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_gated_tool_runs_only_after_an_explicit_yes_in_both_eras() {
+    let fixtures = Fixtures::load();
+    let server = fixtures.sdk_server(&[]);
+    let grants = gated_grants(&server.url, &["read_file", "delete_file"], &["delete_file"]).await;
     let sidecar = Sidecar::start(Some(&grants));
     sidecar.wait_ready().await;
-    let out = agent(
+    for mode in MODES {
+        let call = |i: usize| json!({"op": "call", "name": "fs__delete_file", "arguments": {"path": format!("/gated/{mode}/{i}")}});
+        let out = sidecar_support::agent_answering(
+            &sidecar.url,
+            mode,
+            json!([
+                {"op": "call", "name": "fs__read_file", "arguments": {"path": "/free"}},
+                call(0), call(1), call(2), call(3),
+            ]),
+            json!(["accept", "decline", "cancel", "accept-false"]),
+        )
+        .await;
+        let steps = &out["steps"];
+        assert_eq!(steps[0]["isError"], false, "{mode}: {out}");
+        assert_eq!(
+            steps[1]["isError"], false,
+            "{mode}: the yes did not run it: {out}"
+        );
+        let echoed: Value = serde_json::from_str(steps[1]["text"].as_str().unwrap()).unwrap();
+        assert_eq!(echoed["arguments"]["path"], format!("/gated/{mode}/0"));
+        for (step, word) in [(2, "declined"), (3, "cancelled"), (4, "declined")] {
+            assert_eq!(steps[step]["isError"], true, "{mode}: {out}");
+            let text = steps[step]["text"].as_str().unwrap();
+            assert!(
+                text.contains(word) && text.contains("was not run"),
+                "{mode}: {text}"
+            );
+        }
+        // Asked once per gated call, never about the free one, with what is about to happen.
+        let asked = out["elicitations"].as_array().unwrap();
+        assert_eq!(asked.len(), 4, "{mode}: {out}");
+        let message = asked[0]["message"].as_str().unwrap();
+        for part in [
+            "Server: files",
+            "Tool: delete_file (called as fs__delete_file)",
+            "Access: destructive",
+            &format!("path = \"/gated/{mode}/0\""),
+        ] {
+            assert!(message.contains(part), "{mode}: {part}: {message}");
+        }
+        assert_eq!(asked[0]["schema"]["required"], json!(["approve"]));
+    }
+    let calls = upstream_calls(&server.url).await;
+    assert_eq!(
+        calls.iter().filter(|c| *c == "delete_file").count(),
+        2,
+        "exactly the two approved calls ran: {calls:?}"
+    );
+    let mut seen = decisions(&sidecar, "fs__delete_file");
+    seen.sort();
+    let mut expected = vec![
+        "approved",
+        "approved",
+        "declined",
+        "declined",
+        "declined",
+        "declined",
+        "cancelled",
+        "cancelled",
+    ];
+    // The modern client's first leg of each call is answered with the form.
+    expected.extend(["approval_asked"; 4]);
+    expected.sort();
+    assert_eq!(seen, expected);
+    assert!(
+        !sidecar.log_text().contains("/gated/"),
+        "arguments must never be logged"
+    );
+    let metrics = http()
+        .get(format!("{}/metrics", sidecar.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("decision=\"approved\",outcome=\"ok\""),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("decision=\"declined\",outcome=\"refused\""),
+        "{metrics}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_client_that_cannot_answer_forms_is_refused_and_nothing_runs() {
+    let fixtures = Fixtures::load();
+    let server = fixtures.sdk_server(&[]);
+    let grants = gated_grants(&server.url, &["delete_file"], &["delete_file"]).await;
+    let sidecar = Sidecar::start_with(Some(&grants), &["--approval-timeout", "1s"]);
+    sidecar.wait_ready().await;
+    let call = json!([{"op": "call", "name": "fs__delete_file", "arguments": {"path": "/x"}}]);
+    let legacy = agent(&sidecar.url, "legacy", call.clone()).await;
+    let text = legacy["steps"][0]["text"].as_str().unwrap();
+    assert_eq!(legacy["steps"][0]["isError"], true, "{legacy}");
+    assert!(
+        text.contains("needs a person's approval") && text.contains("cannot give it"),
+        "{text}"
+    );
+    let modern = agent(&sidecar.url, "auto", call.clone()).await;
+    assert_eq!(modern["steps"][0]["error"]["code"], -32021, "{modern}");
+    // A person who never answers: the legacy call is refused at the timeout.
+    let hung =
+        sidecar_support::agent_answering(&sidecar.url, "legacy", call, json!(["hang"])).await;
+    let text = hung["steps"][0]["text"].as_str().unwrap();
+    assert!(text.contains("no answer came within 1s"), "{hung}");
+
+    // A 2025-03-26 session has no elicitation, whatever it declares.
+    let post = |body: Value, session: Option<&str>| {
+        let mut r = http()
+            .post(&sidecar.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(body.to_string());
+        if let Some(s) = session {
+            r = r
+                .header("mcp-session-id", s)
+                .header("mcp-protocol-version", "2025-03-26");
+        }
+        r.send()
+    };
+    let init = post(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-03-26", "capabilities": {"elicitation": {}},
+            "clientInfo": {"name": "old", "version": "1"}}}),
+        None,
+    )
+    .await
+    .unwrap();
+    let session = init.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        json_of(init).await["result"]["protocolVersion"],
+        "2025-03-26"
+    );
+    let r = post(
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "fs__delete_file", "arguments": {"path": "/x"}}}),
+        Some(&session),
+    )
+    .await
+    .unwrap();
+    let body = json_of(r).await;
+    let text = body["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(
+        text.contains("cannot give it") && text.contains("2025-03-26"),
+        "{body}"
+    );
+
+    assert!(upstream_calls(&server.url).await.is_empty());
+    let seen = decisions(&sidecar, "fs__delete_file");
+    assert_eq!(
+        seen,
+        ["cannot_ask", "cannot_ask", "timed_out", "cannot_ask"]
+    );
+}
+
+/// A modern client by hand: one `tools/call` with the given extra params.
+async fn modern_call(url: &str, id: u64, name: &str, arguments: Value, extra: Value) -> Value {
+    let mut params = json!({"name": name, "arguments": arguments, "_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}}}});
+    for (k, v) in extra.as_object().cloned().unwrap_or_default() {
+        params[k] = v;
+    }
+    let r = http()
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", name)
+        .body(
+            json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params})
+                .to_string(),
+        )
+        .send()
+        .await
+        .unwrap();
+    json_of(r).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_modern_approval_cannot_be_replayed_altered_retargeted_or_forged() {
+    let fixtures = Fixtures::load();
+    let server = fixtures.sdk_server(&[]);
+    let grants = gated_grants(
+        &server.url,
+        &["delete_file", "write_file"],
+        &["delete_file", "write_file"],
+    )
+    .await;
+    let sidecar = Sidecar::start(Some(&grants));
+    // Its states expire after a second.
+    let hasty = Sidecar::start_with(Some(&grants), &["--approval-ttl", "1s"]);
+    sidecar.wait_ready().await;
+    hasty.wait_ready().await;
+    let url = &sidecar.url;
+    let args = json!({"path": "/a"});
+    let asked = modern_call(url, 1, "fs__delete_file", args.clone(), json!({})).await;
+    let result = &asked["result"];
+    assert_eq!(result["resultType"], "input_required", "{asked}");
+    assert_eq!(
+        result["inputRequests"]["approval"]["method"],
+        "elicitation/create"
+    );
+    let state = result["requestState"].as_str().unwrap().to_string();
+    let yes = json!({"approval": {"action": "accept", "content": {"approve": true}}});
+    let retry = |state: &str| json!({"inputResponses": yes, "requestState": state});
+    let refused = |body: &Value, words: &str| {
+        assert_eq!(body["result"]["isError"], true, "{body}");
+        let text = body["result"]["content"][0]["text"].as_str().unwrap();
+        assert!(text.contains(words), "wanted {words:?}: {text}");
+    };
+
+    let other_args = modern_call(
+        url,
+        2,
+        "fs__delete_file",
+        json!({"path": "/b"}),
+        retry(&state),
+    )
+    .await;
+    refused(&other_args, "arguments differ");
+    let other_tool = modern_call(url, 3, "fs__write_file", args.clone(), retry(&state)).await;
+    refused(&other_tool, "is for the tool fs__delete_file");
+    let mut forged = state.clone().into_bytes();
+    let last = forged.len() - 1;
+    forged[last] = if forged[last] == b'A' { b'B' } else { b'A' };
+    let forged = modern_call(
+        url,
+        4,
+        "fs__delete_file",
+        args.clone(),
+        retry(&String::from_utf8(forged).unwrap()),
+    )
+    .await;
+    refused(&forged, "altered");
+    let garbage = modern_call(
+        url,
+        5,
+        "fs__delete_file",
+        args.clone(),
+        retry("not-a-state"),
+    )
+    .await;
+    refused(&garbage, "not one this sidecar issues");
+    assert!(
+        upstream_calls(&server.url).await.is_empty(),
+        "nothing ran yet"
+    );
+
+    // The real answer runs it, once; the same answer again does not.
+    let ran = modern_call(url, 6, "fs__delete_file", args.clone(), retry(&state)).await;
+    assert_eq!(ran["result"]["isError"], false, "{ran}");
+    assert_eq!(ran["result"]["resultType"], "complete");
+    let replayed = modern_call(url, 7, "fs__delete_file", args.clone(), retry(&state)).await;
+    refused(&replayed, "already answered");
+    assert_eq!(upstream_calls(&server.url).await, ["delete_file"]);
+
+    // An answer after the state expired.
+    let asked = modern_call(&hasty.url, 8, "fs__delete_file", args.clone(), json!({})).await;
+    let late = asked["result"]["requestState"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let expired = modern_call(&hasty.url, 9, "fs__delete_file", args.clone(), retry(&late)).await;
+    refused(&expired, "expired");
+    // A state from another sidecar process (its own key) does not open here.
+    let elsewhere = modern_call(url, 11, "fs__delete_file", args.clone(), retry(&late)).await;
+    refused(&elsewhere, "altered or was not issued by this sidecar");
+
+    // Without the capability: -32021 naming it.
+    let r = http()
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", "fs__delete_file")
+        .body(json!({"jsonrpc": "2.0", "id": 10, "method": "tools/call", "params": {"name": "fs__delete_file", "arguments": args,
+            "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}}}).to_string())
+        .send()
+        .await
+        .unwrap();
+    let body = json_of(r).await;
+    assert_eq!(body["error"]["code"], -32021, "{body}");
+    assert_eq!(
+        body["error"]["data"]["requiredCapabilities"]["elicitation"],
+        json!({"form": {}})
+    );
+    assert_eq!(upstream_calls(&server.url).await, ["delete_file"]);
+    let seen = decisions(&sidecar, "fs__delete_file");
+    assert_eq!(
+        seen.iter().filter(|d| *d == "invalid_approval").count(),
+        5,
+        "{seen:?}"
+    );
+    assert_eq!(
+        decisions(&hasty, "fs__delete_file"),
+        ["approval_asked", "invalid_approval"]
+    );
+    assert_eq!(
+        seen.iter().filter(|d| *d == "approved").count(),
+        1,
+        "{seen:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn progress_and_log_lines_of_a_call_reach_the_agent_and_the_log() {
+    let fixtures = Fixtures::load();
+    let server = fixtures.sdk_server(&["--chatty"]);
+    let grants = grants_for("files", "fs", &server.url, &["report"], json!({}), None).await;
+    let sidecar = Sidecar::start(Some(&grants));
+    sidecar.wait_ready().await;
+    for mode in MODES {
+        let out = agent(
+            &sidecar.url,
+            mode,
+            json!([{"op": "call", "name": "fs__report", "arguments": {"path": format!("/r/{mode}")}, "progress": true}]),
+        )
+        .await;
+        let step = &out["steps"][0];
+        assert_eq!(step["isError"], false, "{mode}: {out}");
+        assert_eq!(step["progress"], json!([1.0, 2.0]), "{mode}: {out}");
+        assert_eq!(
+            step["logs"],
+            json!([{"level": "warning", "logger": "fixture", "data": format!("reporting on /r/{mode}")}]),
+            "{mode}: {out}"
+        );
+    }
+    let log = sidecar.log_text();
+    let lines: Vec<Value> = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["target"] == "mcp_sidecar::upstream_log")
+        .collect();
+    assert_eq!(lines.len(), 2, "{log}");
+    assert_eq!(lines[0]["fields"]["server"], "files");
+    assert_eq!(lines[0]["fields"]["level"], "warning");
+    assert_eq!(lines[0]["level"], "WARN");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_typescript_sdk_client_approves_and_declines_through_its_handler() {
+    let fixtures = Fixtures::load();
+    let server = fixtures.sdk_server(&[]);
+    let grants = gated_grants(&server.url, &["delete_file"], &["delete_file"]).await;
+    let sidecar = Sidecar::start(Some(&grants));
+    sidecar.wait_ready().await;
+    let call =
+        |path: &str| json!({"op": "call", "name": "fs__delete_file", "arguments": {"path": path}});
+    let out = sidecar_support::agent_answering(
         &sidecar.url,
-        "auto",
-        json!([{"op": "call", "name": "fs__delete_file", "arguments": {"path": "/gated"}}]),
+        "typescript",
+        json!([call("/ts/yes"), call("/ts/no"), call("/ts/dismissed")]),
+        json!(["accept", "decline", "cancel"]),
+    )
+    .await;
+    let steps = &out["steps"];
+    assert_eq!(steps[0]["isError"], false, "{out}");
+    assert!(
+        steps[0]["text"].as_str().unwrap().contains("/ts/yes"),
+        "{out}"
+    );
+    assert!(
+        steps[1]["text"].as_str().unwrap().contains("declined"),
+        "{out}"
+    );
+    assert!(
+        steps[2]["text"].as_str().unwrap().contains("cancelled"),
+        "{out}"
+    );
+    assert_eq!(out["elicitations"].as_array().unwrap().len(), 3, "{out}");
+    assert_eq!(upstream_calls(&server.url).await, ["delete_file"]);
+    // Without a handler it declares no elicitation and cannot approve.
+    let out = agent(&sidecar.url, "typescript", json!([call("/ts/unasked")])).await;
+    assert!(
+        out["steps"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("cannot give it"),
+        "{out}"
+    );
+    assert_eq!(upstream_calls(&server.url).await, ["delete_file"]);
+    assert_eq!(
+        decisions(&sidecar, "fs__delete_file"),
+        ["approved", "declined", "cancelled", "cannot_ask"]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_held_call_is_judged_by_its_answer_and_the_grants_when_answered() {
+    let fixtures = Fixtures::load();
+    let server = fixtures.sdk_server(&[]);
+    let gated = gated_grants(&server.url, &["read_file", "delete_file"], &["delete_file"]).await;
+    let ungated = gated_grants(&server.url, &["read_file", "delete_file"], &[]).await;
+    let revoked = gated_grants(&server.url, &["read_file"], &[]).await;
+    let mut sidecar = Sidecar::start(Some(&gated));
+    sidecar.wait_ready().await;
+    let url = sidecar.url.clone();
+    let call =
+        |path: &str| json!({"op": "call", "name": "fs__delete_file", "arguments": {"path": path}});
+
+    // The gate is removed while the person thinks, and they say no: still refused; the next
+    // call runs unasked.
+    let sidecar_ref = &mut sidecar;
+    let bytes = ungated.to_string();
+    let out = sidecar_support::agent_answering_with(
+        &url,
+        "legacy",
+        json!([call("/held/declined"), {"op": "sleep", "seconds": 1}, call("/held/next")]),
+        json!(["decline-late"]),
+        || async move { sidecar_ref.swap_grants(bytes.as_bytes()) },
+    )
+    .await;
+    let steps = &out["steps"];
+    assert!(
+        steps[0]["text"].as_str().unwrap().contains("declined"),
+        "{out}"
+    );
+    assert_eq!(steps[2]["isError"], false, "{out}");
+    assert_eq!(out["elicitations"].as_array().unwrap().len(), 1, "{out}");
+    assert_eq!(upstream_calls(&server.url).await, ["delete_file"]);
+
+    // The grant is removed while the person thinks, and they say yes: the grants of the
+    // moment refuse it.
+    sidecar.swap_grants(gated.to_string().as_bytes());
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let sidecar_ref = &mut sidecar;
+    let bytes = revoked.to_string();
+    let out = sidecar_support::agent_answering_with(
+        &url,
+        "legacy",
+        json!([call("/held/revoked")]),
+        json!(["accept-late"]),
+        || async move { sidecar_ref.swap_grants(bytes.as_bytes()) },
     )
     .await;
     let text = out["steps"][0]["text"].as_str().unwrap();
-    assert!(
-        text.contains("needs a person's approval") && text.contains("was not run"),
-        "{text}"
-    );
-    assert!(upstream_calls(&server.url).await.is_empty());
-    assert!(
-        sidecar
-            .audit()
-            .iter()
-            .any(|a| a["decision"] == "approval_required")
+    assert!(text.contains("not granted"), "{out}");
+    assert_eq!(upstream_calls(&server.url).await, ["delete_file"]);
+    assert_eq!(
+        decisions(&sidecar, "fs__delete_file"),
+        ["declined", "allowed", "not_granted"]
     );
 }
 
@@ -929,8 +1369,15 @@ async fn a_deferred_server_is_found_read_and_called_through_three_tools_with_the
             "{out}"
         );
         // The approval gate is the target's (about cat__delete_file, never call_tool). This
-        // client can give no approval, so the tool is not run, whatever form the gate takes.
-        let gated = refusal(&steps[10]);
+        // client can give no approval, so the tool is not run: a modern client hears -32021
+        // (it lacks the capability), a legacy one a tool error.
+        let gated = match steps[10]["error"]["code"].as_i64() {
+            Some(code) => {
+                assert_eq!(code, -32021, "{mode}: {}", steps[10]);
+                steps[10]["error"]["message"].as_str().unwrap()
+            }
+            None => refusal(&steps[10]),
+        };
         assert!(
             gated.contains("cat__delete_file") && gated.contains("approval"),
             "the approval is about the target: {gated}"
@@ -983,4 +1430,109 @@ async fn a_deferred_server_is_found_read_and_called_through_three_tools_with_the
         !sidecar.log_text().contains("VIA-DISCOVERY-4417"),
         "arguments must never be logged"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_upstream_that_asks_the_agent_is_answered_no_and_the_agent_is_not_asked() {
+    let fixtures = Fixtures::load();
+    let hostile = fixtures.hostile_server();
+    let url = format!("{}/call-faults/mcp", hostile.url);
+    let grants = grants_for("faulty", "ff", &url, &["asks_agent"], json!({}), None).await;
+    let sidecar = Sidecar::start(Some(&grants));
+    sidecar.wait_ready().await;
+    for mode in MODES {
+        let out = sidecar_support::agent_answering(
+            &sidecar.url,
+            mode,
+            json!([{"op": "call", "name": "ff__asks_agent", "arguments": {}}]),
+            json!(["accept"]),
+        )
+        .await;
+        assert_eq!(
+            out["steps"][0]["text"], "asked the agent; the client answered error -32601",
+            "{mode}: {out}"
+        );
+        assert_eq!(out["elicitations"], json!([]), "{mode}: {out}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_2025_06_18_session_is_asked_on_the_calls_own_stream() {
+    use futures::StreamExt;
+    let fixtures = Fixtures::load();
+    let server = fixtures.sdk_server(&[]);
+    let grants = gated_grants(&server.url, &["delete_file"], &["delete_file"]).await;
+    let sidecar = Sidecar::start(Some(&grants));
+    sidecar.wait_ready().await;
+    let post = |body: Value, session: Option<&str>| {
+        let mut r = http()
+            .post(&sidecar.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(body.to_string());
+        if let Some(s) = session {
+            r = r
+                .header("mcp-session-id", s)
+                .header("mcp-protocol-version", "2025-06-18");
+        }
+        r.send()
+    };
+    let init = post(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {"elicitation": {}},
+            "clientInfo": {"name": "june", "version": "1"}}}),
+        None,
+    )
+    .await
+    .unwrap();
+    let session = init.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let r = post(
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "fs__delete_file", "arguments": {"path": "/june"}}}),
+        Some(&session),
+    )
+    .await
+    .unwrap();
+    assert!(
+        r.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/event-stream")
+    );
+    let mut body = r.bytes_stream();
+    let mut buffer = String::new();
+    let mut events = Vec::<Value>::new();
+    while events.len() < 2 {
+        let chunk = tokio::time::timeout(Duration::from_secs(10), body.next())
+            .await
+            .expect("the stream goes on")
+            .expect("the stream is not over")
+            .unwrap();
+        buffer.push_str(std::str::from_utf8(&chunk).unwrap());
+        while let Some(end) = buffer.find("\n\n") {
+            let event: String = buffer.drain(..end + 2).collect();
+            if let Some(data) = event.lines().find_map(|l| l.strip_prefix("data: ")) {
+                let message: Value = serde_json::from_str(data).unwrap();
+                if message["method"] == "elicitation/create" {
+                    assert!(
+                        message["params"].get("mode").is_none(),
+                        "no modes before 2025-11-25: {message}"
+                    );
+                    assert!(upstream_calls(&server.url).await.is_empty());
+                    let answer = json!({"jsonrpc": "2.0", "id": message["id"],
+                                        "result": {"action": "accept", "content": {"approve": true}}});
+                    let r = post(answer, Some(&session)).await.unwrap();
+                    assert_eq!(r.status().as_u16(), 202);
+                }
+                events.push(message);
+            }
+        }
+    }
+    assert_eq!(events[0]["method"], "elicitation/create", "{events:?}");
+    assert_eq!(events[1]["id"], 2, "{events:?}");
+    assert_eq!(events[1]["result"]["isError"], false, "{events:?}");
+    assert_eq!(upstream_calls(&server.url).await, ["delete_file"]);
+    assert_eq!(decisions(&sidecar, "fs__delete_file"), ["approved"]);
 }

@@ -6,7 +6,7 @@
 //! ```text
 //! list_tools     {server?, query?, cursor?}   → name, title, access, short description; paged
 //! get_tool_info  {server, tool}               → the tool's full live definition
-//! call_tool      {server, tool, arguments?}   → Calls::call_granted with the *target* tool
+//! call_tool      {server, tool, arguments?}   → Calls::call_via with the *target* tool
 //! anything else                               → Calls::call (the direct pipeline)
 //! ```
 //!
@@ -14,7 +14,7 @@
 //! servers whose live definition matches the granted one (the view's [`View::deferred`], built
 //! by the same checks as the direct list). `call_tool` resolves its target in the grants
 //! document and confirms it with [`grants::permits`], the one narrowing function; the call
-//! then runs the direct call's pipeline from the availability step on, with the target, so the
+//! then runs the direct call's whole pipeline as a [`ToolCall`] for the target, so the
 //! definition guard, approval (asked about the target, never about `call_tool`), the audit
 //! line (which names the target, `via=call_tool`) and the metrics are the target's. A target
 //! that cannot be resolved is refused, audited as destructive. Non-deferred servers' tools
@@ -29,14 +29,13 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use serde_json::{Map, Value, json};
-use tokio::sync::mpsc;
 
 use crate::grants::{self, GrantedTool, GrantsDocument, ServerGrants, qualified_name};
 use crate::mcp::Access;
 
 use self::catalogue::DiscoveryTool;
 use super::audit::{Decision, Via};
-use super::calls::{Audit, Calls, Reply, shown};
+use super::calls::{Audit, Caller, Calls, Reply, ToolCall, shown};
 use super::listing::{Missing, View};
 
 /// Runs one `tools/call`: a discovery tool's name goes to discovery while the view offers the
@@ -44,20 +43,17 @@ use super::listing::{Missing, View};
 /// is not granted) goes to the direct pipeline.
 pub async fn call(
     calls: &Calls,
-    params: Map<String, Value>,
-    notifications: Option<&mpsc::UnboundedSender<Value>>,
+    call: ToolCall,
+    caller: &Caller<'_>,
     cancelled: impl Future<Output = ()>,
 ) -> Reply {
     let started = Instant::now();
-    let tool = params
-        .get("name")
-        .and_then(Value::as_str)
-        .and_then(DiscoveryTool::from_name);
+    let tool = DiscoveryTool::from_name(&call.name);
     let view = Arc::clone(&calls.view.borrow());
     let Some(tool) = tool.filter(|_| !view.deferred.is_empty()) else {
-        return calls.call(params, notifications, cancelled).await;
+        return calls.call(call, caller, cancelled).await;
     };
-    let arguments = match params.get("arguments") {
+    let arguments = match &call.arguments {
         None | Some(Value::Null) => Map::new(),
         Some(Value::Object(a)) => a.clone(),
         // call_tool reads this as a request it cannot resolve, and refuses it audited.
@@ -73,16 +69,7 @@ pub async fn call(
         DiscoveryTool::ListTools => list_tools(&view, &arguments),
         DiscoveryTool::GetToolInfo => get_tool_info(&view, &arguments),
         DiscoveryTool::CallTool => {
-            call_tool(
-                calls,
-                &view,
-                started,
-                params,
-                &arguments,
-                notifications,
-                cancelled,
-            )
-            .await
+            call_tool(calls, &view, started, call, &arguments, caller, cancelled).await
         }
     }
 }
@@ -198,9 +185,9 @@ async fn call_tool(
     calls: &Calls,
     view: &View,
     started: Instant,
-    params: Map<String, Value>,
+    call: ToolCall,
     arguments: &Map<String, Value>,
-    notifications: Option<&mpsc::UnboundedSender<Value>>,
+    caller: &Caller<'_>,
     cancelled: impl Future<Output = ()>,
 ) -> Reply {
     let grants = view
@@ -219,14 +206,13 @@ async fn call_tool(
             );
         }
     };
-    let Some((granted_server, granted_tool)) = resolve(&grants.doc, &server, &tool) else {
+    let Some((_, granted_tool)) = resolve(&grants.doc, &server, &tool) else {
         // Refused, and graded destructive: the audit line of a call nothing could resolve
         // must not read as harmless.
-        let asked = bounded(&tool);
-        let mut audit = Audit::new(started, &asked, Via::Discovery);
+        let mut audit = Audit::new(started, bounded(&tool), Via::Discovery);
         audit.graded = Some(Access::Destructive);
         if let Some(s) = grants.doc.servers.iter().find(|s| s.name == server) {
-            audit.server(s);
+            audit.server(&s.name);
         }
         return calls.refuse(
             &audit,
@@ -238,24 +224,14 @@ async fn call_tool(
         );
     };
     // The call as if the agent had made it directly: everything else the client sent with
-    // it (`_meta`, answers to a question the pipeline asked) stays; the pipeline swaps in the
-    // raw name for the upstream.
-    let mut target = params;
-    target.insert(
-        "name".into(),
-        Value::String(granted_tool.qualified_name.clone()),
-    );
-    target.insert("arguments".into(), Value::Object(target_arguments));
-    let audit = Audit::new(started, &granted_tool.qualified_name, Via::Discovery);
+    // it (`_meta`, the answers to an approval the pipeline asked for) stays.
+    let target = ToolCall {
+        name: granted_tool.qualified_name.clone(),
+        arguments: Some(Value::Object(target_arguments)),
+        ..call
+    };
     calls
-        .call_granted(
-            audit,
-            granted_server,
-            granted_tool,
-            target,
-            notifications,
-            cancelled,
-        )
+        .call_via(target, caller, cancelled, started, Via::Discovery)
         .await
 }
 

@@ -22,6 +22,11 @@ pub struct Sidecar {
 
 impl Sidecar {
     pub fn start(grants: Option<&Value>) -> Sidecar {
+        Self::start_with(grants, &[])
+    }
+
+    /// A sidecar with more flags (e.g. `--approval-timeout 1s`).
+    pub fn start_with(grants: Option<&Value>, extra: &[&str]) -> Sidecar {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("grants");
         std::fs::create_dir_all(&root).unwrap();
@@ -44,6 +49,7 @@ impl Sidecar {
                 "test-agent",
                 "--allow-loopback",
             ])
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
@@ -217,6 +223,42 @@ where
     F: FnOnce() -> Fut,
     Fut: std::future::Future<Output = ()>,
 {
+    run_agent(url, mode, steps, None, trigger).await
+}
+
+/// An SDK client (Python, or TypeScript for mode `typescript`) with an elicitation handler answering each request with the next of
+/// `answers` ("accept", "accept-false", "decline", "cancel"); the output's "elicitations" holds
+/// what it was asked.
+pub async fn agent_answering(url: &str, mode: &str, steps: Value, answers: Value) -> Value {
+    run_agent(url, mode, steps, Some(answers), || async {}).await
+}
+
+/// [`agent_answering`], running `trigger` while a "-late" answer is pending.
+pub async fn agent_answering_with<F, Fut>(
+    url: &str,
+    mode: &str,
+    steps: Value,
+    answers: Value,
+    trigger: F,
+) -> Value
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    run_agent(url, mode, steps, Some(answers), trigger).await
+}
+
+async fn run_agent<F, Fut>(
+    url: &str,
+    mode: &str,
+    steps: Value,
+    answers: Option<Value>,
+    trigger: F,
+) -> Value
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
     let fixtures = Fixtures::load();
     let mut command = if mode == "typescript" {
         let (node, sdk) = fixtures.typescript_sdk();
@@ -224,11 +266,17 @@ where
         c.arg(fixtures.fixture("ts_client.mjs"))
             .args([url, &steps.to_string()])
             .env("MCP_TS_SDK", sdk);
+        if let Some(answers) = &answers {
+            c.arg(answers.to_string());
+        }
         c
     } else {
         let mut c = Command::new(fixtures.python());
         c.arg(fixtures.fixture("sdk_client.py"))
             .args([url, mode, &steps.to_string()]);
+        if let Some(answers) = &answers {
+            c.arg(answers.to_string());
+        }
         c
     };
     let mut child = command

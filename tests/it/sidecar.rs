@@ -1,5 +1,5 @@
-//! The sidecar between real agents and real servers: the official Python SDK client (both eras)
-//! talks to `mcp-operator sidecar`, which talks to the Python SDK fixture server,
+//! The sidecar between real agents and real servers: the official Python SDK client (both eras),
+//! the TypeScript SDK client and the MCP Inspector CLI talk to `mcp-operator sidecar`, which talks to the Python SDK fixture server,
 //! server-everything and the hostile fixture. The grants file is laid out as the kubelet lays
 //! out a ConfigMap volume (a timestamped directory behind a `..data` symlink, swapped on update).
 
@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use sidecar_support::{
-    Sidecar, agent, agent_with, grants_for, http, json_of, names, upstream_calls,
+    Sidecar, agent, agent_with, files_behind_sidecar, grants_for, http, inspector, json_of, names,
+    upstream_calls,
 };
 use support::Fixtures;
 
@@ -154,20 +155,85 @@ async fn the_typescript_sdk_client_lists_calls_and_hears_of_changes() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn the_mcp_inspector_cli_lists_and_calls_only_the_granted_tools() {
+    let (server, sidecar) = files_behind_sidecar(&["read_file", "write_file"]).await;
+    for era in ["legacy", "modern"] {
+        let listed = inspector(&sidecar.url, era, &["--method", "tools/list"]).await;
+        assert_eq!(listed.code, 0, "{era}: {}\n{}", listed.doc, listed.stderr);
+        let tools = listed.doc["result"]["tools"].as_array().unwrap();
+        let listed_names: Vec<&str> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
+        assert_eq!(listed_names, ["fs__read_file", "fs__write_file"], "{era}");
+        assert_eq!(tools[0]["description"], "Read a file.", "{era}");
+
+        let path = format!("/inspector/{era}");
+        let called = inspector(
+            &sidecar.url,
+            era,
+            &[
+                "--method",
+                "tools/call",
+                "--tool-name",
+                "fs__read_file",
+                "--tool-arg",
+                &format!("path={path}"),
+            ],
+        )
+        .await;
+        assert_eq!(called.code, 0, "{era}: {}\n{}", called.doc, called.stderr);
+        let result = &called.doc["result"];
+        assert_eq!(result["isError"], false, "{era}: {result}");
+        let echoed: Value =
+            serde_json::from_str(result["content"][0]["text"].as_str().unwrap()).unwrap();
+        assert_eq!(
+            echoed,
+            json!({"tool": "read_file", "arguments": {"path": path}}),
+            "{era}: the upstream's result passes through unchanged"
+        );
+
+        // The Inspector calls only what the sidecar listed: a name the grants leave out is
+        // refused by the Inspector itself, naming it, and no tools/call is sent at all.
+        let refused = inspector(
+            &sidecar.url,
+            era,
+            &[
+                "--method",
+                "tools/call",
+                "--tool-name",
+                "fs__delete_file",
+                "--tool-arg",
+                "path=/etc",
+            ],
+        )
+        .await;
+        assert_ne!(refused.code, 0, "{era}: {}", refused.doc);
+        let message = refused.doc["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("fs__delete_file"),
+            "{era}: {}",
+            refused.doc
+        );
+    }
+    assert_eq!(
+        upstream_calls(&server.url).await,
+        ["read_file", "read_file"]
+    );
+    let audit = sidecar.audit();
+    assert_eq!(
+        audit.len(),
+        2,
+        "one audit line per call the sidecar got: {audit:?}"
+    );
+    assert!(
+        audit.iter().all(|a| a["tool"] == "fs__read_file"
+            && a["decision"] == "allowed"
+            && a["outcome"] == "ok"),
+        "{audit:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn both_eras_see_exactly_the_grants_and_a_refused_name_never_reaches_the_server() {
-    let fixtures = Fixtures::load();
-    let server = fixtures.sdk_server(&[]);
-    let grants = grants_for(
-        "files",
-        "fs",
-        &server.url,
-        &["read_file", "write_file"],
-        json!({}),
-        None,
-    )
-    .await;
-    let sidecar = Sidecar::start(Some(&grants));
-    sidecar.wait_ready().await;
+    let (server, sidecar) = files_behind_sidecar(&["read_file", "write_file"]).await;
     for mode in MODES {
         let out = agent(
             &sidecar.url,
@@ -625,11 +691,7 @@ async fn a_rotated_secret_file_is_used_on_the_next_connect() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_endpoint_refuses_what_agents_must_not_do() {
-    let fixtures = Fixtures::load();
-    let server = fixtures.sdk_server(&[]);
-    let grants = grants_for("files", "fs", &server.url, &["read_file"], json!({}), None).await;
-    let sidecar = Sidecar::start(Some(&grants));
-    sidecar.wait_ready().await;
+    let (server, sidecar) = files_behind_sidecar(&["read_file"]).await;
     let post = |body: Value, headers: &[(&str, &str)]| {
         let mut r = http()
             .post(&sidecar.url)

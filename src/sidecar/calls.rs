@@ -16,6 +16,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value, json};
@@ -69,7 +70,9 @@ struct Audit<'a> {
     name: &'a str,
     server: Option<&'a ServerGrants>,
     tool: Option<&'a GrantedTool>,
-    attempts: u32,
+    /// Times the call was sent (atomic so the audit-on-drop guard can read it while `send`
+    /// counts).
+    attempts: AtomicU32,
 }
 
 impl Calls {
@@ -94,7 +97,7 @@ impl Calls {
             name: &name,
             server: None,
             tool: None,
-            attempts: 0,
+            attempts: AtomicU32::new(0),
         };
         let Some(grants) = view.grants.as_ref() else {
             return self.refuse(
@@ -198,10 +201,17 @@ impl Calls {
             }
         }
         let timeout = Duration::from_millis(endpoint.call_timeout_ms.max(1));
+        // From here the call may be in the upstream's hands: if the agent goes away (its HTTP
+        // request closed, which is how a 2026-07-28 agent cancels) this future is dropped, and
+        // the call is still audited, its outcome unknown.
+        let unfinished = AuditOnDrop {
+            calls: self,
+            audit: &audit,
+        };
         let (reply, outcome) = tokio::select! {
             sent = tokio::time::timeout(
                 timeout,
-                self.send(server, tool, endpoint, upstream, notifications, &mut audit.attempts),
+                self.send(server, tool, endpoint, upstream, notifications, &audit.attempts),
             ) => match sent {
                 Ok(done) => done,
                 Err(_) => (
@@ -217,6 +227,7 @@ impl Calls {
                 Outcome::OutcomeUnknown,
             ),
         };
+        std::mem::forget(unfinished);
         self.finish(&audit, Decision::Allowed, outcome);
         reply
     }
@@ -230,7 +241,7 @@ impl Calls {
         endpoint: &grants::Endpoint,
         params: Map<String, Value>,
         notifications: Option<&mpsc::UnboundedSender<Value>>,
-        attempts: &mut u32,
+        attempts: &AtomicU32,
     ) -> (Reply, Outcome) {
         let resend_safe = tool.access == Access::Read || tool.idempotent;
         let mut budget = endpoint.retry;
@@ -271,7 +282,7 @@ impl Calls {
                     );
                 }
             };
-            *attempts += 1;
+            attempts.fetch_add(1, Ordering::Relaxed);
             let id = session.next_request_id();
             let guard = CancelOnDrop {
                 session: Some(Arc::clone(&session)),
@@ -372,7 +383,7 @@ impl Calls {
             decision,
             outcome,
             duration,
-            attempts: audit.attempts,
+            attempts: audit.attempts.load(Ordering::Relaxed),
         });
         let server = server.unwrap_or("").to_string();
         if decision == Decision::Allowed {
@@ -389,6 +400,20 @@ impl Calls {
                 outcome: outcome.as_str(),
             })
             .inc();
+    }
+}
+
+/// Audits an allowed call whose future was dropped before it ended (the agent went away): it
+/// was sent, or about to be, so its outcome is unknown. Forgotten once the call ends normally.
+struct AuditOnDrop<'c, 'a> {
+    calls: &'c Calls,
+    audit: &'c Audit<'a>,
+}
+
+impl Drop for AuditOnDrop<'_, '_> {
+    fn drop(&mut self) {
+        self.calls
+            .finish(self.audit, Decision::Allowed, Outcome::OutcomeUnknown);
     }
 }
 

@@ -627,6 +627,9 @@ async fn tools_call(
                 Some(note) = note_rx.recv() => {
                     let _ = tx.send(sse_event(&note)).await;
                 }
+                // A 2026-07-28 agent cancels by closing the request's stream: dropping the call
+                // tells the upstream. (A legacy agent's disconnect is not a cancellation.)
+                _ = tx.closed(), if modern => return,
             }
         };
         while let Ok(note) = note_rx.try_recv() {

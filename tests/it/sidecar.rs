@@ -1,7 +1,8 @@
 //! The sidecar between real agents and real servers: the official Python SDK client (both eras),
-//! the TypeScript SDK client and the MCP Inspector CLI talk to `mcp-operator sidecar`, which talks to the Python SDK fixture server,
-//! server-everything and the hostile fixture. The grants file is laid out as the kubelet lays
-//! out a ConfigMap volume (a timestamped directory behind a `..data` symlink, swapped on update).
+//! the TypeScript SDK client and the MCP Inspector CLI talk to `mcp-operator sidecar`, which
+//! talks to the Python SDK fixture server, server-everything and the hostile fixture. The grants
+//! file is laid out as the kubelet lays out a ConfigMap volume (a timestamped directory behind a
+//! `..data` symlink, swapped on update).
 
 use crate::sidecar_support;
 use crate::support;
@@ -13,7 +14,7 @@ use serde_json::{Value, json};
 
 use sidecar_support::{
     Sidecar, agent, agent_with, files_behind_sidecar, grants_for, http, inspector, json_of, names,
-    upstream_calls,
+    upstream_calls, upstream_cancelled,
 };
 use support::Fixtures;
 
@@ -819,4 +820,104 @@ async fn an_approval_gated_tool_is_refused_until_the_sidecar_can_ask() {
             .iter()
             .any(|a| a["decision"] == "approval_required")
     );
+}
+
+/// An agent gives up on a slow call (the Python SDK's `read_timeout_seconds`): a legacy agent
+/// sends `notifications/cancelled`, a 2026-07-28 agent closes the call's HTTP request. Either
+/// way the sidecar ends the upstream call (a legacy upstream gets `notifications/cancelled` for
+/// that request id; a modern one sees the request closed), audits it as outcome unknown, and
+/// the next call works.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_agents_cancellation_reaches_the_upstream_and_the_next_call_works() {
+    let fixtures = Fixtures::load();
+    for upstream_era in ["legacy", "modern"] {
+        let server = fixtures.sdk_server(&[]);
+        // A call timeout far beyond the test's patience: an upstream call that ends here ended
+        // because it was cancelled, not because it timed out.
+        let endpoint = json!({"era": upstream_era, "callTimeoutMs": 120_000,
+            "protocolVersion": if upstream_era == "legacy" { "2025-11-25" } else { "2026-07-28" }});
+        let grants = grants_for("files", "fs", &server.url, &["read_file"], endpoint, None).await;
+        let sidecar = Sidecar::start(Some(&grants));
+        sidecar.wait_ready().await;
+        let mut slow_paths = Vec::new();
+        for mode in MODES {
+            // Without and with progress: a JSON answer, or an event stream.
+            let plain = format!("/slow/{mode}");
+            let streamed = format!("/slow/{mode}/progress");
+            let out = agent(
+                &sidecar.url,
+                mode,
+                json!([
+                    {"op": "call", "name": "fs__read_file", "arguments": {"path": plain, "sleep": 30}, "timeout": 1},
+                    {"op": "call", "name": "fs__read_file", "arguments": {"path": streamed, "sleep": 30}, "timeout": 1, "progress": true},
+                    {"op": "call", "name": "fs__read_file", "arguments": {"path": "/after"}},
+                ]),
+            )
+            .await;
+            let steps = &out["steps"];
+            for gave_up in [&steps[0], &steps[1]] {
+                assert!(
+                    gave_up["error"]["message"]
+                        .as_str()
+                        .is_some_and(|m| m.contains("timed out")),
+                    "{upstream_era}/{mode}: {out}"
+                );
+            }
+            assert_eq!(steps[2]["isError"], false, "{upstream_era}/{mode}: {out}");
+            slow_paths.extend([plain, streamed]);
+        }
+        // The upstream ends each slow call when it hears of the cancellation.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let seen = loop {
+            let seen = upstream_cancelled(&server.url).await;
+            let paths: Vec<&str> = seen["cancelled"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|c| c["arguments"]["path"].as_str())
+                .collect();
+            if slow_paths.iter().all(|p| paths.contains(&p.as_str())) {
+                break seen;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{upstream_era}: not every slow call was cancelled upstream: {seen}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        let cancelled = seen["cancelled"].as_array().unwrap();
+        assert_eq!(cancelled.len(), 4, "{upstream_era}: {seen}");
+        if upstream_era == "legacy" {
+            // The legacy wire's cancel is a notification naming the sidecar's request id.
+            let mut named: Vec<&Value> = seen["notifications"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|n| &n["requestId"])
+                .collect();
+            let mut ids: Vec<&Value> = cancelled.iter().map(|c| &c["requestId"]).collect();
+            named.sort_by_key(|v| v.to_string());
+            ids.sort_by_key(|v| v.to_string());
+            assert_eq!(named, ids, "{seen}");
+        }
+        let calls = upstream_calls(&server.url).await;
+        assert_eq!(calls.len(), 6, "each call was sent once: {calls:?}");
+
+        let audit = sidecar.audit();
+        let outcomes: Vec<&str> = audit
+            .iter()
+            .map(|a| a["outcome"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            outcomes.iter().filter(|o| **o == "outcome_unknown").count(),
+            4,
+            "{upstream_era}: every abandoned call is audited, its outcome unknown: {audit:?}"
+        );
+        assert_eq!(
+            outcomes.iter().filter(|o| **o == "ok").count(),
+            2,
+            "{audit:?}"
+        );
+        assert_eq!(outcomes.len(), 6, "{audit:?}");
+    }
 }

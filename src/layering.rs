@@ -10,11 +10,13 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("mcp", &["core"]),
     ("api", &["core"]),
     ("sidecar", &["core", "grants", "mcp"]),
+    ("bridge", &["core", "mcp"]),
 ];
 
 /// Every module path the crate has at its top, so `crate::<name>` can be told apart.
 const TOP: &[&str] = &[
     "api",
+    "bridge",
     "controller",
     "core",
     "grants",

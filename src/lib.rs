@@ -33,6 +33,7 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod bridge;
 pub mod controller;
 pub mod core;
 pub mod grants;

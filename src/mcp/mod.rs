@@ -30,6 +30,7 @@ mod http;
 mod http_sse;
 pub mod listing;
 mod rpc;
+pub mod serving;
 pub mod session;
 mod sse;
 mod streamable_http;

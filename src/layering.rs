@@ -11,6 +11,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("api", &["core"]),
     ("sidecar", &["core", "grants", "mcp"]),
     ("bridge", &["core", "mcp"]),
+    ("import", &["core"]),
 ];
 
 /// Every module path the crate has at its top, so `crate::<name>` can be told apart.
@@ -20,6 +21,7 @@ const TOP: &[&str] = &[
     "controller",
     "core",
     "grants",
+    "import",
     "mcp",
     "probe",
     "sidecar",

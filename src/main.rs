@@ -28,6 +28,9 @@ enum Command {
     /// Serve a stdio MCP server over Streamable HTTP (both protocol eras):
     /// `bridge --listen 127.0.0.1:8000 -- npx -y @modelcontextprotocol/server-memory`.
     Bridge(mcp_operator::bridge::BridgeArgs),
+    /// Turn a desktop `mcpServers` JSON file into McpServer and Secret manifests (YAML on
+    /// stdout; what was not imported, and which Secret keys need values, on stderr).
+    Import(mcp_operator::import::ImportArgs),
     /// Print the CustomResourceDefinitions as YAML (the checked-in crds/ equals this output).
     Crds,
     /// Connect to one MCP server exactly as the controller would and print its catalogue, or the
@@ -47,6 +50,7 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Command::Probe(args) => mcp_operator::probe::main(args),
+        Command::Import(args) => mcp_operator::import::main(args),
         Command::Bridge(args) => {
             init_logging(cli.log_format);
             let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -327,7 +327,11 @@ fn remote(
         Some(Value::Object(given)) => {
             for (header, value) in given {
                 let value = value.as_str().unwrap_or("");
-                let source = var_name(value)
+                let bare = value
+                    .get(..7)
+                    .filter(|p| p.eq_ignore_ascii_case("bearer "))
+                    .map_or(value, |_| &value[7..]);
+                let source = var_name(bare.trim())
                     .map(|v| format!("from ${v}"))
                     .unwrap_or_else(|| "the file's value".into());
                 if header.eq_ignore_ascii_case("authorization")

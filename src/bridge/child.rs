@@ -50,6 +50,10 @@ impl Spec {
 pub enum ChildError {
     #[error("the server process exited before it answered (it is being restarted)")]
     Exited,
+    /// The process was already gone when the request was to be written: it never saw it, so
+    /// sending it to the restarted process is safe.
+    #[error("the server process had exited; the request was not sent")]
+    NotSent,
     #[error("the server's reply was {len} bytes, over the bridge's limit of {max} bytes per line")]
     ReplyTooLong { len: usize, max: usize },
     #[error("the request is {len} bytes as one line, over the bridge's limit of {max} bytes")]
@@ -78,6 +82,8 @@ pub struct Child {
     pending: std::sync::Mutex<HashMap<u64, Pending>>,
     next_id: AtomicU64,
     max_line_bytes: usize,
+    /// False once its stdin or stdout is found closed: the process is gone or going.
+    alive: std::sync::atomic::AtomicBool,
 }
 
 /// The process handle, kept by whoever supervises the child.
@@ -114,6 +120,7 @@ impl Child {
             pending: std::sync::Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             max_line_bytes: spec.max_line_bytes,
+            alive: std::sync::atomic::AtomicBool::new(true),
         });
         tokio::spawn(read_stdout(
             Arc::clone(&child),
@@ -201,7 +208,7 @@ impl Child {
         if self.write_line(line).await.is_err() {
             waiting.done = true;
             self.pending.lock().expect("pending lock").remove(&id);
-            return Err(ChildError::Exited);
+            return Err(ChildError::NotSent);
         }
         let reply = rx.await.unwrap_or(Err(ChildError::Exited));
         waiting.done = true;
@@ -244,11 +251,22 @@ impl Child {
     async fn write_line(&self, mut line: Vec<u8>) -> std::io::Result<()> {
         line.push(b'\n');
         let mut stdin = self.stdin.lock().await;
-        let Some(pipe) = stdin.as_mut() else {
-            return Err(std::io::ErrorKind::BrokenPipe.into());
+        let written = match stdin.as_mut() {
+            Some(pipe) if self.is_alive() => match pipe.write_all(&line).await {
+                Ok(()) => pipe.flush().await,
+                Err(e) => Err(e),
+            },
+            _ => Err(std::io::ErrorKind::BrokenPipe.into()),
         };
-        pipe.write_all(&line).await?;
-        pipe.flush().await
+        if written.is_err() {
+            self.alive.store(false, Ordering::Relaxed);
+        }
+        written
+    }
+
+    /// Whether the process may still read what is written to it.
+    pub fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::Relaxed)
     }
 
     /// Closes stdin: a stdio server's signal to exit.
@@ -396,6 +414,7 @@ async fn read_stdout(
             (None, None) => {}
         }
     }
+    child.alive.store(false, Ordering::Relaxed);
     child.fail_all();
 }
 

@@ -125,6 +125,9 @@ struct Bridge {
     /// Forwarded requests a client may cancel: (session or "", client id) → (child, bridge id).
     in_flight: std::sync::Mutex<HashMap<FlightKey, (Arc<child::Child>, u64)>>,
     shutdown: watch::Receiver<bool>,
+    /// Tools the server lists as read-only or idempotent (from the tools/list replies that
+    /// passed through): a call to one may be sent again after a crash.
+    safe_tools: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 /// Runs the bridge until SIGTERM or Ctrl-C, then drains and stops every server process.
@@ -154,6 +157,7 @@ pub async fn run(args: BridgeArgs) -> Result<(), BridgeError> {
         sessions: std::sync::Mutex::new(HashMap::new()),
         in_flight: std::sync::Mutex::new(HashMap::new()),
         shutdown: shutdown.clone(),
+        safe_tools: std::sync::Mutex::new(std::collections::HashSet::new()),
     });
     tracing::info!(listen = %listener.local_addr().unwrap_or(args.listen), per_session = args.per_session, "serving the stdio server over Streamable HTTP at /mcp");
     if args.per_session {
@@ -491,9 +495,11 @@ async fn forward(
         && accepts_sse(headers);
     let remaining = deadline.saturating_duration_since(Instant::now());
     let timeout = b.request_timeout;
-    let register = {
+    // Records the bridge's id of the request at `child`, for notifications/cancelled.
+    let register = |child: &Arc<child::Child>| {
         let b = Arc::clone(&b);
-        let child = Arc::clone(&child);
+        let child = Arc::clone(child);
+        let key = key.clone();
         move |bridge_id| {
             b.in_flight
                 .lock()
@@ -502,9 +508,34 @@ async fn forward(
         }
     };
     if !wants_progress {
-        let reply = tokio::time::timeout(remaining, child.request(&method, params, None, register))
+        let call = async {
+            let first = child
+                .request(&method, params.clone(), None, register(&child))
+                .await;
+            let again = match &first {
+                Err(ChildError::NotSent) => true,
+                Err(ChildError::Exited) => safe_to_resend(&b, &method, &params),
+                _ => false,
+            };
+            if !again {
+                return first;
+            }
+            // The process died before answering: it never read the request (NotSent), or the
+            // request changes nothing (a listing, a read-only or idempotent tool). The
+            // restarted process gets it, once.
+            match slot.ready(remaining).await {
+                Ok(again) => again.request(&method, params, None, register(&again)).await,
+                Err(_) => first,
+            }
+        };
+        let reply = tokio::time::timeout(remaining, call)
             .await
             .unwrap_or(Err(ChildError::Timeout(timeout)));
+        if method == "tools/list"
+            && let Ok(message) = &reply
+        {
+            learn_safe_tools(&b, message);
+        }
         drop(in_flight);
         return json_response(
             StatusCode::OK,
@@ -514,11 +545,12 @@ async fn forward(
     // The client asked for progress: an event stream with the child's progress for this call,
     // then the reply.
     let (tx, rx) = mpsc::channel::<Bytes>(64);
+    let registered = register(&child);
     tokio::spawn(async move {
         let (note_tx, mut note_rx) = mpsc::unbounded_channel::<Value>();
         let call = tokio::time::timeout(
             remaining,
-            child.request(&method, params, Some(note_tx), register),
+            child.request(&method, params, Some(note_tx), registered),
         );
         tokio::pin!(call);
         let reply = loop {
@@ -538,6 +570,56 @@ async fn forward(
         drop(in_flight);
     });
     sse_response(rx, vec![])
+}
+
+/// Methods that change nothing at the server, sent again after a crash.
+const IDEMPOTENT_METHODS: [&str; 7] = [
+    "tools/list",
+    "prompts/list",
+    "prompts/get",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+    "completion/complete",
+];
+
+fn safe_to_resend(b: &Bridge, method: &str, params: &Map<String, Value>) -> bool {
+    if IDEMPOTENT_METHODS.contains(&method) {
+        return true;
+    }
+    method == "tools/call"
+        && params
+            .get("name")
+            .and_then(Value::as_str)
+            .is_some_and(|name| b.safe_tools.lock().expect("safe tools lock").contains(name))
+}
+
+/// Remembers which listed tools say they are read-only or idempotent.
+fn learn_safe_tools(b: &Bridge, message: &Map<String, Value>) {
+    let Some(tools) = message
+        .get("result")
+        .and_then(|r| r.get("tools"))
+        .and_then(Value::as_array)
+    else {
+        return;
+    };
+    let mut safe = b.safe_tools.lock().expect("safe tools lock");
+    for tool in tools {
+        let Some(name) = tool.get("name").and_then(Value::as_str) else {
+            continue;
+        };
+        let hint = |key: &str| {
+            tool.get("annotations")
+                .and_then(|a| a.get(key))
+                .and_then(Value::as_bool)
+                == Some(true)
+        };
+        if hint("readOnlyHint") || hint("idempotentHint") {
+            safe.insert(name.to_string());
+        } else {
+            safe.remove(name);
+        }
+    }
 }
 
 /// Results the modern era lets clients cache, which must say for how long and for whom.
@@ -807,6 +889,47 @@ mod tests {
             .unwrap();
         strip_modern_meta(&mut only);
         assert!(only.is_empty());
+    }
+
+    #[test]
+    fn only_calls_that_change_nothing_are_sent_again() {
+        let (_, shutdown) = watch::channel(false);
+        let b = Bridge {
+            spec: Spec {
+                program: "true".into(),
+                args: vec![],
+                max_line_bytes: 1024,
+                startup_timeout: Duration::from_secs(1),
+            },
+            per_session: false,
+            check_host: true,
+            max_line_bytes: 1024,
+            request_timeout: Duration::from_secs(1),
+            max_sessions: 1,
+            shared: Slot::detached(),
+            sessions: std::sync::Mutex::new(HashMap::new()),
+            in_flight: std::sync::Mutex::new(HashMap::new()),
+            shutdown,
+            safe_tools: std::sync::Mutex::new(std::collections::HashSet::new()),
+        };
+        let listed = json!({"result": {"tools": [
+            {"name": "read", "annotations": {"readOnlyHint": true}},
+            {"name": "put", "annotations": {"idempotentHint": true}},
+            {"name": "delete", "annotations": {"destructiveHint": true}},
+            {"name": "plain"},
+        ]}});
+        learn_safe_tools(&b, listed.as_object().unwrap());
+        let call = |name: &str| json!({"name": name}).as_object().cloned().unwrap();
+        assert!(safe_to_resend(&b, "tools/call", &call("read")));
+        assert!(safe_to_resend(&b, "tools/call", &call("put")));
+        assert!(!safe_to_resend(&b, "tools/call", &call("delete")));
+        assert!(!safe_to_resend(&b, "tools/call", &call("plain")));
+        assert!(!safe_to_resend(&b, "tools/call", &call("never-listed")));
+        assert!(safe_to_resend(&b, "resources/read", &Map::new()));
+        // A later listing that drops the hint drops the permission.
+        let relisted = json!({"result": {"tools": [{"name": "read"}]}});
+        learn_safe_tools(&b, relisted.as_object().unwrap());
+        assert!(!safe_to_resend(&b, "tools/call", &call("read")));
     }
 
     #[test]

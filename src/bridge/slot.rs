@@ -73,12 +73,33 @@ impl Slot {
         })
     }
 
-    /// The ready child, waiting up to `limit` for a start or restart to finish.
+    /// A slot that supervises nothing (stays Starting): for unit tests of the handlers.
+    #[cfg(test)]
+    pub fn detached() -> Arc<Slot> {
+        let (state_tx, state) = watch::channel(State::Starting);
+        std::mem::forget(state_tx);
+        let (stop, _) = watch::channel(false);
+        let (notes, _) = broadcast::channel(1);
+        Arc::new(Slot {
+            state,
+            stop,
+            notes,
+            restarts: Arc::new(std::sync::atomic::AtomicU32::new(0)),
+            task: std::sync::Mutex::new(None),
+        })
+    }
+
+    /// The ready, living child, waiting up to `limit` for a start or restart to finish.
     pub async fn ready(&self, limit: Duration) -> Result<Arc<Child>, String> {
         let mut state = self.state.clone();
         let waited = tokio::time::timeout(
             limit,
-            state.wait_for(|s| matches!(s, State::Ready(_) | State::Stopped)),
+            // A child found dead is not handed out while its exit is being noticed.
+            state.wait_for(|s| match s {
+                State::Ready(child) => child.is_alive(),
+                State::Stopped => true,
+                _ => false,
+            }),
         )
         .await;
         match waited {

@@ -257,16 +257,58 @@ async fn a_killed_child_is_restarted_and_the_next_request_works() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("memory.jsonl");
     let bridge = Bridge::start(&[], &strs(&memory_command(file.to_str().unwrap())));
-    let before = agent(&bridge.url, "legacy", json!([entity("ada", "x")])).await;
-    assert_eq!(before["steps"][0]["isError"], false);
+    let before = agent(
+        &bridge.url,
+        "legacy",
+        json!([{"op": "list"}, entity("ada", "x")]),
+    )
+    .await;
+    assert_eq!(before["steps"][1]["isError"], false);
 
     let first = bridge.wait_ready(|_| true);
     let pid = first["pid"].as_u64().expect("a pid while ready");
+    // A session opened before the crash, used the instant after it: the request is written
+    // before the bridge has noticed the exit, and still gets its answer, because read_graph
+    // is read-only by the server's own annotations (the SDK client listed them above).
+    mcp_operator::install_crypto_provider();
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let post = |body: Value, session: Option<String>| {
+        let mut request = http
+            .post(&bridge.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(body.to_string());
+        if let Some(session) = session {
+            request = request.header("mcp-session-id", session);
+        }
+        request.send()
+    };
+    let opened = post(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "1"}}}),
+        None,
+    )
+    .await
+    .unwrap();
+    let session = opened.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
     let killed = Command::new("kill")
         .args(["-9", &pid.to_string()])
         .status()
         .unwrap();
     assert!(killed.success());
+    let right_after = post(
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+               "params": {"name": "read_graph", "arguments": {}}}),
+        Some(session),
+    )
+    .await
+    .unwrap();
+    let answer: Value = serde_json::from_slice(&right_after.bytes().await.unwrap()).unwrap();
+    assert!(answer.get("result").is_some(), "{answer}");
 
     // The very next request, in either era, works on the restarted child (the memory file
     // keeps what the first one stored).

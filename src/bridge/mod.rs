@@ -69,7 +69,7 @@ pub struct BridgeArgs {
     /// With --per-session: most sessions (processes) at once; beyond it initialize is refused.
     #[arg(long, default_value_t = 64)]
     pub max_sessions: usize,
-    /// With --per-session: a session unused this long is ended and its process stopped.
+    /// A session unused this long is ended (with --per-session, its process stopped).
     #[arg(long, default_value = "30m")]
     pub session_idle_timeout: FlagDuration,
     /// How long in-flight requests get to finish at SIGTERM before the processes are stopped.
@@ -101,6 +101,9 @@ impl BridgeError {
         }
     }
 }
+
+/// Most sessions kept on the shared process.
+const MAX_SHARED_SESSIONS: usize = 4096;
 
 /// A client's request: its session (or "" in the modern era) and its id as JSON text.
 type FlightKey = (String, String);
@@ -160,12 +163,11 @@ pub async fn run(args: BridgeArgs) -> Result<(), BridgeError> {
         safe_tools: std::sync::Mutex::new(std::collections::HashSet::new()),
     });
     tracing::info!(listen = %listener.local_addr().unwrap_or(args.listen), per_session = args.per_session, "serving the stdio server over Streamable HTTP at /mcp");
-    if args.per_session {
-        tokio::spawn(reap_idle(
-            Arc::clone(&bridge),
-            args.session_idle_timeout.as_std(),
-        ));
-    }
+    // Sessions clients never DELETE end after the idle timeout, in both modes.
+    tokio::spawn(reap_idle(
+        Arc::clone(&bridge),
+        args.session_idle_timeout.as_std(),
+    ));
     let router = router(&bridge);
     let mut server = tokio::spawn(serving::serve(listener, router, shutdown));
     let served = tokio::select! {
@@ -239,6 +241,7 @@ async fn reap_idle(bridge: Arc<Bridge>, idle: Duration) {
                 })
                 .collect()
         };
+        // (Sessions of the shared process were removed above; only their own processes stop.)
         for (_, slot) in idle_slots {
             tracing::info!(
                 ?idle,
@@ -367,6 +370,18 @@ async fn initialize(b: &Bridge, id: &Value, params: &Map<String, Value>) -> Resp
         }
         Slot::start(b.spec.clone(), version.to_string())
     } else {
+        // Sessions on the shared process cost a map entry: past the bound the least recently
+        // used is forgotten (its client gets 404 and initializes again, as every client does).
+        let mut sessions = b.sessions.lock().expect("sessions lock");
+        if sessions.len() >= MAX_SHARED_SESSIONS
+            && let Some(oldest) = sessions
+                .iter()
+                .min_by_key(|(_, s)| s.last_used)
+                .map(|(id, _)| id.clone())
+        {
+            sessions.remove(&oldest);
+        }
+        drop(sessions);
         Arc::clone(&b.shared)
     };
     let child = match slot.ready(b.request_timeout).await {

@@ -11,15 +11,19 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("api", &["core"]),
     ("sidecar", &["core", "grants", "mcp"]),
     ("inject", &["core", "grants"]),
+    ("bridge", &["core", "mcp"]),
+    ("import", &["core"]),
 ];
 
 /// Every module path the crate has at its top, so `crate::<name>` can be told apart.
 const TOP: &[&str] = &[
     "api",
+    "bridge",
     "controller",
     "core",
     "grants",
     "inject",
+    "import",
     "mcp",
     "probe",
     "sidecar",

@@ -3,7 +3,7 @@
 //! Dependencies point one way, down to a pure vocabulary:
 //!
 //! ```text
-//!                 main.rs (clap: run | probe | crds | sidecar)
+//!                 main.rs (clap: run | probe | crds | sidecar | bridge | import)
 //!                    │            │          │
 //!                    ▼            ▼          ▼
 //!              controller      probe      sidecar ──► grants, mcp (never api, controller)
@@ -29,6 +29,9 @@
 //! - [`controller`]: the reconcilers and the admission webhook; the only module that talks to
 //!   Kubernetes.
 //! - [`probe`]: the `probe` subcommand: one server, one JSON document.
+//! - [`bridge`]: the `bridge` subcommand: a stdio MCP server served over Streamable HTTP.
+//!   Uses `mcp` and `core` only.
+//! - [`import`]: the `import` subcommand: desktop `mcpServers` JSON → manifests. Pure.
 //! - [`sidecar`]: the `sidecar` subcommand: the agent's only MCP endpoint, enforcing its grants
 //!   at call time. Uses `grants`, `mcp` and `core` only (never `api` or `controller`).
 //!
@@ -38,9 +41,11 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod bridge;
 pub mod controller;
 pub mod core;
 pub mod grants;
+pub mod import;
 pub mod inject;
 pub mod mcp;
 pub mod probe;

@@ -25,6 +25,12 @@ enum LogFormat {
 enum Command {
     /// Run the operator: reconcile McpServers against the cluster in KUBECONFIG or in-cluster.
     Controller(mcp_operator::controller::ControllerArgs),
+    /// Serve a stdio MCP server over Streamable HTTP (both protocol eras):
+    /// `bridge --listen 127.0.0.1:8000 -- npx -y @modelcontextprotocol/server-memory`.
+    Bridge(mcp_operator::bridge::BridgeArgs),
+    /// Turn a desktop `mcpServers` JSON file into McpServer and Secret manifests (YAML on
+    /// stdout; what was not imported, and which Secret keys need values, on stderr).
+    Import(mcp_operator::import::ImportArgs),
     /// Print the CustomResourceDefinitions as YAML (the checked-in crds/ equals this output).
     Crds,
     /// Connect to one MCP server exactly as the controller would and print its catalogue, or the
@@ -44,6 +50,21 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Command::Probe(args) => mcp_operator::probe::main(args),
+        Command::Import(args) => mcp_operator::import::main(args),
+        Command::Bridge(args) => {
+            init_logging(cli.log_format);
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .expect("a tokio runtime starts");
+            match runtime.block_on(mcp_operator::bridge::run(args)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    tracing::error!(reason = e.reason(), "{e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::Sidecar(args) => {
             init_logging(cli.log_format);
             let runtime = tokio::runtime::Builder::new_multi_thread()

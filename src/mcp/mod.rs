@@ -15,6 +15,8 @@
 //!        └──► call (the sidecar: concurrent tools/call on one negotiated connection)
 //!
 //!  rpc: JSON-RPC framing, classification and the reply type every transport returns
+//!  serving: the other side — the server half of Streamable HTTP (replies, guard, era checks)
+//!           that the sidecar's and the bridge's endpoints share
 //! ```
 //!
 //! No cycles: `watch` builds on `session`, the transports on `http`, `rpc` and `sse`.
@@ -30,6 +32,7 @@ mod http;
 mod http_sse;
 pub mod listing;
 mod rpc;
+pub mod serving;
 pub mod session;
 mod sse;
 mod streamable_http;

@@ -16,34 +16,31 @@
 //! ```
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use base64::Engine as _;
 use rmcp::model::ErrorCode;
 use serde_json::{Map, Value, json};
 use tokio::sync::{Notify, mpsc, watch};
 
-use crate::mcp::session::{LEGACY_VERSIONS, MODERN_VERSION};
+pub use crate::mcp::serving::serve;
+use crate::mcp::serving::{
+    META_SERVER_INFO, META_SUBSCRIPTION_ID, RequestEra as Era, SESSION_HEADER, SESSION_NOT_FOUND,
+    accepts_sse, error_response, header_str, json_response, list_changed, new_session_id,
+    rpc_error, rpc_result, sse_event, sse_response, supported_versions,
+};
 
 use super::calls::{Caller, CallerEra, Calls, LOG_LEVELS, Reply, ToolCall};
 use super::discovery;
 use super::listing::View;
 use super::metrics::Metrics;
 
-const SESSION_HEADER: &str = "mcp-session-id";
-const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
-const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
-const META_SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
 const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
 const META_LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
-/// Legacy revisions agents may speak (2024-11-05 is not offered: it has no Streamable HTTP).
-const AGENT_LEGACY_VERSIONS: [&str; 3] = ["2025-11-25", "2025-06-18", "2025-03-26"];
 /// Most legacy sessions kept; beyond it the oldest is forgotten (its agent gets 404 and
 /// initializes again, which every client does), so agents that never DELETE cannot grow memory.
 const MAX_SESSIONS: usize = 4096;
@@ -109,224 +106,30 @@ impl Downstream {
     }
 }
 
-/// Serves the router on `listener` with TCP_NODELAY until `shutdown` turns true, then lets
-/// in-flight requests finish.
-pub async fn serve(
-    listener: tokio::net::TcpListener,
-    router: axum::Router,
-    mut shutdown: watch::Receiver<bool>,
-) -> std::io::Result<()> {
-    use axum::serve::ListenerExt;
-    let listener = listener.tap_io(|tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
-    axum::serve(
-        listener,
-        router.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(async move {
-        let _ = shutdown.wait_for(|stop| *stop).await;
-    })
-    .await
-}
-
-// ─── responses ───────────────────────────────────────────────────────────────────────────
-
-fn rpc_result(id: &Value, result: Map<String, Value>) -> Value {
-    json!({"jsonrpc": "2.0", "id": id, "result": result})
-}
-
-fn rpc_error(id: &Value, code: i64, message: &str, data: Option<Value>) -> Value {
-    let mut error = json!({"code": code, "message": message});
-    if let Some(data) = data {
-        error["data"] = data;
-    }
-    json!({"jsonrpc": "2.0", "id": id, "error": error})
-}
-
-fn json_response(status: StatusCode, body: &Value) -> Response {
-    let mut response = (status, serde_json::to_vec(body).expect("JSON serialises")).into_response();
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    response
-}
-
-fn error_response(status: StatusCode, id: &Value, code: ErrorCode, message: &str) -> Response {
-    json_response(status, &rpc_error(id, code.0 as i64, message, None))
-}
-
-fn sse_event(value: &Value) -> Bytes {
-    Bytes::from(format!(
-        "event: message\ndata: {}\n\n",
-        serde_json::to_string(value).expect("JSON serialises")
-    ))
-}
-
-fn sse_response(rx: mpsc::Receiver<Bytes>, headers: Vec<(&'static str, HeaderValue)>) -> Response {
-    let stream = futures::stream::unfold(rx, |mut rx| async move {
-        rx.recv()
-            .await
-            .map(|b| (Ok::<_, std::convert::Infallible>(b), rx))
-    });
-    let mut response = Response::new(Body::from_stream(stream));
-    let h = response.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    for (name, value) in headers {
-        h.insert(name, value);
-    }
-    response
-}
-
-// ─── the guard ───────────────────────────────────────────────────────────────────────────
-
-fn is_loopback_host(host: &str) -> bool {
-    let name = if let Some(rest) = host.strip_prefix('[') {
-        rest.split(']').next().unwrap_or("")
-    } else {
-        host.rsplit_once(':').map_or(host, |(h, _)| h)
-    };
-    matches!(name.to_ascii_lowercase().as_str(), "localhost" | "::1")
-        || name
-            .parse::<std::net::Ipv4Addr>()
-            .is_ok_and(|ip| ip.is_loopback())
-}
-
-/// Host and Origin checks (DNS rebinding: a web page must not reach the agent's tools).
-// The refusal is the response itself, built once per refused request.
-#[allow(clippy::result_large_err)]
-fn guard(d: &Downstream, headers: &HeaderMap) -> Result<(), Response> {
-    let forbidden = |why: &str| {
-        error_response(
-            StatusCode::FORBIDDEN,
-            &Value::Null,
-            ErrorCode::INVALID_REQUEST,
-            why,
-        )
-    };
-    if d.check_host {
-        let host = headers
-            .get(header::HOST)
-            .and_then(|h| h.to_str().ok())
-            .unwrap_or("");
-        if !is_loopback_host(host) {
-            return Err(forbidden(
-                "the Host header must name this machine (localhost or a loopback address)",
-            ));
-        }
-    }
-    if let Some(origin) = headers.get(header::ORIGIN) {
-        let origin = origin.to_str().unwrap_or("");
-        let host = origin
-            .strip_prefix("http://")
-            .or_else(|| origin.strip_prefix("https://"))
-            .unwrap_or("");
-        if !is_loopback_host(host) {
-            return Err(forbidden(
-                "requests from web pages of other origins are refused",
-            ));
-        }
-    }
-    Ok(())
-}
-
-fn header_str<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
-    headers.get(name).and_then(|v| v.to_str().ok())
-}
-
-fn accepts_sse(headers: &HeaderMap) -> bool {
-    header_str(headers, "accept").is_some_and(|a| a.contains("text/event-stream"))
-}
-
-/// The inverse of the `=?base64?…?=` header encoding MCP uses for names HTTP cannot carry.
-fn decode_header_value(value: &str) -> Option<String> {
-    match value
-        .strip_prefix("=?base64?")
-        .and_then(|v| v.strip_suffix("?="))
-    {
-        Some(b64) => base64::engine::general_purpose::STANDARD
-            .decode(b64)
-            .ok()
-            .and_then(|b| String::from_utf8(b).ok()),
-        None => Some(value.to_string()),
-    }
-}
-
 // ─── POST ────────────────────────────────────────────────────────────────────────────────
 
-enum Era {
-    Legacy(Option<String>),
-    Modern,
-}
-
 async fn post(State(d): State<Arc<Downstream>>, headers: HeaderMap, body: Body) -> Response {
-    if let Err(refused) = guard(&d, &headers) {
+    if let Err(refused) = crate::mcp::serving::guard(d.check_host, &headers) {
         return refused;
     }
-    let bytes = match axum::body::to_bytes(body, d.max_body_bytes).await {
-        Ok(b) => b,
-        Err(_) => {
-            return error_response(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                &Value::Null,
-                ErrorCode::INVALID_REQUEST,
-                &format!("the request body exceeds {} bytes", d.max_body_bytes),
-            );
-        }
+    let incoming = match crate::mcp::serving::read_message(body, d.max_body_bytes).await {
+        Ok(m) => m,
+        Err(refused) => return refused,
     };
-    let message: Value = match serde_json::from_slice(&bytes) {
-        Ok(v) => v,
-        Err(_) => {
-            return error_response(
-                StatusCode::BAD_REQUEST,
-                &Value::Null,
-                ErrorCode::PARSE_ERROR,
-                "the body is not JSON",
-            );
-        }
-    };
-    let Value::Object(message) = message else {
-        return error_response(
-            StatusCode::BAD_REQUEST,
-            &Value::Null,
-            ErrorCode::INVALID_REQUEST,
-            "send one JSON-RPC message per request (batches are not supported)",
-        );
-    };
-    let id = message.get("id").cloned();
-    let Some(method) = message
-        .get("method")
-        .and_then(Value::as_str)
-        .map(str::to_string)
-    else {
+    let (id, params) = (incoming.id, incoming.params);
+    let Some(method) = incoming.method else {
         // A response from the agent: to an approval request sent on one of its session's call
         // streams, or to nothing (then it is dropped). Only the session it was sent on counts.
-        if let Some(session) = header_str(&headers, SESSION_HEADER)
+        if let Some(response) = &incoming.response
+            && let Some(session) = header_str(&headers, SESSION_HEADER)
             && d.sessions
                 .lock()
                 .expect("sessions lock")
                 .contains_key(session)
         {
-            d.calls.approvals.answers.deliver(session, &message);
+            d.calls.approvals.answers.deliver(session, response);
         }
         return StatusCode::ACCEPTED.into_response();
-    };
-    let params = match message.get("params") {
-        Some(Value::Object(p)) => p.clone(),
-        None | Some(Value::Null) => Map::new(),
-        Some(_) => {
-            return error_response(
-                StatusCode::BAD_REQUEST,
-                id.as_ref().unwrap_or(&Value::Null),
-                ErrorCode::INVALID_PARAMS,
-                "params must be an object",
-            );
-        }
     };
 
     let era = match era_of(&d, &headers, &method, &params, id.as_ref()) {
@@ -366,7 +169,6 @@ async fn post(State(d): State<Arc<Downstream>>, headers: HeaderMap, body: Body) 
     }
 }
 
-/// Decides the era and checks what that era requires of the request.
 #[allow(clippy::result_large_err)]
 fn era_of(
     d: &Downstream,
@@ -375,99 +177,13 @@ fn era_of(
     params: &Map<String, Value>,
     id: Option<&Value>,
 ) -> Result<Era, Response> {
-    let null = Value::Null;
-    let id = id.unwrap_or(&null);
-    let header_version = header_str(headers, "mcp-protocol-version");
-    let meta_version = params
-        .get("_meta")
-        .and_then(|m| m.get(META_PROTOCOL_VERSION))
-        .and_then(Value::as_str);
-    let modern = method == "server/discover"
-        || meta_version.is_some()
-        || header_version
-            .is_some_and(|v| !AGENT_LEGACY_VERSIONS.contains(&v) && !LEGACY_VERSIONS.contains(&v));
-    if !modern {
-        if method == "initialize" {
-            return Ok(Era::Legacy(None));
-        }
-        let Some(session) = header_str(headers, SESSION_HEADER) else {
-            return Err(error_response(
-                StatusCode::BAD_REQUEST,
-                id,
-                ErrorCode::INVALID_REQUEST,
-                "no Mcp-Session-Id: send initialize first (or speak 2026-07-28 with _meta)",
-            ));
-        };
-        let known = d
-            .sessions
+    crate::mcp::serving::era_of(headers, method, params, id, |session| {
+        d.sessions
             .lock()
             .expect("sessions lock")
             .get(session)
-            .cloned();
-        let Some(known) = known else {
-            return Err(error_response(
-                StatusCode::NOT_FOUND,
-                id,
-                ErrorCode(-32001),
-                "session not found: initialize a new session",
-            ));
-        };
-        if let Some(v) = header_version
-            && v != known.protocol_version
-            && !AGENT_LEGACY_VERSIONS.contains(&v)
-        {
-            return Err(error_response(
-                StatusCode::BAD_REQUEST,
-                id,
-                ErrorCode::INVALID_REQUEST,
-                "unsupported MCP-Protocol-Version",
-            ));
-        }
-        return Ok(Era::Legacy(Some(session.to_string())));
-    }
-    let mismatch = |what: &str| {
-        Err(error_response(
-            StatusCode::BAD_REQUEST,
-            id,
-            ErrorCode::HEADER_MISMATCH,
-            &format!("{what} header does not match the request body"),
-        ))
-    };
-    let Some(version) = meta_version else {
-        return Err(error_response(
-            StatusCode::BAD_REQUEST,
-            id,
-            ErrorCode::INVALID_PARAMS,
-            &format!("params._meta must carry {META_PROTOCOL_VERSION}"),
-        ));
-    };
-    if header_version != Some(version) {
-        return mismatch("MCP-Protocol-Version");
-    }
-    if version != MODERN_VERSION {
-        return Err(json_response(
-            StatusCode::BAD_REQUEST,
-            &rpc_error(
-                id,
-                ErrorCode::UNSUPPORTED_PROTOCOL_VERSION.0 as i64,
-                "unsupported protocol version",
-                Some(json!({"supported": [MODERN_VERSION], "requested": version})),
-            ),
-        ));
-    }
-    if header_str(headers, "mcp-method") != Some(method) {
-        return mismatch("Mcp-Method");
-    }
-    if method == "tools/call"
-        && let Some(name) = params.get("name").and_then(Value::as_str)
-        && header_str(headers, "mcp-name")
-            .and_then(decode_header_value)
-            .as_deref()
-            != Some(name)
-    {
-        return mismatch("Mcp-Name");
-    }
-    Ok(Era::Modern)
+            .map(|s| s.protocol_version.clone())
+    })
 }
 
 fn server_info() -> Value {
@@ -484,15 +200,7 @@ fn legacy_capabilities() -> Value {
 }
 
 fn initialize(d: &Downstream, id: &Value, params: &Map<String, Value>) -> Response {
-    let asked = params
-        .get("protocolVersion")
-        .and_then(Value::as_str)
-        .unwrap_or("");
-    let version = if AGENT_LEGACY_VERSIONS.contains(&asked) {
-        asked
-    } else {
-        AGENT_LEGACY_VERSIONS[0]
-    };
+    let version = crate::mcp::serving::negotiated_legacy_version(params);
     let session = new_session_id();
     {
         let mut sessions = d.sessions.lock().expect("sessions lock");
@@ -534,19 +242,13 @@ fn initialize(d: &Downstream, id: &Value, params: &Map<String, Value>) -> Respon
     response
 }
 
-fn new_session_id() -> String {
-    let mut bytes = [0u8; 16];
-    getrandom::fill(&mut bytes).expect("the OS random source works");
-    hex::encode(bytes)
-}
-
 fn discover(d: &Downstream) -> Map<String, Value> {
     let view = Arc::clone(&d.view.borrow());
     let mut meta = Map::new();
     meta.insert(META_SERVER_INFO.into(), server_info());
     json!({
         "resultType": "complete",
-        "supportedVersions": [MODERN_VERSION, AGENT_LEGACY_VERSIONS[0], AGENT_LEGACY_VERSIONS[1], AGENT_LEGACY_VERSIONS[2]],
+        "supportedVersions": supported_versions(),
         "capabilities": capabilities(),
         "instructions": view.instructions(),
         "ttlMs": 0,
@@ -813,14 +515,6 @@ async fn stopped(mut shutdown: watch::Receiver<bool>) {
 
 // ─── event streams ───────────────────────────────────────────────────────────────────────
 
-fn list_changed(meta: Option<&Value>) -> Value {
-    let mut note = json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"});
-    if let Some(meta) = meta {
-        note["params"] = json!({"_meta": meta});
-    }
-    note
-}
-
 /// Sends `first` (if any), then a list_changed whenever the view's digest moves, until the
 /// agent goes away or the sidecar stops; `last` is sent at shutdown.
 fn change_stream(
@@ -913,7 +607,7 @@ fn change_stream_silent(d: &Downstream, ack: Value, last: Value) -> mpsc::Receiv
 }
 
 async fn get_stream(State(d): State<Arc<Downstream>>, headers: HeaderMap) -> Response {
-    if let Err(refused) = guard(&d, &headers) {
+    if let Err(refused) = crate::mcp::serving::guard(d.check_host, &headers) {
         return refused;
     }
     let Some(session) = header_str(&headers, SESSION_HEADER) else {
@@ -932,7 +626,7 @@ async fn get_stream(State(d): State<Arc<Downstream>>, headers: HeaderMap) -> Res
         return error_response(
             StatusCode::NOT_FOUND,
             &Value::Null,
-            ErrorCode(-32001),
+            ErrorCode(SESSION_NOT_FOUND as i32),
             "session not found: initialize a new session",
         );
     }
@@ -948,7 +642,7 @@ async fn get_stream(State(d): State<Arc<Downstream>>, headers: HeaderMap) -> Res
 }
 
 async fn delete_session(State(d): State<Arc<Downstream>>, headers: HeaderMap) -> Response {
-    if let Err(refused) = guard(&d, &headers) {
+    if let Err(refused) = crate::mcp::serving::guard(d.check_host, &headers) {
         return refused;
     }
     let Some(session) = header_str(&headers, SESSION_HEADER) else {
@@ -966,47 +660,8 @@ async fn delete_session(State(d): State<Arc<Downstream>>, headers: HeaderMap) ->
         error_response(
             StatusCode::NOT_FOUND,
             &Value::Null,
-            ErrorCode(-32001),
+            ErrorCode(SESSION_NOT_FOUND as i32),
             "session not found",
         )
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn loopback_hosts_only() {
-        for ok in [
-            "localhost",
-            "localhost:9500",
-            "127.0.0.1:9500",
-            "127.3.4.5",
-            "[::1]:9500",
-            "LOCALHOST",
-        ] {
-            assert!(is_loopback_host(ok), "{ok}");
-        }
-        for bad in [
-            "",
-            "evil.example.com",
-            "evil.example.com:9500",
-            "10.0.0.1:9500",
-            "localhost.evil.com",
-            "[::2]:1",
-        ] {
-            assert!(!is_loopback_host(bad), "{bad}");
-        }
-    }
-
-    #[test]
-    fn header_values_decode_the_base64_form() {
-        assert_eq!(decode_header_value("fs__read").as_deref(), Some("fs__read"));
-        assert_eq!(
-            decode_header_value("=?base64?ZnNfX3JlYWQ=?=").as_deref(),
-            Some("fs__read")
-        );
-        assert_eq!(decode_header_value("=?base64?!!?="), None);
     }
 }

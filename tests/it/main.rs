@@ -5,7 +5,9 @@
 //! helpers      support (fixture MCP servers on loopback) ◄── sidecar_support (a sidecar process)
 //!              e2e (the real control plane, a namespace per test) ◄── operator (the controller binary)
 //!
-//! tests        probe_real_servers, probe_hostile_servers, watch_tool_changes   real servers, no cluster
+//! tests        bridge                                                          real clients ⇄ bridge ⇄ real stdio servers
+//!              import                                                          the import command on real-world configs
+//!              probe_real_servers, probe_hostile_servers, watch_tool_changes   real servers, no cluster
 //!              sidecar                                                         real agents ⇄ sidecar ⇄ real servers
 //!              e2e_crd_validation, e2e_rbac, e2e_mcp_server, e2e_grants,
 //!              e2e_sidecar                                                     the real control plane
@@ -19,6 +21,7 @@ mod operator;
 mod sidecar_support;
 mod support;
 
+mod bridge;
 mod e2e_crd_validation;
 mod e2e_grants;
 mod e2e_mcp_server;
@@ -26,6 +29,7 @@ mod e2e_node;
 mod e2e_rbac;
 mod e2e_sidecar;
 mod image_contract;
+mod import;
 mod probe_hostile_servers;
 mod probe_real_servers;
 mod sidecar;

@@ -1,0 +1,973 @@
+//! `mcp-operator bridge`: serves a stdio MCP server over Streamable HTTP, in both protocol
+//! eras, so anything that speaks to remote servers (the controller, the sidecar, any client)
+//! can use a server that only speaks stdio. The pod of an McpServer with `spec.stdio` runs it;
+//! people run it locally too. Depends on [`crate::mcp`] and [`crate::core`] only.
+//!
+//! ```text
+//! client ─ POST /mcp ─ serving (guard, body ≤ max line, era) ─┬ initialize / server/discover / ping: answered here
+//!                                                             └ anything else ─► slot ─► child (stdin line)
+//!        ◄─ JSON or SSE (progress) ◄── reply matched by the bridge's id ◄── child (stdout line)
+//! GET /mcp (legacy) · subscriptions/listen (modern) ◄── the child's notifications
+//! /healthz: serving · /readyz: the shared child is started and initialized
+//! ```
+//!
+//! - [`child`]: one process, its handshake and its JSON-RPC traffic (ids and tokens remapped).
+//! - [`slot`]: one supervised child: restart with backoff, requests wait for the ready one.
+//! - [`lines`]: bounded newline-delimited reading.
+//!
+//! One shared child serves everyone unless `--per-session`: then every legacy session gets a
+//! child of its own (stateful servers: one client's memory is not another's), and the shared
+//! child serves the modern era, which has no sessions, and readiness.
+
+pub mod child;
+pub mod lines;
+pub mod slot;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use rmcp::model::ErrorCode;
+use serde_json::{Map, Value, json};
+use tokio::sync::{mpsc, watch};
+
+use crate::core::Duration as FlagDuration;
+use crate::mcp::serving::{
+    self, META_MODERN_PREFIX, META_SERVER_INFO, META_SUBSCRIPTION_ID, RequestEra, SESSION_HEADER,
+    SESSION_NOT_FOUND, accepts_sse, error_response, header_str, json_response, rpc_error,
+    rpc_result, sse_event, sse_response,
+};
+
+use self::child::{ChildError, Spec};
+use self::slot::Slot;
+
+/// Flags of `mcp-operator bridge` (the McpServer reconciler's Deployment relies on them).
+#[derive(clap::Args, Debug, Clone)]
+pub struct BridgeArgs {
+    /// Address clients connect to (`http://<listen>/mcp`). On a loopback address the Host
+    /// header must name this machine (DNS rebinding).
+    #[arg(long, env = "MCP_BRIDGE_LISTEN", default_value = "127.0.0.1:8000")]
+    pub listen: SocketAddr,
+    /// One server process per MCP session, for servers that keep state per client.
+    #[arg(long, env = "MCP_BRIDGE_PER_SESSION")]
+    pub per_session: bool,
+    /// Longest JSON-RPC message, in bytes, either way: a request body over it is refused, a
+    /// reply line over it fails its request (the bridge and the server stay up).
+    #[arg(long, default_value_t = 4 * 1024 * 1024)]
+    pub max_line_bytes: usize,
+    /// How long a request waits for the server: to be started (or restarted) and to reply.
+    #[arg(long, default_value = "5m")]
+    pub request_timeout: FlagDuration,
+    /// How long a server process gets to answer `initialize` (npx may download first).
+    #[arg(long, default_value = "2m")]
+    pub startup_timeout: FlagDuration,
+    /// With --per-session: most sessions (processes) at once; beyond it initialize is refused.
+    #[arg(long, default_value_t = 64)]
+    pub max_sessions: usize,
+    /// A session unused this long is ended (with --per-session, its process stopped).
+    #[arg(long, default_value = "30m")]
+    pub session_idle_timeout: FlagDuration,
+    /// How long in-flight requests get to finish at SIGTERM before the processes are stopped.
+    #[arg(long, default_value = "20s")]
+    pub drain_timeout: FlagDuration,
+    /// The server to run, and its arguments: `-- npx -y @modelcontextprotocol/server-memory`.
+    #[arg(last = true, required = true, num_args = 1..)]
+    pub command: Vec<String>,
+}
+
+/// Why the bridge could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum BridgeError {
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("serving failed: {0}")]
+    Serve(std::io::Error),
+}
+
+impl BridgeError {
+    /// A short machine-readable reason for the log line.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            BridgeError::Listen { .. } => "ListenFailed",
+            BridgeError::Serve(_) => "ServeFailed",
+        }
+    }
+}
+
+/// Most sessions kept on the shared process.
+const MAX_SHARED_SESSIONS: usize = 4096;
+
+/// A client's request: its session (or "" in the modern era) and its id as JSON text.
+type FlightKey = (String, String);
+
+struct Session {
+    protocol_version: String,
+    /// Its own child (per-session mode).
+    slot: Option<Arc<Slot>>,
+    last_used: Instant,
+}
+
+/// The bridge's state, shared by the handlers.
+struct Bridge {
+    spec: Spec,
+    per_session: bool,
+    check_host: bool,
+    max_line_bytes: usize,
+    request_timeout: Duration,
+    max_sessions: usize,
+    shared: Arc<Slot>,
+    sessions: std::sync::Mutex<HashMap<String, Session>>,
+    /// Forwarded requests a client may cancel: (session or "", client id) → (child, bridge id).
+    in_flight: std::sync::Mutex<HashMap<FlightKey, (Arc<child::Child>, u64)>>,
+    shutdown: watch::Receiver<bool>,
+    /// Tools the server lists as read-only or idempotent (from the tools/list replies that
+    /// passed through): a call to one may be sent again after a crash.
+    safe_tools: std::sync::Mutex<std::collections::HashSet<String>>,
+}
+
+/// Runs the bridge until SIGTERM or Ctrl-C, then drains and stops every server process.
+pub async fn run(args: BridgeArgs) -> Result<(), BridgeError> {
+    let mut command = args.command.clone().into_iter();
+    let spec = Spec {
+        program: command.next().expect("clap requires a command"),
+        args: command.collect(),
+        max_line_bytes: args.max_line_bytes,
+        startup_timeout: args.startup_timeout.as_std(),
+    };
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .map_err(|source| BridgeError::Listen {
+            addr: args.listen,
+            source,
+        })?;
+    let (shutdown_tx, shutdown) = watch::channel(false);
+    let bridge = Arc::new(Bridge {
+        shared: Slot::start(spec.clone(), serving::SERVED_LEGACY_VERSIONS[0].to_string()),
+        spec,
+        per_session: args.per_session,
+        check_host: args.listen.ip().is_loopback(),
+        max_line_bytes: args.max_line_bytes,
+        request_timeout: args.request_timeout.as_std(),
+        max_sessions: args.max_sessions,
+        sessions: std::sync::Mutex::new(HashMap::new()),
+        in_flight: std::sync::Mutex::new(HashMap::new()),
+        shutdown: shutdown.clone(),
+        safe_tools: std::sync::Mutex::new(std::collections::HashSet::new()),
+    });
+    tracing::info!(listen = %listener.local_addr().unwrap_or(args.listen), per_session = args.per_session, "serving the stdio server over Streamable HTTP at /mcp");
+    // Sessions clients never DELETE end after the idle timeout, in both modes.
+    tokio::spawn(reap_idle(
+        Arc::clone(&bridge),
+        args.session_idle_timeout.as_std(),
+    ));
+    let router = router(&bridge);
+    let mut server = tokio::spawn(serving::serve(listener, router, shutdown));
+    let served = tokio::select! {
+        served = &mut server => Some(served),
+        _ = terminated() => None,
+    };
+    if let Some(served) = served {
+        stop_all(&bridge).await;
+        return match served {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(BridgeError::Serve(e)),
+            Err(e) => Err(BridgeError::Serve(std::io::Error::other(e))),
+        };
+    }
+    tracing::info!("stopping: finishing in-flight requests");
+    let _ = shutdown_tx.send(true);
+    if tokio::time::timeout(args.drain_timeout.as_std(), &mut server)
+        .await
+        .is_err()
+    {
+        tracing::warn!(timeout = ?args.drain_timeout.as_std(), "requests still running after the drain timeout; stopping anyway");
+        server.abort();
+    }
+    stop_all(&bridge).await;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn terminated() {
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("a SIGTERM handler installs");
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = tokio::signal::ctrl_c().await;
+}
+
+async fn stop_all(bridge: &Bridge) {
+    let slots: Vec<Arc<Slot>> = bridge
+        .sessions
+        .lock()
+        .expect("sessions lock")
+        .drain()
+        .filter_map(|(_, s)| s.slot)
+        .collect();
+    let mut stops: Vec<_> = slots.iter().map(|s| s.stop()).collect();
+    stops.push(bridge.shared.stop());
+    futures::future::join_all(stops).await;
+}
+
+async fn reap_idle(bridge: Arc<Bridge>, idle: Duration) {
+    let mut tick = tokio::time::interval(Duration::from_secs(30).min(idle));
+    loop {
+        tick.tick().await;
+        let idle_slots: Vec<(String, Arc<Slot>)> = {
+            let mut sessions = bridge.sessions.lock().expect("sessions lock");
+            let old: Vec<String> = sessions
+                .iter()
+                .filter(|(_, s)| s.last_used.elapsed() >= idle)
+                .map(|(id, _)| id.clone())
+                .collect();
+            old.into_iter()
+                .filter_map(|id| {
+                    let s = sessions.remove(&id)?;
+                    Some((id, s.slot?))
+                })
+                .collect()
+        };
+        // (Sessions of the shared process were removed above; only their own processes stop.)
+        for (_, slot) in idle_slots {
+            tracing::info!(
+                ?idle,
+                "ending a session unused for the idle timeout; stopping its process"
+            );
+            slot.stop().await;
+        }
+    }
+}
+
+fn router(bridge: &Arc<Bridge>) -> axum::Router {
+    axum::Router::new()
+        .route(
+            "/mcp",
+            axum::routing::post(post)
+                .get(get_stream)
+                .delete(delete_session),
+        )
+        .route("/healthz", axum::routing::get(|| async { "ok\n" }))
+        .route("/readyz", axum::routing::get(readyz))
+        .with_state(Arc::clone(bridge))
+}
+
+async fn readyz(State(b): State<Arc<Bridge>>) -> Response {
+    let (status, state, reason, pid) = match b.shared.state() {
+        slot::State::Ready(child) => (StatusCode::OK, "ready", None, child.pid),
+        slot::State::Starting => (StatusCode::SERVICE_UNAVAILABLE, "starting", None, None),
+        slot::State::Restarting { reason } => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "restarting",
+            Some(reason),
+            None,
+        ),
+        slot::State::Stopped => (StatusCode::SERVICE_UNAVAILABLE, "stopped", None, None),
+    };
+    let sessions = b.sessions.lock().expect("sessions lock").len();
+    json_response(
+        status,
+        &json!({
+            "state": state,
+            "reason": reason,
+            "pid": pid,
+            "restarts": b.shared.restarts(),
+            "sessions": sessions,
+        }),
+    )
+}
+
+// ─── POST ────────────────────────────────────────────────────────────────────────────────
+
+async fn post(State(b): State<Arc<Bridge>>, headers: HeaderMap, body: Body) -> Response {
+    if let Err(refused) = serving::guard(b.check_host, &headers) {
+        return refused;
+    }
+    let incoming = match serving::read_message(body, b.max_line_bytes).await {
+        Ok(m) => m,
+        Err(refused) => return refused,
+    };
+    let (id, params) = (incoming.id, incoming.params);
+    let Some(method) = incoming.method else {
+        // A client's response: the bridge forwards no server requests, so none is awaited.
+        return StatusCode::ACCEPTED.into_response();
+    };
+    let era = match serving::era_of(&headers, &method, &params, id.as_ref(), |session| {
+        let mut sessions = b.sessions.lock().expect("sessions lock");
+        sessions.get_mut(session).map(|s| {
+            s.last_used = Instant::now();
+            s.protocol_version.clone()
+        })
+    }) {
+        Ok(era) => era,
+        Err(refused) => return refused,
+    };
+    let Some(id) = id else {
+        notification(&b, &era, &method, params).await;
+        return StatusCode::ACCEPTED.into_response();
+    };
+    match method.as_str() {
+        "initialize" => initialize(&b, &id, &params).await,
+        "server/discover" => discover(&b, &id).await,
+        "ping" => {
+            let mut result = Map::new();
+            if era == RequestEra::Modern {
+                result.insert("resultType".into(), json!("complete"));
+            }
+            json_response(StatusCode::OK, &rpc_result(&id, result))
+        }
+        "subscriptions/listen" if era == RequestEra::Modern => listen(&b, id, &params),
+        _ => forward(b, era, id, method, params, &headers).await,
+    }
+}
+
+/// The slot a request of this era goes to.
+fn slot_for(b: &Bridge, era: &RequestEra) -> Arc<Slot> {
+    if let RequestEra::Legacy(Some(session)) = era
+        && let Some(slot) = b
+            .sessions
+            .lock()
+            .expect("sessions lock")
+            .get(session)
+            .and_then(|s| s.slot.clone())
+    {
+        return slot;
+    }
+    Arc::clone(&b.shared)
+}
+
+fn unavailable(id: &Value, why: &str) -> Response {
+    json_response(
+        StatusCode::SERVICE_UNAVAILABLE,
+        &rpc_error(id, ErrorCode::INTERNAL_ERROR.0 as i64, why, None),
+    )
+}
+
+async fn initialize(b: &Bridge, id: &Value, params: &Map<String, Value>) -> Response {
+    let version = serving::negotiated_legacy_version(params);
+    let slot = if b.per_session {
+        if b.sessions.lock().expect("sessions lock").len() >= b.max_sessions {
+            return unavailable(
+                id,
+                &format!(
+                    "the bridge already runs {} sessions, each with its own server process (--max-sessions); end one with DELETE",
+                    b.max_sessions
+                ),
+            );
+        }
+        Slot::start(b.spec.clone(), version.to_string())
+    } else {
+        // Sessions on the shared process cost a map entry: past the bound the least recently
+        // used is forgotten (its client gets 404 and initializes again, as every client does).
+        let mut sessions = b.sessions.lock().expect("sessions lock");
+        if sessions.len() >= MAX_SHARED_SESSIONS
+            && let Some(oldest) = sessions
+                .iter()
+                .min_by_key(|(_, s)| s.last_used)
+                .map(|(id, _)| id.clone())
+        {
+            sessions.remove(&oldest);
+        }
+        drop(sessions);
+        Arc::clone(&b.shared)
+    };
+    let child = match slot.ready(b.request_timeout).await {
+        Ok(child) => child,
+        Err(why) => {
+            if b.per_session {
+                slot.stop().await;
+            }
+            return unavailable(id, &why);
+        }
+    };
+    let init = child.init();
+    let session = serving::new_session_id();
+    b.sessions.lock().expect("sessions lock").insert(
+        session.clone(),
+        Session {
+            protocol_version: version.to_string(),
+            slot: b.per_session.then_some(slot),
+            last_used: Instant::now(),
+        },
+    );
+    let mut result = Map::new();
+    result.insert("protocolVersion".into(), json!(version));
+    for key in ["capabilities", "serverInfo", "instructions"] {
+        if let Some(value) = init.get(key) {
+            result.insert(key.into(), value.clone());
+        }
+    }
+    result.entry("capabilities").or_insert_with(|| json!({}));
+    let mut response = json_response(StatusCode::OK, &rpc_result(id, result));
+    response.headers_mut().insert(
+        SESSION_HEADER,
+        HeaderValue::from_str(&session).expect("hex is a header value"),
+    );
+    response
+}
+
+async fn discover(b: &Bridge, id: &Value) -> Response {
+    let child = match b.shared.ready(b.request_timeout).await {
+        Ok(child) => child,
+        Err(why) => return unavailable(id, &why),
+    };
+    let init = child.init();
+    let mut meta = Map::new();
+    if let Some(info) = init.get("serverInfo") {
+        meta.insert(META_SERVER_INFO.into(), info.clone());
+    }
+    let mut result = Map::new();
+    result.insert("resultType".into(), json!("complete"));
+    result.insert("ttlMs".into(), json!(0));
+    result.insert("cacheScope".into(), json!("private"));
+    result.insert("supportedVersions".into(), serving::supported_versions());
+    result.insert(
+        "capabilities".into(),
+        init.get("capabilities").cloned().unwrap_or(json!({})),
+    );
+    if let Some(instructions) = init.get("instructions") {
+        result.insert("instructions".into(), instructions.clone());
+    }
+    result.insert("_meta".into(), Value::Object(meta));
+    json_response(StatusCode::OK, &rpc_result(id, result))
+}
+
+fn flight_key(era: &RequestEra, id: &Value) -> FlightKey {
+    let session = match era {
+        RequestEra::Legacy(Some(s)) => s.clone(),
+        _ => String::new(),
+    };
+    (session, id.to_string())
+}
+
+/// Removes the in-flight entry when the request ends, however it ends.
+struct InFlight {
+    b: Arc<Bridge>,
+    key: FlightKey,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.b
+            .in_flight
+            .lock()
+            .expect("in-flight lock")
+            .remove(&self.key);
+    }
+}
+
+/// Drops the modern era's per-request `_meta` keys: the child speaks a legacy revision and
+/// the bridge made its handshake for it.
+fn strip_modern_meta(params: &mut Map<String, Value>) {
+    if let Some(Value::Object(meta)) = params.get_mut("_meta") {
+        meta.retain(|k, _| !k.starts_with(META_MODERN_PREFIX));
+        if meta.is_empty() {
+            params.remove("_meta");
+        }
+    }
+}
+
+async fn forward(
+    b: Arc<Bridge>,
+    era: RequestEra,
+    id: Value,
+    method: String,
+    mut params: Map<String, Value>,
+    headers: &HeaderMap,
+) -> Response {
+    let modern = (era == RequestEra::Modern).then(|| method.clone());
+    if modern.is_some() {
+        strip_modern_meta(&mut params);
+    }
+    let slot = slot_for(&b, &era);
+    let deadline = Instant::now() + b.request_timeout;
+    let child = match slot.ready(b.request_timeout).await {
+        Ok(child) => child,
+        Err(why) => return unavailable(&id, &why),
+    };
+    let key = flight_key(&era, &id);
+    let in_flight = InFlight {
+        b: Arc::clone(&b),
+        key: key.clone(),
+    };
+    let wants_progress = params
+        .get("_meta")
+        .and_then(|m| m.get("progressToken"))
+        .is_some()
+        && accepts_sse(headers);
+    let remaining = deadline.saturating_duration_since(Instant::now());
+    let timeout = b.request_timeout;
+    // Records the bridge's id of the request at `child`, for notifications/cancelled.
+    let register = |child: &Arc<child::Child>| {
+        let b = Arc::clone(&b);
+        let child = Arc::clone(child);
+        let key = key.clone();
+        move |bridge_id| {
+            b.in_flight
+                .lock()
+                .expect("in-flight lock")
+                .insert(key, (child, bridge_id));
+        }
+    };
+    if !wants_progress {
+        let call = async {
+            let first = child
+                .request(&method, params.clone(), None, register(&child))
+                .await;
+            let again = match &first {
+                Err(ChildError::NotSent) => true,
+                Err(ChildError::Exited) => safe_to_resend(&b, &method, &params),
+                _ => false,
+            };
+            if !again {
+                return first;
+            }
+            // The process died before answering: it never read the request (NotSent), or the
+            // request changes nothing (a listing, a read-only or idempotent tool). The
+            // restarted process gets it, once.
+            match slot.ready(remaining).await {
+                Ok(again) => again.request(&method, params, None, register(&again)).await,
+                Err(_) => first,
+            }
+        };
+        let reply = tokio::time::timeout(remaining, call)
+            .await
+            .unwrap_or(Err(ChildError::Timeout(timeout)));
+        if method == "tools/list"
+            && let Ok(message) = &reply
+        {
+            learn_safe_tools(&b, message);
+        }
+        drop(in_flight);
+        return json_response(
+            StatusCode::OK,
+            &reply_message(&id, reply, modern.as_deref()),
+        );
+    }
+    // The client asked for progress: an event stream with the child's progress for this call,
+    // then the reply.
+    let (tx, rx) = mpsc::channel::<Bytes>(64);
+    let registered = register(&child);
+    tokio::spawn(async move {
+        let (note_tx, mut note_rx) = mpsc::unbounded_channel::<Value>();
+        let call = tokio::time::timeout(
+            remaining,
+            child.request(&method, params, Some(note_tx), registered),
+        );
+        tokio::pin!(call);
+        let reply = loop {
+            tokio::select! {
+                reply = &mut call => break reply.unwrap_or(Err(ChildError::Timeout(timeout))),
+                Some(note) = note_rx.recv() => {
+                    let _ = tx.send(sse_event(&note)).await;
+                }
+            }
+        };
+        while let Ok(note) = note_rx.try_recv() {
+            let _ = tx.send(sse_event(&note)).await;
+        }
+        let _ = tx
+            .send(sse_event(&reply_message(&id, reply, modern.as_deref())))
+            .await;
+        drop(in_flight);
+    });
+    sse_response(rx, vec![])
+}
+
+/// Methods that change nothing at the server, sent again after a crash.
+const IDEMPOTENT_METHODS: [&str; 7] = [
+    "tools/list",
+    "prompts/list",
+    "prompts/get",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+    "completion/complete",
+];
+
+fn safe_to_resend(b: &Bridge, method: &str, params: &Map<String, Value>) -> bool {
+    if IDEMPOTENT_METHODS.contains(&method) {
+        return true;
+    }
+    method == "tools/call"
+        && params
+            .get("name")
+            .and_then(Value::as_str)
+            .is_some_and(|name| b.safe_tools.lock().expect("safe tools lock").contains(name))
+}
+
+/// Remembers which listed tools say they are read-only or idempotent.
+fn learn_safe_tools(b: &Bridge, message: &Map<String, Value>) {
+    let Some(tools) = message
+        .get("result")
+        .and_then(|r| r.get("tools"))
+        .and_then(Value::as_array)
+    else {
+        return;
+    };
+    let mut safe = b.safe_tools.lock().expect("safe tools lock");
+    for tool in tools {
+        let Some(name) = tool.get("name").and_then(Value::as_str) else {
+            continue;
+        };
+        let hint = |key: &str| {
+            tool.get("annotations")
+                .and_then(|a| a.get(key))
+                .and_then(Value::as_bool)
+                == Some(true)
+        };
+        if hint("readOnlyHint") || hint("idempotentHint") {
+            safe.insert(name.to_string());
+        } else {
+            safe.remove(name);
+        }
+    }
+}
+
+/// Results the modern era lets clients cache, which must say for how long and for whom.
+const CACHEABLE: [&str; 5] = [
+    "tools/list",
+    "prompts/list",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+];
+
+/// Gives a legacy child's result what the modern era requires of it: a result type, and for
+/// cacheable results a lifetime. Zero and private: the child may change its lists at any time
+/// (it says so with list_changed), and nothing here knows whether they differ per user.
+fn modernise(method: &str, result: &mut Map<String, Value>) {
+    result
+        .entry("resultType")
+        .or_insert_with(|| json!("complete"));
+    if CACHEABLE.contains(&method) {
+        result.entry("ttlMs").or_insert_with(|| json!(0));
+        result
+            .entry("cacheScope")
+            .or_insert_with(|| json!("private"));
+    }
+}
+
+/// The client's reply: the child's message with the client's id back, or the bridge's error.
+/// `modern`: the method, when the client speaks the modern era.
+fn reply_message(
+    id: &Value,
+    reply: Result<Map<String, Value>, ChildError>,
+    modern: Option<&str>,
+) -> Value {
+    match reply {
+        Ok(mut message) => {
+            message.insert("id".into(), id.clone());
+            message.insert("jsonrpc".into(), json!("2.0"));
+            if let Some(method) = modern
+                && let Some(Value::Object(result)) = message.get_mut("result")
+            {
+                modernise(method, result);
+            }
+            Value::Object(message)
+        }
+        Err(e) => {
+            let code = match e {
+                ChildError::RequestTooLong { .. } => ErrorCode::INVALID_REQUEST.0,
+                _ => ErrorCode::INTERNAL_ERROR.0,
+            };
+            rpc_error(id, code as i64, &e.to_string(), None)
+        }
+    }
+}
+
+async fn notification(b: &Bridge, era: &RequestEra, method: &str, mut params: Map<String, Value>) {
+    match method {
+        // The bridge made the handshake with the child itself.
+        "notifications/initialized" => {}
+        "notifications/cancelled" => {
+            let Some(request) = params.get("requestId") else {
+                return;
+            };
+            let key = flight_key(era, request);
+            let target = b.in_flight.lock().expect("in-flight lock").remove(&key);
+            if let Some((child, bridge_id)) = target {
+                child.cancel(bridge_id).await;
+            }
+        }
+        _ => {
+            if *era == RequestEra::Modern {
+                strip_modern_meta(&mut params);
+            }
+            let slot = slot_for(b, era);
+            if let slot::State::Ready(child) = slot.state() {
+                let _ = child.notify(method, params).await;
+            }
+        }
+    }
+}
+
+// ─── event streams ───────────────────────────────────────────────────────────────────────
+
+/// Completes once the bridge is stopping.
+async fn stopped(shutdown: &mut watch::Receiver<bool>) {
+    let _ = shutdown.wait_for(|s| *s).await.map(|_| ());
+}
+
+/// Which of the child's notifications an event stream carries.
+#[derive(Clone, Copy)]
+enum Pass {
+    All,
+    ToolChanges,
+    Nothing,
+}
+
+/// Sends `first`, then every notification of the slot's child (with `meta` added), until the
+/// client goes away or the bridge stops (then `last`).
+fn note_stream(
+    b: &Bridge,
+    slot: &Slot,
+    first: Option<Value>,
+    meta: Option<Value>,
+    last: Option<Value>,
+    pass: Pass,
+) -> mpsc::Receiver<Bytes> {
+    let (tx, rx) = mpsc::channel::<Bytes>(16);
+    let mut notes = slot.notes.subscribe();
+    let mut shutdown = b.shutdown.clone();
+    tokio::spawn(async move {
+        if let Some(first) = first
+            && tx.send(sse_event(&first)).await.is_err()
+        {
+            return;
+        }
+        loop {
+            tokio::select! {
+                note = notes.recv() => {
+                    let mut note = match note {
+                        Ok(note) => note,
+                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                        Err(_) => return,
+                    };
+                    let method = note.get("method").and_then(Value::as_str).unwrap_or("");
+                    let passes = match pass {
+                        Pass::All => true,
+                        Pass::ToolChanges => method == "notifications/tools/list_changed",
+                        Pass::Nothing => false,
+                    };
+                    if !passes {
+                        continue;
+                    }
+                    if let Some(meta) = &meta {
+                        note["params"] = json!({"_meta": meta});
+                    }
+                    if tx.send(sse_event(&note)).await.is_err() { return; }
+                }
+                _ = stopped(&mut shutdown) => {
+                    if let Some(last) = last {
+                        let _ = tx.send(sse_event(&last)).await;
+                    }
+                    return;
+                }
+                _ = tokio::time::sleep(Duration::from_secs(25)) => {
+                    if tx.send(Bytes::from_static(b": keepalive\n\n")).await.is_err() { return; }
+                }
+                _ = tx.closed() => return,
+            }
+        }
+    });
+    rx
+}
+
+fn listen(b: &Bridge, id: Value, params: &Map<String, Value>) -> Response {
+    let wants_tools = params
+        .get("notifications")
+        .and_then(|n| n.get("toolsListChanged"))
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    let meta = json!({META_SUBSCRIPTION_ID: id});
+    let mut honoured = Map::new();
+    if wants_tools {
+        honoured.insert("toolsListChanged".into(), Value::Bool(true));
+    }
+    let ack = json!({
+        "jsonrpc": "2.0",
+        "method": "notifications/subscriptions/acknowledged",
+        "params": {"notifications": honoured, "_meta": meta},
+    });
+    let last = rpc_result(
+        &id,
+        json!({"resultType": "complete", "_meta": meta})
+            .as_object()
+            .cloned()
+            .unwrap_or_default(),
+    );
+    // Without toolsListChanged the stream carries the acknowledgement and stays open.
+    let pass = if wants_tools {
+        Pass::ToolChanges
+    } else {
+        Pass::Nothing
+    };
+    let rx = note_stream(b, &b.shared, Some(ack), Some(meta), Some(last), pass);
+    sse_response(rx, vec![])
+}
+
+async fn get_stream(State(b): State<Arc<Bridge>>, headers: HeaderMap) -> Response {
+    if let Err(refused) = serving::guard(b.check_host, &headers) {
+        return refused;
+    }
+    let Some(session) = header_str(&headers, SESSION_HEADER) else {
+        return (
+            StatusCode::METHOD_NOT_ALLOWED,
+            "GET needs an Mcp-Session-Id (legacy era)",
+        )
+            .into_response();
+    };
+    let slot = {
+        let sessions = b.sessions.lock().expect("sessions lock");
+        match sessions.get(session) {
+            Some(s) => s.slot.clone().unwrap_or_else(|| Arc::clone(&b.shared)),
+            None => {
+                return error_response(
+                    StatusCode::NOT_FOUND,
+                    &Value::Null,
+                    ErrorCode(SESSION_NOT_FOUND as i32),
+                    "session not found: initialize a new session",
+                );
+            }
+        }
+    };
+    if !accepts_sse(&headers) {
+        return (
+            StatusCode::NOT_ACCEPTABLE,
+            "GET streams are text/event-stream",
+        )
+            .into_response();
+    }
+    sse_response(note_stream(&b, &slot, None, None, None, Pass::All), vec![])
+}
+
+async fn delete_session(State(b): State<Arc<Bridge>>, headers: HeaderMap) -> Response {
+    if let Err(refused) = serving::guard(b.check_host, &headers) {
+        return refused;
+    }
+    let Some(session) = header_str(&headers, SESSION_HEADER) else {
+        return (StatusCode::BAD_REQUEST, "DELETE needs an Mcp-Session-Id").into_response();
+    };
+    let removed = b.sessions.lock().expect("sessions lock").remove(session);
+    match removed {
+        Some(s) => {
+            if let Some(slot) = s.slot {
+                slot.stop().await;
+            }
+            StatusCode::OK.into_response()
+        }
+        None => error_response(
+            StatusCode::NOT_FOUND,
+            &Value::Null,
+            ErrorCode(SESSION_NOT_FOUND as i32),
+            "session not found",
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modern_meta_keys_are_dropped_and_the_progress_token_kept() {
+        let mut params = json!({"name": "x", "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientInfo": {},
+            "progressToken": 3,
+        }})
+        .as_object()
+        .cloned()
+        .unwrap();
+        strip_modern_meta(&mut params);
+        assert_eq!(
+            Value::Object(params),
+            json!({"name": "x", "_meta": {"progressToken": 3}})
+        );
+        let mut only = json!({"_meta": {"io.modelcontextprotocol/protocolVersion": "v"}})
+            .as_object()
+            .cloned()
+            .unwrap();
+        strip_modern_meta(&mut only);
+        assert!(only.is_empty());
+    }
+
+    #[test]
+    fn only_calls_that_change_nothing_are_sent_again() {
+        let (_, shutdown) = watch::channel(false);
+        let b = Bridge {
+            spec: Spec {
+                program: "true".into(),
+                args: vec![],
+                max_line_bytes: 1024,
+                startup_timeout: Duration::from_secs(1),
+            },
+            per_session: false,
+            check_host: true,
+            max_line_bytes: 1024,
+            request_timeout: Duration::from_secs(1),
+            max_sessions: 1,
+            shared: Slot::detached(),
+            sessions: std::sync::Mutex::new(HashMap::new()),
+            in_flight: std::sync::Mutex::new(HashMap::new()),
+            shutdown,
+            safe_tools: std::sync::Mutex::new(std::collections::HashSet::new()),
+        };
+        let listed = json!({"result": {"tools": [
+            {"name": "read", "annotations": {"readOnlyHint": true}},
+            {"name": "put", "annotations": {"idempotentHint": true}},
+            {"name": "delete", "annotations": {"destructiveHint": true}},
+            {"name": "plain"},
+        ]}});
+        learn_safe_tools(&b, listed.as_object().unwrap());
+        let call = |name: &str| json!({"name": name}).as_object().cloned().unwrap();
+        assert!(safe_to_resend(&b, "tools/call", &call("read")));
+        assert!(safe_to_resend(&b, "tools/call", &call("put")));
+        assert!(!safe_to_resend(&b, "tools/call", &call("delete")));
+        assert!(!safe_to_resend(&b, "tools/call", &call("plain")));
+        assert!(!safe_to_resend(&b, "tools/call", &call("never-listed")));
+        assert!(safe_to_resend(&b, "resources/read", &Map::new()));
+        // A later listing that drops the hint drops the permission.
+        let relisted = json!({"result": {"tools": [{"name": "read"}]}});
+        learn_safe_tools(&b, relisted.as_object().unwrap());
+        assert!(!safe_to_resend(&b, "tools/call", &call("read")));
+    }
+
+    #[test]
+    fn replies_carry_the_clients_id_and_the_modern_result_type() {
+        let child_reply = json!({"jsonrpc": "2.0", "id": 17, "result": {"tools": []}})
+            .as_object()
+            .cloned()
+            .unwrap();
+        let legacy = reply_message(&json!("a"), Ok(child_reply.clone()), None);
+        assert_eq!(
+            legacy,
+            json!({"jsonrpc": "2.0", "id": "a", "result": {"tools": []}})
+        );
+        let modern = reply_message(&json!(5), Ok(child_reply), Some("tools/list"));
+        assert_eq!(modern["result"]["resultType"], json!("complete"));
+        assert_eq!(modern["result"]["ttlMs"], json!(0));
+        assert_eq!(modern["result"]["cacheScope"], json!("private"));
+        let failed = reply_message(
+            &json!(5),
+            Err(ChildError::ReplyTooLong { len: 10, max: 5 }),
+            None,
+        );
+        assert_eq!(failed["error"]["code"], json!(-32603));
+        assert_eq!(failed["id"], json!(5));
+    }
+}

@@ -1,0 +1,547 @@
+//! `mcp-operator import FILE`: turns the `mcpServers` JSON desktop clients use (Claude Desktop,
+//! Cursor, VS Code-style `type`/`transport` fields) into McpServer manifests, and a Secret
+//! manifest per server for everything that looks like a credential. Pure: [`plan`] maps one
+//! parsed document to manifests and notes; [`render`] prints them; the CLI only reads the file.
+//!
+//! The rule that matters: no value that is, or may be, a secret is ever printed. Headers are
+//! always credentials (an McpServer only sends headers from Secrets); env values and args are
+//! when their name or shape says so or they name a `$VAR`. Each becomes a Secret key with an
+//! empty placeholder and a comment saying which key needs a value and where it came from.
+
+mod secrets;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::{Map, Value, json};
+
+pub use secrets::looks_secret;
+
+/// Flags of `mcp-operator import`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ImportArgs {
+    /// The JSON file with an `mcpServers` object (claude_desktop_config.json, .cursor/mcp.json).
+    pub file: std::path::PathBuf,
+    /// Namespace of every manifest printed.
+    #[arg(long, default_value = "default")]
+    pub namespace: String,
+    /// Prefix for every resource name (e.g. `team-a-`).
+    #[arg(long, default_value = "")]
+    pub prefix: String,
+}
+
+/// What an import produced: manifests in order, and notes for the person (stderr).
+#[derive(Debug, Default)]
+pub struct Plan {
+    pub manifests: Vec<Manifest>,
+    pub notes: Vec<String>,
+}
+
+/// One manifest and the comment printed above it.
+#[derive(Debug, Clone)]
+pub struct Manifest {
+    pub comment: Vec<String>,
+    pub body: Value,
+}
+
+/// Why a document could not be imported at all.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ImportError {
+    #[error("the file is not JSON: {0}")]
+    NotJson(String),
+    #[error(
+        "the file has no \"mcpServers\" object (a Claude Desktop / Cursor config names its servers there)"
+    )]
+    NoServers,
+}
+
+const KNOWN_FIELDS: [&str; 7] = [
+    "command",
+    "args",
+    "env",
+    "url",
+    "headers",
+    "type",
+    "transport",
+];
+
+/// Largest DNS label.
+const MAX_NAME: usize = 63;
+
+/// A DNS label (RFC 1123) from any text: lowercase, runs of other characters as one `-`,
+/// trimmed, at most `max` characters; "server" when nothing is left.
+pub fn dns_label(text: &str, max: usize) -> String {
+    let mut out = String::new();
+    for c in text.chars().flat_map(char::to_lowercase) {
+        if c.is_ascii_lowercase() || c.is_ascii_digit() {
+            out.push(c);
+        } else if !out.ends_with('-') {
+            out.push('-');
+        }
+    }
+    let mut out: String = out.trim_matches('-').chars().take(max).collect();
+    while out.ends_with('-') {
+        out.pop();
+    }
+    if out.is_empty() {
+        "server".chars().take(max).collect()
+    } else {
+        out
+    }
+}
+
+/// Unique names for the servers' keys, in key order: a clash gets `-2`, `-3`… (the base cut
+/// so the whole stays a DNS label). Room is left for the Secret's `-credentials` suffix.
+pub fn names_for(keys: &[String], prefix: &str) -> BTreeMap<String, String> {
+    let mut taken = BTreeSet::new();
+    let mut out = BTreeMap::new();
+    let mut sorted: Vec<&String> = keys.iter().collect();
+    sorted.sort();
+    for key in sorted {
+        let base = dns_label(&format!("{prefix}{key}"), MAX_NAME);
+        let mut name = base.clone();
+        let mut n = 2;
+        while taken.contains(&name) {
+            let suffix = format!("-{n}");
+            let cut: String = base.chars().take(MAX_NAME - suffix.len()).collect();
+            name = format!("{}{suffix}", cut.trim_end_matches('-'));
+            n += 1;
+        }
+        taken.insert(name.clone());
+        out.insert(key.clone(), name);
+    }
+    out
+}
+
+/// The keys of a Secret being assembled: key → what to tell the person about it.
+#[derive(Default)]
+struct SecretKeys(BTreeMap<String, String>);
+
+impl SecretKeys {
+    /// Adds a key (made unique) and returns it.
+    fn add(&mut self, wanted: &str, why: String) -> String {
+        let base = secret_key(wanted);
+        let mut key = base.clone();
+        let mut n = 2;
+        while self.0.contains_key(&key) {
+            key = format!("{base}-{n}");
+            n += 1;
+        }
+        self.0.insert(key.clone(), why);
+        key
+    }
+}
+
+/// A Secret data key: `[-._a-zA-Z0-9]+`.
+fn secret_key(text: &str) -> String {
+    let key: String = text
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(253)
+        .collect();
+    if key.is_empty() { "value".into() } else { key }
+}
+
+fn secret_ref(secret: &str, key: &str) -> Value {
+    json!({"secretKeyRef": {"name": secret, "key": key}})
+}
+
+/// Maps a parsed `mcpServers` document to manifests.
+pub fn plan(doc: &Value, namespace: &str, prefix: &str) -> Result<Plan, ImportError> {
+    let Some(servers) = doc.get("mcpServers").and_then(Value::as_object) else {
+        return Err(ImportError::NoServers);
+    };
+    let mut out = Plan::default();
+    if let Some(top) = doc.as_object() {
+        for key in top.keys().filter(|k| *k != "mcpServers") {
+            out.notes
+                .push(format!("top-level field {:?} is not imported", short(key)));
+        }
+    }
+    let keys: Vec<String> = servers.keys().cloned().collect();
+    let names = names_for(&keys, prefix);
+    for (key, entry) in servers {
+        let name = &names[key];
+        let Some(entry) = entry.as_object() else {
+            out.notes
+                .push(format!("server {:?}: not an object; skipped", short(key)));
+            continue;
+        };
+        import_one(key, name, entry, namespace, &mut out);
+    }
+    Ok(out)
+}
+
+fn short(text: &str) -> String {
+    text.chars().take(80).collect()
+}
+
+fn import_one(key: &str, name: &str, entry: &Map<String, Value>, ns: &str, out: &mut Plan) {
+    let who = format!("server {:?} (McpServer {name})", short(key));
+    for field in entry.keys() {
+        if !KNOWN_FIELDS.contains(&field.as_str()) {
+            out.notes
+                .push(format!("{who}: field {:?} is not imported", short(field)));
+        }
+    }
+    let kind = entry
+        .get("type")
+        .or_else(|| entry.get("transport"))
+        .and_then(Value::as_str)
+        .map(str::to_ascii_lowercase);
+    let secret_name = format!("{name}-credentials");
+    let mut keys = SecretKeys::default();
+    let spec = match (entry.get("url"), entry.get("command")) {
+        (Some(Value::String(url)), None) => remote(
+            url,
+            kind.as_deref(),
+            entry,
+            &secret_name,
+            &who,
+            &mut keys,
+            out,
+        ),
+        (None, Some(Value::String(command))) => {
+            stdio(command, entry, &secret_name, &who, &mut keys, out)
+        }
+        (Some(_), Some(_)) => {
+            out.notes
+                .push(format!("{who}: has both url and command; skipped"));
+            return;
+        }
+        _ => {
+            out.notes.push(format!(
+                "{who}: needs a string url (remote) or command (stdio); skipped"
+            ));
+            return;
+        }
+    };
+    let Some(spec) = spec else { return };
+    out.manifests.push(Manifest {
+        comment: vec![format!("From mcpServers.{}", short(key))],
+        body: json!({
+            "apiVersion": "mcp-operator.dev/v1alpha1",
+            "kind": "McpServer",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": spec,
+        }),
+    });
+    if !keys.0.is_empty() {
+        let mut comment = vec![format!(
+            "Fill in before applying (values were not copied from the file): Secret {secret_name}"
+        )];
+        for (key, why) in &keys.0 {
+            comment.push(format!("  {key}: {why}"));
+        }
+        let data: Map<String, Value> = keys.0.keys().map(|k| (k.clone(), json!(""))).collect();
+        out.manifests.push(Manifest {
+            comment,
+            body: json!({
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": secret_name, "namespace": ns},
+                "type": "Opaque",
+                "stringData": data,
+            }),
+        });
+        out.notes.push(format!(
+            "{who}: Secret {secret_name} needs values for: {}",
+            keys.0.keys().cloned().collect::<Vec<_>>().join(", ")
+        ));
+    }
+}
+
+fn remote(
+    url: &str,
+    kind: Option<&str>,
+    entry: &Map<String, Value>,
+    secret: &str,
+    who: &str,
+    keys: &mut SecretKeys,
+    out: &mut Plan,
+) -> Option<Value> {
+    let Ok(mut parsed) = url::Url::parse(url) else {
+        out.notes.push(format!("{who}: url is not a URL; skipped"));
+        return None;
+    };
+    if !matches!(parsed.scheme(), "http" | "https") {
+        out.notes
+            .push(format!("{who}: url is not http(s); skipped"));
+        return None;
+    }
+    if !parsed.username().is_empty() || parsed.password().is_some() {
+        let _ = parsed.set_username("");
+        let _ = parsed.set_password(None);
+        out.notes.push(format!(
+            "{who}: the URL carried a user name or password; removed (an McpServer sends credentials from Secrets only: add them as a header)"
+        ));
+    }
+    let pairs: Vec<(String, String)> = parsed.query_pairs().into_owned().collect();
+    if pairs.iter().any(|(k, v)| looks_secret(k, v)) {
+        let kept: Vec<&(String, String)> =
+            pairs.iter().filter(|(k, v)| !looks_secret(k, v)).collect();
+        let dropped: Vec<&str> = pairs
+            .iter()
+            .filter(|(k, v)| looks_secret(k, v))
+            .map(|(k, _)| k.as_str())
+            .collect();
+        if kept.is_empty() {
+            parsed.set_query(None);
+        } else {
+            parsed
+                .query_pairs_mut()
+                .clear()
+                .extend_pairs(kept.iter().map(|(k, v)| (k, v)));
+        }
+        out.notes.push(format!(
+            "{who}: query parameter(s) {} look like credentials; removed from the URL (an McpServer cannot send query credentials from a Secret: use a header if the server accepts one)",
+            dropped.join(", ")
+        ));
+    }
+    let transport = match kind {
+        Some("sse") => "sse",
+        Some("http" | "streamable-http" | "streamablehttp" | "streamable_http") | None => {
+            "streamable-http"
+        }
+        Some(other) => {
+            out.notes.push(format!(
+                "{who}: type {:?} is not a transport the operator knows; using streamable-http",
+                short(other)
+            ));
+            "streamable-http"
+        }
+    };
+    let mut spec = json!({"url": parsed.to_string()});
+    if transport == "sse" {
+        spec["transport"] = json!("sse");
+    }
+    let mut credentials = Map::new();
+    let mut headers = Vec::new();
+    match entry.get("headers") {
+        None => {}
+        Some(Value::Object(given)) => {
+            for (header, value) in given {
+                let value = value.as_str().unwrap_or("");
+                let bare = value
+                    .get(..7)
+                    .filter(|p| p.eq_ignore_ascii_case("bearer "))
+                    .map_or(value, |_| &value[7..]);
+                let source = var_name(bare.trim())
+                    .map(|v| format!("from ${v}"))
+                    .unwrap_or_else(|| "the file's value".into());
+                if header.eq_ignore_ascii_case("authorization")
+                    && value.to_ascii_lowercase().starts_with("bearer ")
+                {
+                    let key = keys.add("token", format!("the bearer token of the Authorization header ({source}), without \"Bearer \""));
+                    credentials.insert(
+                        "bearerToken".into(),
+                        json!({"secretKeyRef": {"name": secret, "key": key}}),
+                    );
+                } else {
+                    let key = keys.add(
+                        &header.to_ascii_lowercase(),
+                        format!("the {header} header ({source})"),
+                    );
+                    headers.push(json!({"name": header, "valueFrom": secret_ref(secret, &key)}));
+                }
+            }
+        }
+        Some(_) => out
+            .notes
+            .push(format!("{who}: headers is not an object; not imported")),
+    }
+    if !headers.is_empty() {
+        credentials.insert("headers".into(), Value::Array(headers));
+    }
+    if !credentials.is_empty() {
+        spec["credentials"] = Value::Object(credentials);
+    }
+    for field in ["command", "args", "env"] {
+        if entry.contains_key(field) {
+            out.notes.push(format!(
+                "{who}: {field} is ignored for a remote (url) server"
+            ));
+        }
+    }
+    Some(spec)
+}
+
+/// `$VAR` or `${VAR}` (the whole value), as desktop configs write environment references.
+pub fn var_name(value: &str) -> Option<&str> {
+    let name = value
+        .strip_prefix("${")
+        .and_then(|v| v.strip_suffix('}'))
+        .or_else(|| value.strip_prefix('$'))?;
+    (!name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+        .then_some(name)
+}
+
+/// Whether a value mentions a `$VAR`/`${VAR}` anywhere (e.g. `Bearer ${TOKEN}`).
+fn mentions_var(value: &str) -> bool {
+    value.contains("${")
+        || value
+            .split('$')
+            .skip(1)
+            .any(|rest| rest.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_'))
+}
+
+/// The image a stdio command runs in: the runtime its launcher needs.
+fn image_for(command: &str) -> Option<&'static str> {
+    let base = command.rsplit('/').next().unwrap_or(command);
+    match base {
+        "npx" | "node" | "npm" | "pnpm" | "bunx" => Some("node:22-slim"),
+        "uvx" | "uv" => Some("ghcr.io/astral-sh/uv:python3.12-bookworm-slim"),
+        "python" | "python3" | "pipx" => Some("python:3.12-slim"),
+        "deno" => Some("denoland/deno:latest"),
+        _ => None,
+    }
+}
+
+fn stdio(
+    command: &str,
+    entry: &Map<String, Value>,
+    secret: &str,
+    who: &str,
+    keys: &mut SecretKeys,
+    out: &mut Plan,
+) -> Option<Value> {
+    let mut env = Vec::new();
+    let mut args = Vec::new();
+    if let Some(given) = entry.get("args") {
+        let Some(given) = given.as_array() else {
+            out.notes
+                .push(format!("{who}: args is not a list; skipped"));
+            return None;
+        };
+        for (i, arg) in given.iter().enumerate() {
+            let arg = match arg {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            // A secret in an argument moves to an env var from the Secret; Kubernetes expands
+            // `$(NAME)` in container args.
+            let (flag, value) = match arg.split_once('=') {
+                Some((flag, value)) if flag.starts_with('-') => (Some(flag), value),
+                _ => (None, arg.as_str()),
+            };
+            let secret_arg = looks_secret(flag.unwrap_or(""), value) || mentions_var(value);
+            if secret_arg {
+                let var = format!("MCP_IMPORT_ARG_{}", i + 1);
+                let key = keys.add(
+                    &var.to_ascii_lowercase(),
+                    format!("argument {} of the command", i + 1),
+                );
+                env.push(json!({"name": var, "valueFrom": secret_ref(secret, &key)}));
+                args.push(match flag {
+                    Some(flag) => format!("{flag}=$({var})"),
+                    None => format!("$({var})"),
+                });
+            } else {
+                args.push(arg);
+            }
+        }
+    }
+    match entry.get("env") {
+        None => {}
+        Some(Value::Object(given)) => {
+            for (name, value) in given {
+                let text = match value {
+                    Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                };
+                if looks_secret(name, &text) || mentions_var(&text) {
+                    let source = var_name(&text)
+                        .map(|v| format!("from ${v}"))
+                        .unwrap_or_else(|| "the file's value".into());
+                    let key = keys.add(name, format!("env {name} ({source})"));
+                    env.push(json!({"name": name, "valueFrom": secret_ref(secret, &key)}));
+                } else {
+                    env.push(json!({"name": name, "value": text}));
+                }
+            }
+        }
+        Some(_) => out
+            .notes
+            .push(format!("{who}: env is not an object; not imported")),
+    }
+    let image = match image_for(command) {
+        Some(image) => image.to_string(),
+        None => {
+            out.notes.push(format!(
+                "{who}: no image known for the command {:?}; set spec.stdio.image to one that holds it",
+                short(command)
+            ));
+            "REPLACE-with-an-image-holding-the-command".into()
+        }
+    };
+    if command.rsplit('/').next() == Some("docker") {
+        out.notes.push(format!(
+            "{who}: the command runs docker; in a cluster use the image it names as spec.stdio.image instead"
+        ));
+    }
+    let mut stdio = json!({"image": image, "command": [command]});
+    if !args.is_empty() {
+        stdio["args"] = json!(args);
+    }
+    if !env.is_empty() {
+        stdio["env"] = Value::Array(env);
+    }
+    for field in ["url", "headers"] {
+        if entry.contains_key(field) {
+            out.notes.push(format!(
+                "{who}: {field} is ignored for a stdio (command) server"
+            ));
+        }
+    }
+    Some(json!({"stdio": stdio}))
+}
+
+/// The manifests as one YAML stream, each with its comment.
+pub fn render(plan: &Plan) -> String {
+    let mut text = String::new();
+    for manifest in &plan.manifests {
+        text.push_str("---\n");
+        for line in &manifest.comment {
+            text.push_str("# ");
+            text.push_str(line);
+            text.push('\n');
+        }
+        text.push_str(&serde_saphyr::to_string(&manifest.body).expect("JSON renders as YAML"));
+    }
+    text
+}
+
+/// The CLI: reads the file, prints manifests on stdout and notes on stderr.
+pub fn main(args: ImportArgs) -> std::process::ExitCode {
+    let text = match std::fs::read_to_string(&args.file) {
+        Ok(text) => text,
+        Err(e) => {
+            eprintln!("import: cannot read {}: {e}", args.file.display());
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let result = serde_json::from_str::<Value>(&text)
+        .map_err(|e| ImportError::NotJson(format!("line {} column {}", e.line(), e.column())))
+        .and_then(|doc| plan(&doc, &args.namespace, &args.prefix));
+    match result {
+        Ok(plan) => {
+            for note in &plan.notes {
+                eprintln!("import: {note}");
+            }
+            print!("{}", render(&plan));
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("import: {}: {e}", args.file.display());
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,463 @@
+//! The server side of Streamable HTTP, shared by every endpoint this binary serves (the
+//! sidecar's `/mcp` and the stdio bridge's): JSON-RPC replies and event-stream framing, the
+//! Host/Origin guard, reading one request body within a bound, and deciding which protocol
+//! era a request speaks and whether it carries what that era requires.
+//!
+//! Only the wire rules live here; what a method *does* belongs to each endpoint.
+
+use std::net::SocketAddr;
+
+use axum::body::{Body, Bytes};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use base64::Engine as _;
+use rmcp::model::ErrorCode;
+use serde_json::{Map, Value, json};
+use tokio::sync::{mpsc, watch};
+
+use super::session::{LEGACY_VERSIONS, MODERN_VERSION};
+
+pub const SESSION_HEADER: &str = "mcp-session-id";
+pub const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+pub const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+pub const META_SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
+/// The `_meta` prefix of the modern era's per-request keys (protocol version, client info and
+/// capabilities), which a legacy server behind us has never heard of.
+pub const META_MODERN_PREFIX: &str = "io.modelcontextprotocol/";
+/// Legacy revisions clients may speak to us (2024-11-05 is not offered: it has no Streamable
+/// HTTP), newest first.
+pub const SERVED_LEGACY_VERSIONS: [&str; 3] = ["2025-11-25", "2025-06-18", "2025-03-26"];
+/// The JSON-RPC code for a session this endpoint does not know (the client initializes again).
+pub const SESSION_NOT_FOUND: i64 = -32001;
+
+// ─── responses ───────────────────────────────────────────────────────────────────────────
+
+pub fn rpc_result(id: &Value, result: Map<String, Value>) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "result": result})
+}
+
+pub fn rpc_error(id: &Value, code: i64, message: &str, data: Option<Value>) -> Value {
+    let mut error = json!({"code": code, "message": message});
+    if let Some(data) = data {
+        error["data"] = data;
+    }
+    json!({"jsonrpc": "2.0", "id": id, "error": error})
+}
+
+pub fn json_response(status: StatusCode, body: &Value) -> Response {
+    let mut response = (status, serde_json::to_vec(body).expect("JSON serialises")).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+pub fn error_response(status: StatusCode, id: &Value, code: ErrorCode, message: &str) -> Response {
+    json_response(status, &rpc_error(id, code.0 as i64, message, None))
+}
+
+pub fn sse_event(value: &Value) -> Bytes {
+    Bytes::from(format!(
+        "event: message\ndata: {}\n\n",
+        serde_json::to_string(value).expect("JSON serialises")
+    ))
+}
+
+pub fn sse_response(
+    rx: mpsc::Receiver<Bytes>,
+    headers: Vec<(&'static str, HeaderValue)>,
+) -> Response {
+    let stream = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv()
+            .await
+            .map(|b| (Ok::<_, std::convert::Infallible>(b), rx))
+    });
+    let mut response = Response::new(Body::from_stream(stream));
+    let h = response.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    for (name, value) in headers {
+        h.insert(name, value);
+    }
+    response
+}
+
+pub fn list_changed(meta: Option<&Value>) -> Value {
+    let mut note = json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"});
+    if let Some(meta) = meta {
+        note["params"] = json!({"_meta": meta});
+    }
+    note
+}
+
+/// A fresh, unguessable session id.
+pub fn new_session_id() -> String {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes).expect("the OS random source works");
+    hex::encode(bytes)
+}
+
+/// Serves the router on `listener` with TCP_NODELAY until `shutdown` turns true, then lets
+/// in-flight requests finish.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    router: axum::Router,
+    mut shutdown: watch::Receiver<bool>,
+) -> std::io::Result<()> {
+    use axum::serve::ListenerExt;
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
+    axum::serve(
+        listener,
+        router.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(async move {
+        let _ = shutdown.wait_for(|stop| *stop).await;
+    })
+    .await
+}
+
+// ─── the guard ───────────────────────────────────────────────────────────────────────────
+
+pub fn is_loopback_host(host: &str) -> bool {
+    let name = if let Some(rest) = host.strip_prefix('[') {
+        rest.split(']').next().unwrap_or("")
+    } else {
+        host.rsplit_once(':').map_or(host, |(h, _)| h)
+    };
+    matches!(name.to_ascii_lowercase().as_str(), "localhost" | "::1")
+        || name
+            .parse::<std::net::Ipv4Addr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// Host and Origin checks (DNS rebinding: a web page must not reach the tools). `check_host`
+/// is on when the endpoint listens on loopback only.
+// The refusal is the response itself, built once per refused request.
+#[allow(clippy::result_large_err)]
+pub fn guard(check_host: bool, headers: &HeaderMap) -> Result<(), Response> {
+    let forbidden = |why: &str| {
+        error_response(
+            StatusCode::FORBIDDEN,
+            &Value::Null,
+            ErrorCode::INVALID_REQUEST,
+            why,
+        )
+    };
+    if check_host {
+        let host = headers
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .unwrap_or("");
+        if !is_loopback_host(host) {
+            return Err(forbidden(
+                "the Host header must name this machine (localhost or a loopback address)",
+            ));
+        }
+    }
+    if let Some(origin) = headers.get(header::ORIGIN) {
+        let origin = origin.to_str().unwrap_or("");
+        let host = origin
+            .strip_prefix("http://")
+            .or_else(|| origin.strip_prefix("https://"))
+            .unwrap_or("");
+        if !is_loopback_host(host) {
+            return Err(forbidden(
+                "requests from web pages of other origins are refused",
+            ));
+        }
+    }
+    Ok(())
+}
+
+pub fn header_str<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+pub fn accepts_sse(headers: &HeaderMap) -> bool {
+    header_str(headers, "accept").is_some_and(|a| a.contains("text/event-stream"))
+}
+
+/// The inverse of the `=?base64?…?=` header encoding MCP uses for names HTTP cannot carry.
+pub fn decode_header_value(value: &str) -> Option<String> {
+    match value
+        .strip_prefix("=?base64?")
+        .and_then(|v| v.strip_suffix("?="))
+    {
+        Some(b64) => base64::engine::general_purpose::STANDARD
+            .decode(b64)
+            .ok()
+            .and_then(|b| String::from_utf8(b).ok()),
+        None => Some(value.to_string()),
+    }
+}
+
+// ─── one request ─────────────────────────────────────────────────────────────────────────
+
+/// One JSON-RPC message a client POSTed.
+pub struct Incoming {
+    pub id: Option<Value>,
+    /// None: the message is a response (to a request the endpoint sent).
+    pub method: Option<String>,
+    pub params: Map<String, Value>,
+    /// The whole message when it is a response: what the request it answers waits for.
+    pub response: Option<Map<String, Value>>,
+}
+
+/// How much of an oversized body is read (and dropped) before refusing it, as a multiple of
+/// the limit: a client still writing when the refusal comes sees a broken pipe instead of the
+/// error, so a moderately oversized body is drained first; beyond this the connection is cut.
+const DRAIN_FACTOR: usize = 16;
+
+/// Reads and parses one POST body of at most `max_bytes`: a single JSON-RPC message object.
+#[allow(clippy::result_large_err)]
+pub async fn read_message(body: Body, max_bytes: usize) -> Result<Incoming, Response> {
+    use futures::StreamExt as _;
+    let mut stream = body.into_data_stream();
+    let mut bytes = Vec::new();
+    let mut total = 0usize;
+    while let Some(chunk) = stream.next().await {
+        let Ok(chunk) = chunk else {
+            break;
+        };
+        total = total.saturating_add(chunk.len());
+        if total <= max_bytes {
+            bytes.extend_from_slice(&chunk);
+        } else if total > max_bytes.saturating_mul(DRAIN_FACTOR) {
+            break;
+        }
+    }
+    if total > max_bytes {
+        return Err(error_response(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            &Value::Null,
+            ErrorCode::INVALID_REQUEST,
+            &format!("the request body exceeds {max_bytes} bytes"),
+        ));
+    }
+    let message: Value = serde_json::from_slice(&bytes).map_err(|_| {
+        error_response(
+            StatusCode::BAD_REQUEST,
+            &Value::Null,
+            ErrorCode::PARSE_ERROR,
+            "the body is not JSON",
+        )
+    })?;
+    let Value::Object(message) = message else {
+        return Err(error_response(
+            StatusCode::BAD_REQUEST,
+            &Value::Null,
+            ErrorCode::INVALID_REQUEST,
+            "send one JSON-RPC message per request (batches are not supported)",
+        ));
+    };
+    let id = message.get("id").cloned();
+    let method = message
+        .get("method")
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    let params = match message.get("params") {
+        Some(Value::Object(p)) => p.clone(),
+        None | Some(Value::Null) => Map::new(),
+        Some(_) => {
+            return Err(error_response(
+                StatusCode::BAD_REQUEST,
+                id.as_ref().unwrap_or(&Value::Null),
+                ErrorCode::INVALID_PARAMS,
+                "params must be an object",
+            ));
+        }
+    };
+    let response = method.is_none().then(|| message.clone());
+    Ok(Incoming {
+        id,
+        method,
+        params,
+        response,
+    })
+}
+
+/// The era a request speaks, as the endpoint serves it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RequestEra {
+    /// An `initialize` (None) or a request in a known session (its id).
+    Legacy(Option<String>),
+    /// 2026-07-28: no session, every request says its version.
+    Modern,
+}
+
+/// Decides the era and checks what that era requires of the request. `session_version` looks
+/// a legacy session up: its negotiated protocol version, or None when unknown.
+#[allow(clippy::result_large_err)]
+pub fn era_of(
+    headers: &HeaderMap,
+    method: &str,
+    params: &Map<String, Value>,
+    id: Option<&Value>,
+    session_version: impl Fn(&str) -> Option<String>,
+) -> Result<RequestEra, Response> {
+    let null = Value::Null;
+    let id = id.unwrap_or(&null);
+    let header_version = header_str(headers, "mcp-protocol-version");
+    let meta_version = params
+        .get("_meta")
+        .and_then(|m| m.get(META_PROTOCOL_VERSION))
+        .and_then(Value::as_str);
+    let modern = method == "server/discover"
+        || meta_version.is_some()
+        || header_version
+            .is_some_and(|v| !SERVED_LEGACY_VERSIONS.contains(&v) && !LEGACY_VERSIONS.contains(&v));
+    if !modern {
+        if method == "initialize" {
+            return Ok(RequestEra::Legacy(None));
+        }
+        let Some(session) = header_str(headers, SESSION_HEADER) else {
+            return Err(error_response(
+                StatusCode::BAD_REQUEST,
+                id,
+                ErrorCode::INVALID_REQUEST,
+                "no Mcp-Session-Id: send initialize first (or speak 2026-07-28 with _meta)",
+            ));
+        };
+        let Some(known) = session_version(session) else {
+            return Err(error_response(
+                StatusCode::NOT_FOUND,
+                id,
+                ErrorCode(SESSION_NOT_FOUND as i32),
+                "session not found: initialize a new session",
+            ));
+        };
+        if let Some(v) = header_version
+            && v != known
+            && !SERVED_LEGACY_VERSIONS.contains(&v)
+        {
+            return Err(error_response(
+                StatusCode::BAD_REQUEST,
+                id,
+                ErrorCode::INVALID_REQUEST,
+                "unsupported MCP-Protocol-Version",
+            ));
+        }
+        return Ok(RequestEra::Legacy(Some(session.to_string())));
+    }
+    let mismatch = |what: &str| {
+        Err(error_response(
+            StatusCode::BAD_REQUEST,
+            id,
+            ErrorCode::HEADER_MISMATCH,
+            &format!("{what} header does not match the request body"),
+        ))
+    };
+    let Some(version) = meta_version else {
+        return Err(error_response(
+            StatusCode::BAD_REQUEST,
+            id,
+            ErrorCode::INVALID_PARAMS,
+            &format!("params._meta must carry {META_PROTOCOL_VERSION}"),
+        ));
+    };
+    if header_version != Some(version) {
+        return mismatch("MCP-Protocol-Version");
+    }
+    if version != MODERN_VERSION {
+        return Err(json_response(
+            StatusCode::BAD_REQUEST,
+            &rpc_error(
+                id,
+                ErrorCode::UNSUPPORTED_PROTOCOL_VERSION.0 as i64,
+                "unsupported protocol version",
+                Some(json!({"supported": [MODERN_VERSION], "requested": version})),
+            ),
+        ));
+    }
+    if header_str(headers, "mcp-method") != Some(method) {
+        return mismatch("Mcp-Method");
+    }
+    if method == "tools/call"
+        && let Some(name) = params.get("name").and_then(Value::as_str)
+        && header_str(headers, "mcp-name")
+            .and_then(decode_header_value)
+            .as_deref()
+            != Some(name)
+    {
+        return mismatch("Mcp-Name");
+    }
+    Ok(RequestEra::Modern)
+}
+
+/// The legacy version to answer an `initialize` with: the client's when we serve it, else our
+/// newest.
+pub fn negotiated_legacy_version(params: &Map<String, Value>) -> &'static str {
+    let asked = params
+        .get("protocolVersion")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    SERVED_LEGACY_VERSIONS
+        .iter()
+        .find(|v| **v == asked)
+        .copied()
+        .unwrap_or(SERVED_LEGACY_VERSIONS[0])
+}
+
+/// The versions a `server/discover` result lists: the modern one, then the legacy ones.
+pub fn supported_versions() -> Value {
+    let mut all = vec![Value::from(MODERN_VERSION)];
+    all.extend(SERVED_LEGACY_VERSIONS.iter().map(|v| Value::from(*v)));
+    Value::Array(all)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_hosts_only() {
+        for ok in [
+            "localhost",
+            "localhost:9500",
+            "127.0.0.1:9500",
+            "127.3.4.5",
+            "[::1]:9500",
+            "LOCALHOST",
+        ] {
+            assert!(is_loopback_host(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "evil.example.com",
+            "evil.example.com:9500",
+            "10.0.0.1:9500",
+            "localhost.evil.com",
+            "[::2]:1",
+        ] {
+            assert!(!is_loopback_host(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn header_values_decode_the_base64_form() {
+        assert_eq!(decode_header_value("fs__read").as_deref(), Some("fs__read"));
+        assert_eq!(
+            decode_header_value("=?base64?ZnNfX3JlYWQ=?=").as_deref(),
+            Some("fs__read")
+        );
+        assert_eq!(decode_header_value("=?base64?!!?="), None);
+    }
+
+    #[test]
+    fn initialize_answers_the_clients_version_when_served() {
+        let asked = |v: &str| {
+            let mut p = Map::new();
+            p.insert("protocolVersion".into(), json!(v));
+            negotiated_legacy_version(&p)
+        };
+        assert_eq!(asked("2025-03-26"), "2025-03-26");
+        assert_eq!(asked("2024-11-05"), "2025-11-25");
+        assert_eq!(negotiated_legacy_version(&Map::new()), "2025-11-25");
+    }
+}

@@ -1,0 +1,467 @@
+//! `mcp-operator bridge` in front of real stdio servers nobody here wrote
+//! (`@modelcontextprotocol/server-memory`, `server-filesystem`, pinned in
+//! tests/fixtures/node-stdio), spoken to by the official Python SDK client in both eras and by
+//! our own probe.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::sidecar_support::{agent, names};
+use crate::support::{Fixtures, free_port, probe};
+
+/// The stdio servers' entry points (installed by tests/fixtures/install.sh, which is run again
+/// when another checkout rewrote the shared fixtures.env without them).
+fn stdio_server(key: &str) -> (String, String) {
+    let read = || {
+        let text = std::fs::read_to_string(
+            PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/mcp-operator/fixtures.env"),
+        )
+        .unwrap_or_default();
+        let get = |k: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(&format!("{k}=")).map(str::to_string))
+        };
+        Some((get("MCP_FIXTURES_NODE")?, get(key)?))
+    };
+    if let Some(found) = read() {
+        return found;
+    }
+    let status = Command::new("bash")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/install.sh"
+        ))
+        .stdout(Stdio::null())
+        .status()
+        .expect("install.sh runs");
+    assert!(status.success(), "install.sh failed");
+    read().unwrap_or_else(|| panic!("{key} missing after install.sh"))
+}
+
+/// A running bridge, stopped when dropped.
+struct Bridge {
+    child: Child,
+    url: String,
+    base: String,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Bridge {
+    fn start(flags: &[&str], command: &[&str]) -> Bridge {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("bridge.log");
+        let port = free_port();
+        let listen = format!("127.0.0.1:{port}");
+        let child = Command::new(env!("CARGO_BIN_EXE_mcp-operator"))
+            .args(["bridge", "--listen", &listen])
+            .args(flags)
+            .arg("--")
+            .args(command)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("the bridge starts");
+        let base = format!("http://{listen}");
+        let bridge = Bridge {
+            child,
+            url: format!("{base}/mcp"),
+            base,
+            log,
+            _dir: dir,
+        };
+        bridge.wait_ready(|_| true);
+        bridge
+    }
+
+    fn readyz(&self) -> Option<Value> {
+        let out = Command::new("curl")
+            .args(["-s", "--max-time", "5", &format!("{}/readyz", self.base)])
+            .output()
+            .ok()?;
+        serde_json::from_slice(&out.stdout).ok()
+    }
+
+    /// Waits until /readyz says ready and `also` holds of its document.
+    fn wait_ready(&self, also: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(doc) = self.readyz()
+                && doc["state"] == "ready"
+                && also(&doc)
+            {
+                return doc;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the bridge did not get ready: {:?}\n{}",
+                self.readyz(),
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Bridge {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn memory_command(file: &str) -> Vec<String> {
+    let (node, memory) = stdio_server("MCP_FIXTURES_MEMORY");
+    // `$$` is the shell's pid, which exec hands to node: each process gets its own file.
+    vec![
+        "sh".into(),
+        "-c".into(),
+        format!("MEMORY_FILE_PATH={file} exec {node} {memory}"),
+    ]
+}
+
+fn strs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+fn entity(name: &str, observation: &str) -> Value {
+    json!({"op": "call", "name": "create_entities", "arguments": {"entities": [
+        {"name": name, "entityType": "person", "observations": [observation]}
+    ]}})
+}
+
+fn read_graph() -> Value {
+    json!({"op": "call", "name": "read_graph", "arguments": {}})
+}
+
+fn entity_names(step: &Value) -> Vec<String> {
+    step["structured"]["entities"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no entities in {step}"))
+        .iter()
+        .map(|e| e["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[tokio::test]
+async fn server_memory_lists_and_calls_in_both_eras_on_one_shared_child() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("memory.jsonl");
+    let bridge = Bridge::start(&[], &strs(&memory_command(file.to_str().unwrap())));
+
+    let legacy = agent(
+        &bridge.url,
+        "legacy",
+        json!([{"op": "list"}, entity("ada", "wrote the first program"), read_graph()]),
+    )
+    .await;
+    assert_eq!(legacy["protocolVersion"], "2025-11-25");
+    let listed = names(&legacy["steps"][0]);
+    for tool in ["create_entities", "read_graph", "search_nodes"] {
+        assert!(listed.contains(&tool.to_string()), "{listed:?}");
+    }
+    assert_eq!(
+        legacy["steps"][1]["isError"], false,
+        "{}",
+        legacy["steps"][1]
+    );
+    assert_eq!(entity_names(&legacy["steps"][2]), ["ada"]);
+
+    // The modern era, on the same child: it sees what the legacy client wrote.
+    let modern = agent(
+        &bridge.url,
+        "auto",
+        json!([{"op": "list"}, entity("grace", "wrote a compiler"), read_graph()]),
+    )
+    .await;
+    assert_eq!(modern["protocolVersion"], "2026-07-28");
+    assert_eq!(names(&modern["steps"][0]), listed);
+    assert_eq!(entity_names(&modern["steps"][2]), ["ada", "grace"]);
+
+    // The child's stderr is in the bridge's log, prefixed with the child's name.
+    let log = bridge.log();
+    assert!(
+        log.contains("stderr: Knowledge Graph MCP Server running on stdio"),
+        "{log}"
+    );
+}
+
+#[tokio::test]
+async fn server_filesystem_reads_a_file_in_both_eras() {
+    let (node, filesystem) = stdio_server("MCP_FIXTURES_FILESYSTEM");
+    let root = tempfile::tempdir().unwrap();
+    let root_path = root.path().canonicalize().unwrap();
+    let file = root_path.join("notes.txt");
+    std::fs::write(&file, "bridged over stdio\n").unwrap();
+    let bridge = Bridge::start(&[], &[&node, &filesystem, root_path.to_str().unwrap()]);
+    for mode in ["legacy", "auto"] {
+        let out = agent(
+            &bridge.url,
+            mode,
+            json!([
+                {"op": "list"},
+                {"op": "call", "name": "read_text_file", "arguments": {"path": file.to_str().unwrap()}},
+                {"op": "call", "name": "read_text_file", "arguments": {"path": "/etc/passwd"}},
+            ]),
+        )
+        .await;
+        assert!(names(&out["steps"][0]).contains(&"read_text_file".to_string()));
+        assert_eq!(
+            out["steps"][1]["isError"], false,
+            "{mode}: {}",
+            out["steps"][1]
+        );
+        assert_eq!(out["steps"][1]["text"], "bridged over stdio\n", "{mode}");
+        // The server's own sandbox still holds behind the bridge.
+        assert_eq!(
+            out["steps"][2]["isError"], true,
+            "{mode}: {}",
+            out["steps"][2]
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_probe_sees_the_real_catalogue_with_annotations() {
+    let (node, filesystem) = stdio_server("MCP_FIXTURES_FILESYSTEM");
+    let root = tempfile::tempdir().unwrap();
+    let bridge = Bridge::start(&[], &[&node, &filesystem, root.path().to_str().unwrap()]);
+    let report = probe(&[&bridge.url]);
+    report.assert_ok();
+    assert_eq!(report.doc["era"], "modern", "{}", report.doc);
+    let tools = report.doc["catalog"]["tools"].as_array().unwrap();
+    let tool = |name: &str| {
+        tools
+            .iter()
+            .find(|t| t["name"] == name)
+            .unwrap_or_else(|| panic!("{name} not in {tools:?}"))
+    };
+    assert_eq!(tool("read_text_file")["annotations"]["readOnlyHint"], true);
+    assert_eq!(tool("read_text_file")["access"], "read");
+    assert_eq!(tool("write_file")["annotations"]["readOnlyHint"], false);
+    assert_ne!(tool("write_file")["access"], "read");
+    assert!(report.tool_count() >= 10, "{}", report.doc);
+}
+
+#[tokio::test]
+async fn a_killed_child_is_restarted_and_the_next_request_works() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("memory.jsonl");
+    let bridge = Bridge::start(&[], &strs(&memory_command(file.to_str().unwrap())));
+    let before = agent(
+        &bridge.url,
+        "legacy",
+        json!([{"op": "list"}, entity("ada", "x")]),
+    )
+    .await;
+    assert_eq!(before["steps"][1]["isError"], false);
+
+    let first = bridge.wait_ready(|_| true);
+    let pid = first["pid"].as_u64().expect("a pid while ready");
+    // A session opened before the crash, used the instant after it: the request is written
+    // before the bridge has noticed the exit, and still gets its answer, because read_graph
+    // is read-only by the server's own annotations (the SDK client listed them above).
+    mcp_operator::install_crypto_provider();
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let post = |body: Value, session: Option<String>| {
+        let mut request = http
+            .post(&bridge.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(body.to_string());
+        if let Some(session) = session {
+            request = request.header("mcp-session-id", session);
+        }
+        request.send()
+    };
+    let opened = post(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "1"}}}),
+        None,
+    )
+    .await
+    .unwrap();
+    let session = opened.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let killed = Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let right_after = post(
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+               "params": {"name": "read_graph", "arguments": {}}}),
+        Some(session),
+    )
+    .await
+    .unwrap();
+    let answer: Value = serde_json::from_slice(&right_after.bytes().await.unwrap()).unwrap();
+    assert!(answer.get("result").is_some(), "{answer}");
+
+    // The very next request, in either era, works on the restarted child (the memory file
+    // keeps what the first one stored).
+    for mode in ["legacy", "auto"] {
+        let after = agent(&bridge.url, mode, json!([read_graph()])).await;
+        assert_eq!(entity_names(&after["steps"][0]), ["ada"], "{mode}");
+    }
+    let now = bridge.wait_ready(|_| true);
+    assert_ne!(now["pid"].as_u64(), Some(pid));
+    assert_eq!(now["restarts"], 1, "{now}");
+    assert!(bridge.log().contains("the server process exited"));
+}
+
+#[tokio::test]
+async fn a_10_mb_request_is_refused_and_the_bridge_stays_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("memory.jsonl");
+    let bridge = Bridge::start(&[], &strs(&memory_command(file.to_str().unwrap())));
+    let huge = "x".repeat(10 * 1024 * 1024);
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": "create_entities", "arguments": {"entities": [
+            {"name": "big", "entityType": "t", "observations": [huge]}
+        ]},
+        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"},
+    }});
+    mcp_operator::install_crypto_provider();
+    let response = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .unwrap()
+        .post(&bridge.url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", "create_entities")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 413);
+    let error: Value = serde_json::from_slice(&response.bytes().await.unwrap()).unwrap();
+    assert_eq!(error["error"]["code"], -32600, "{error}");
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("exceeds 4194304 bytes"),
+        "{error}"
+    );
+    let after = agent(&bridge.url, "auto", json!([read_graph()])).await;
+    assert_eq!(entity_names(&after["steps"][0]), Vec::<String>::new());
+    assert_eq!(bridge.wait_ready(|_| true)["restarts"], 0);
+}
+
+#[tokio::test]
+async fn a_reply_over_the_line_limit_fails_that_request_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("memory.jsonl");
+    let bridge = Bridge::start(
+        &["--max-line-bytes", "65536"],
+        &strs(&memory_command(file.to_str().unwrap())),
+    );
+    // Three entities of 30 kB each: every request fits, the whole graph (90 kB) does not.
+    // (Small: the steps reach the SDK client as one argument, at most 128 KiB.)
+    let third = "y".repeat(30 * 1024);
+    let steps = json!([
+        entity("a", &third), entity("b", &third), entity("c", &third),
+        read_graph(),
+        {"op": "call", "name": "open_nodes", "arguments": {"names": ["nobody"]}},
+    ]);
+    let out = agent(&bridge.url, "legacy", steps).await;
+    for i in 0..3 {
+        assert_eq!(out["steps"][i]["isError"], false, "{}", out["steps"][i]);
+    }
+    let refused = &out["steps"][3]["error"];
+    assert_eq!(refused["code"], -32603, "{}", out["steps"][3]);
+    assert!(
+        refused["message"]
+            .as_str()
+            .unwrap()
+            .contains("over the bridge's limit of 65536 bytes"),
+        "{refused}"
+    );
+    // The same child answers the next request.
+    assert_eq!(out["steps"][4]["isError"], false, "{}", out["steps"][4]);
+    assert_eq!(bridge.wait_ready(|_| true)["restarts"], 0);
+}
+
+#[tokio::test]
+async fn per_session_children_are_separate() {
+    let dir = tempfile::tempdir().unwrap();
+    // Each child its own memory file (`$$`: the child's pid), so state is per process.
+    let file = format!("{}/memory-$$.jsonl", dir.path().display());
+    let bridge = Bridge::start(&["--per-session"], &strs(&memory_command(&file)));
+    let alice = agent(
+        &bridge.url,
+        "legacy",
+        json!([entity("alice", "first session"), read_graph()]),
+    )
+    .await;
+    assert_eq!(entity_names(&alice["steps"][1]), ["alice"]);
+    let bob = agent(
+        &bridge.url,
+        "legacy",
+        json!([read_graph(), entity("bob", "second session"), read_graph()]),
+    )
+    .await;
+    assert_eq!(entity_names(&bob["steps"][0]), Vec::<String>::new());
+    assert_eq!(entity_names(&bob["steps"][2]), ["bob"]);
+    // Three processes wrote files of their own or none: the shared child (modern era,
+    // readiness) never saw a call; the two sessions each wrote one.
+    let written = std::fs::read_dir(dir.path()).unwrap().count();
+    assert_eq!(written, 2);
+    let started = bridge.log().matches("started the server process").count();
+    assert_eq!(started, 3, "{}", bridge.log());
+}
+
+#[tokio::test]
+async fn sigterm_stops_the_bridge_and_its_child() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("memory.jsonl");
+    let mut bridge = Bridge::start(&[], &strs(&memory_command(file.to_str().unwrap())));
+    let pid = bridge.wait_ready(|_| true)["pid"].as_u64().unwrap();
+    let status = Command::new("kill")
+        .args(["-TERM", &bridge.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let exit = loop {
+        if let Some(exit) = bridge.child.try_wait().unwrap() {
+            break exit;
+        }
+        assert!(Instant::now() < deadline, "the bridge did not stop");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(exit.success(), "{exit}: {}", bridge.log());
+    // Gone, or a zombie waiting for this container's init to reap it: not running.
+    let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let running = state
+        .rsplit_once(") ")
+        .is_some_and(|(_, rest)| !rest.starts_with('Z'));
+    assert!(!running, "the child {pid} outlived the bridge: {state}");
+    assert!(bridge.log().contains("stopped the server process"));
+}
+
+#[test]
+fn fixtures_name_the_stdio_servers() {
+    // The stdio servers come from the same installer as every other fixture.
+    let _ = Fixtures::load();
+    for key in ["MCP_FIXTURES_MEMORY", "MCP_FIXTURES_FILESYSTEM"] {
+        let (_, path) = stdio_server(key);
+        assert!(PathBuf::from(&path).is_file(), "{path}");
+    }
+}

@@ -3,12 +3,14 @@
 # ToolHive's vMCP (`thv vmcp serve`, v0.45.0, built from the Go module proxy into the cache).
 # One upstream (the hostile fixture's `ok` legacy mode and its `modern` mode, stdlib asyncio,
 # answering tools/call at once), called directly, through a release `mcp-operator sidecar` and
-# through vMCP (static backends, anonymous, prefix naming like ours), in both eras, by one agent
+# through vMCP (static backends, anonymous, prefix naming like ours, a tool filter of the granted
+# tools), in both eras, by one agent
 # with 1 and with 64 concurrent tasks (bench/sidecar_load.rs: reqwest, TCP_NODELAY, keep-alive).
 # Prints p50/p95/p99 latency and throughput per row, the latency each adds over the direct call,
 # and both proxies' RSS idle and after the load. Asserts nothing about time.
-# Not the same job: the sidecar also checks every call against the agent's grants and the
-# granted definition digest; vMCP as configured here forwards whatever a backend offers.
+# Not quite the same job: the sidecar checks every call against the agent's grants and the
+# granted definition digest; vMCP's filter only hides tools from tools/list (a hidden tool stays
+# callable).
 #   bash bench/sidecar.sh
 #   CALLS=20000 bash bench/sidecar.sh
 set -euo pipefail
@@ -55,6 +57,10 @@ for name, mode in (("legacy", "ok"), ("modern", "modern")):
                                  "connectTimeoutMs": 5000, "callTimeoutMs": 30000, "retry": 0},
                     "tools": tools})
 json.dump({"schemaVersion": "mcp-operator.dev/grants/v1", "servers": servers}, open(f"{d}/grants/grants.json", "w"))
+# vMCP's tool filter: the same granted tools, per backend.
+with open(f"{d}/vmcp-tools.yaml", "w") as f:
+    for s in servers:
+        f.write("    - {workload: %s, filter: %s}\n" % (s["name"], json.dumps([t["name"] for t in s["tools"]])))
 PY
 PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 "$BIN" sidecar --grants-file "$DIR/grants/grants.json" --credentials-dir "$DIR/creds" \
@@ -76,6 +82,8 @@ outgoingAuth: {source: inline}
 aggregation:
   conflictResolution: prefix
   conflictResolutionConfig: {prefixFormat: "{workload}__"}
+  tools:
+$(cat "$DIR/vmcp-tools.yaml")
 EOF
 "$THV" vmcp serve --config "$DIR/vmcp.yaml" --host 127.0.0.1 --port "$VPORT" >"$DIR/vmcp.log" 2>&1 &
 VMCP=$!

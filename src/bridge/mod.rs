@@ -38,9 +38,9 @@ use tokio::sync::{mpsc, watch};
 
 use crate::core::Duration as FlagDuration;
 use crate::mcp::serving::{
-    self, META_MODERN_PREFIX, META_SERVER_INFO, META_SUBSCRIPTION_ID, RequestEra, SESSION_HEADER,
-    SESSION_NOT_FOUND, accepts_sse, error_response, header_str, json_response, rpc_error,
-    rpc_result, sse_event, sse_response,
+    self, Listen, META_MODERN_PREFIX, META_SERVER_INFO, RequestEra, SESSION_HEADER,
+    SESSION_NOT_FOUND, accepts_sse, error_response, header_str, json_response, listen_messages,
+    rpc_error, rpc_result, sse_event, sse_response,
 };
 
 use self::child::{ChildError, Spec};
@@ -172,7 +172,7 @@ pub async fn run(args: BridgeArgs) -> Result<(), BridgeError> {
     let mut server = tokio::spawn(serving::serve(listener, router, shutdown));
     let served = tokio::select! {
         served = &mut server => Some(served),
-        _ = terminated() => None,
+        _ = crate::mcp::serving::terminated() => None,
     };
     if let Some(served) = served {
         stop_all(&bridge).await;
@@ -194,20 +194,6 @@ pub async fn run(args: BridgeArgs) -> Result<(), BridgeError> {
     stop_all(&bridge).await;
     tracing::info!("stopped");
     Ok(())
-}
-
-async fn terminated() {
-    #[cfg(unix)]
-    {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .expect("a SIGTERM handler installs");
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = tokio::signal::ctrl_c() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = tokio::signal::ctrl_c().await;
 }
 
 async fn stop_all(bridge: &Bridge) {
@@ -788,28 +774,12 @@ fn note_stream(
 }
 
 fn listen(b: &Bridge, id: Value, params: &Map<String, Value>) -> Response {
-    let wants_tools = params
-        .get("notifications")
-        .and_then(|n| n.get("toolsListChanged"))
-        .and_then(Value::as_bool)
-        .unwrap_or(false);
-    let meta = json!({META_SUBSCRIPTION_ID: id});
-    let mut honoured = Map::new();
-    if wants_tools {
-        honoured.insert("toolsListChanged".into(), Value::Bool(true));
-    }
-    let ack = json!({
-        "jsonrpc": "2.0",
-        "method": "notifications/subscriptions/acknowledged",
-        "params": {"notifications": honoured, "_meta": meta},
-    });
-    let last = rpc_result(
-        &id,
-        json!({"resultType": "complete", "_meta": meta})
-            .as_object()
-            .cloned()
-            .unwrap_or_default(),
-    );
+    let Listen {
+        wants_tools,
+        ack,
+        meta,
+        last,
+    } = listen_messages(&id, params);
     // Without toolsListChanged the stream carries the acknowledgement and stays open.
     let pass = if wants_tools {
         Pass::ToolChanges

@@ -411,6 +411,66 @@ pub fn supported_versions() -> Value {
     Value::Array(all)
 }
 
+/// Resolves at SIGTERM (what the kubelet sends) or Ctrl-C: when a server starts draining.
+pub async fn terminated() {
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("a SIGTERM handler installs");
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = tokio::signal::ctrl_c().await;
+}
+
+/// What a 2026-07-28 `subscriptions/listen` is answered with.
+pub struct Listen {
+    /// The subscriber asked for `notifications/tools/list_changed`.
+    pub wants_tools: bool,
+    /// `notifications/subscriptions/acknowledged`, naming what is honoured.
+    pub ack: Value,
+    /// The `_meta` every message on the stream carries (the subscription's id).
+    pub meta: Value,
+    /// The final result that closes the stream.
+    pub last: Value,
+}
+
+/// The messages of a `subscriptions/listen` with request `id` and `params`; tool changes are
+/// the only notifications offered.
+pub fn listen_messages(id: &Value, params: &Map<String, Value>) -> Listen {
+    let wants_tools = params
+        .get("notifications")
+        .and_then(|n| n.get("toolsListChanged"))
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    let meta = json!({META_SUBSCRIPTION_ID: id});
+    let mut honoured = Map::new();
+    if wants_tools {
+        honoured.insert("toolsListChanged".into(), Value::Bool(true));
+    }
+    let ack = json!({
+        "jsonrpc": "2.0",
+        "method": "notifications/subscriptions/acknowledged",
+        "params": {"notifications": honoured, "_meta": meta},
+    });
+    let last = rpc_result(
+        id,
+        json!({"resultType": "complete", "_meta": meta})
+            .as_object()
+            .cloned()
+            .unwrap_or_default(),
+    );
+    Listen {
+        wants_tools,
+        ack,
+        meta,
+        last,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -29,8 +29,8 @@ use tokio::sync::{Notify, mpsc, watch};
 
 pub use crate::mcp::serving::serve;
 use crate::mcp::serving::{
-    META_SERVER_INFO, META_SUBSCRIPTION_ID, RequestEra as Era, SESSION_HEADER, SESSION_NOT_FOUND,
-    accepts_sse, error_response, header_str, json_response, list_changed, new_session_id,
+    Listen, META_SERVER_INFO, RequestEra as Era, SESSION_HEADER, SESSION_NOT_FOUND, accepts_sse,
+    error_response, header_str, json_response, list_changed, listen_messages, new_session_id,
     rpc_error, rpc_result, sse_event, sse_response, supported_versions,
 };
 
@@ -560,28 +560,12 @@ fn change_stream(
 }
 
 fn listen(d: &Downstream, id: Value, params: &Map<String, Value>) -> Response {
-    let wants_tools = params
-        .get("notifications")
-        .and_then(|n| n.get("toolsListChanged"))
-        .and_then(Value::as_bool)
-        .unwrap_or(false);
-    let meta = json!({META_SUBSCRIPTION_ID: id});
-    let mut honoured = Map::new();
-    if wants_tools {
-        honoured.insert("toolsListChanged".into(), Value::Bool(true));
-    }
-    let ack = json!({
-        "jsonrpc": "2.0",
-        "method": "notifications/subscriptions/acknowledged",
-        "params": {"notifications": honoured, "_meta": meta},
-    });
-    let last = rpc_result(
-        &id,
-        json!({"resultType": "complete", "_meta": meta})
-            .as_object()
-            .cloned()
-            .unwrap_or_default(),
-    );
+    let Listen {
+        wants_tools,
+        ack,
+        meta,
+        last,
+    } = listen_messages(&id, params);
     let rx = if wants_tools {
         change_stream(d, Some(ack), Some(meta), Some(last))
     } else {

@@ -245,7 +245,7 @@ pub async fn run(args: SidecarArgs) -> Result<(), SidecarError> {
             definitions.stop();
             return served.map_err(|e| SidecarError::Serve(std::io::Error::other(e)))?.map_err(SidecarError::Serve);
         }
-        _ = terminated() => {}
+        _ = crate::mcp::serving::terminated() => {}
     }
     tracing::info!("stopping: no new calls, waiting for in-flight calls to finish");
     let _ = shutdown_tx.send(true);
@@ -258,20 +258,6 @@ pub async fn run(args: SidecarArgs) -> Result<(), SidecarError> {
     }
     definitions.stop();
     Ok(())
-}
-
-async fn terminated() {
-    #[cfg(unix)]
-    {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .expect("a SIGTERM handler installs");
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = tokio::signal::ctrl_c() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = tokio::signal::ctrl_c().await;
 }
 
 /// Keeps the shared [`View`] equal to what the current grants and live definitions say, and

@@ -2,7 +2,7 @@
 //! what the reconcile found. Also which transitions deserve an event. No I/O, so every rule here
 //! is unit-tested.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use crate::api::conditions::{
     CATALOG_SYNCED, CREDENTIALS_RESOLVED, REACHABLE, READY, TOOLS_APPROVED, TRUE, UNKNOWN,
@@ -150,17 +150,13 @@ pub fn next_status(
     now: Time,
 ) -> (McpServerStatus, Transitions) {
     let mut status = previous.cloned().unwrap_or_default();
-    if pinning.is_none() {
-        // Pinning is off (or was turned off): nothing waits, and nothing of it is kept.
-        status.pinning = None;
-        status.conditions.retain(|c| c.type_ != TOOLS_APPROVED);
-        if let Some(c) = status.catalog.as_mut() {
-            for tool in &mut c.catalog.tools {
-                tool.awaiting_approval = None;
+    match pinning {
+        None => forget_pinning(&mut status),
+        Some(settings) => {
+            if let Some(p) = status.pinning.as_mut() {
+                p.required_by = settings.required_by.clone();
             }
         }
-    } else if let (Some(p), Some(settings)) = (status.pinning.as_mut(), pinning) {
-        p.required_by = settings.required_by.clone();
     }
     status.observed_generation = generation;
     let was_ready = find(&status.conditions, READY).map(|c| c.status == TRUE);
@@ -277,38 +273,9 @@ pub fn next_status(
             let catalog = &match pinning {
                 None => catalog.clone(),
                 Some(settings) => {
-                    // The previous catalogue holds the pins once pinning has begun.
-                    let pins = status
-                        .pinning
-                        .as_ref()
-                        .and(status.catalog.as_ref())
-                        .map(|c| &c.catalog);
-                    let pinned =
-                        crate::core::pinning::pin(pins, catalog.clone(), &settings.approvals);
-                    let section = pinning::status(settings, &pinned);
-                    let (ok, reason, message) = pinning::condition(&section, &pinned.catalog);
-                    set_condition(
-                        &mut status.conditions,
-                        cond(TOOLS_APPROVED, ok, reason, message),
-                    );
-                    transitions.started_waiting = pinned
-                        .newly_waiting
-                        .iter()
-                        .map(|name| {
-                            let summary = pinned
-                                .catalog
-                                .tools
-                                .iter()
-                                .find(|t| &t.name == name)
-                                .and_then(|t| t.awaiting_approval.as_ref())
-                                .map(|a| a.what_changed())
-                                .unwrap_or_default();
-                            (name.clone(), summary)
-                        })
-                        .collect();
-                    transitions.released = pinned.released.clone();
-                    status.pinning = Some(section);
-                    pinned.catalog
+                    let approved =
+                        |ok, reason: &str, message| cond(TOOLS_APPROVED, ok, reason, message);
+                    pin_catalog(&mut status, settings, catalog, approved, &mut transitions)
                 }
             };
             let previous_catalog = status.catalog.as_ref().map(|c| &c.catalog);
@@ -336,20 +303,11 @@ pub fn next_status(
                 cond(CATALOG_SYNCED, true, "Synced", synced_message(catalog)),
             );
             let waiting = status.pinning.as_ref().map_or(0, |p| p.waiting_count);
-            let mut message = if waiting > 0 {
-                format!(
-                    "{} tools available; {waiting} of them {} for approval (see ToolsApproved).",
-                    catalog.tool_count,
-                    if waiting == 1 { "waits" } else { "wait" }
-                )
-            } else {
-                format!("{} tools available.", catalog.tool_count)
-            };
-            if insecure {
-                message
-                    .push_str(" TLS certificates are not verified (spec.tls.insecureSkipVerify).");
-            }
-            (true, "Ready".to_string(), message)
+            (
+                true,
+                "Ready".to_string(),
+                ready_message(catalog, waiting, insecure),
+            )
         }
     };
     set_condition(
@@ -360,6 +318,73 @@ pub fn next_status(
     transitions.recovered = change.came_back;
     transitions.became_unready = change.went_down;
     (status, transitions)
+}
+
+/// Pinning is off (or was turned off): nothing waits, and nothing of it is kept.
+fn forget_pinning(status: &mut McpServerStatus) {
+    status.pinning = None;
+    status.conditions.retain(|c| c.type_ != TOOLS_APPROVED);
+    if let Some(c) = status.catalog.as_mut() {
+        for tool in &mut c.catalog.tools {
+            tool.awaiting_approval = None;
+        }
+    }
+}
+
+/// The catalogue as granted under pinning (changed and new tools marked as waiting), with the
+/// pinning section, the ToolsApproved condition (`approved` builds it) and the transitions
+/// the events tell of. The previous catalogue holds the pins once pinning has begun.
+fn pin_catalog(
+    status: &mut McpServerStatus,
+    settings: &Settings,
+    read: &Catalog,
+    approved: impl Fn(bool, &str, String) -> Condition,
+    transitions: &mut Transitions,
+) -> Catalog {
+    let pins = status
+        .pinning
+        .as_ref()
+        .and(status.catalog.as_ref())
+        .map(|c| &c.catalog);
+    let pinned = crate::core::pinning::pin(pins, read.clone(), &settings.approvals);
+    let section = pinning::status(settings, &pinned);
+    let (ok, reason, message) = pinning::condition(&section, &pinned.catalog);
+    set_condition(&mut status.conditions, approved(ok, reason, message));
+    transitions.started_waiting = pinned
+        .newly_waiting
+        .iter()
+        .map(|name| {
+            let summary = pinned
+                .catalog
+                .tools
+                .iter()
+                .find(|t| &t.name == name)
+                .and_then(|t| t.awaiting_approval.as_ref())
+                .map(|a| a.what_changed())
+                .unwrap_or_default();
+            (name.clone(), summary)
+        })
+        .collect();
+    transitions.released = pinned.released.clone();
+    status.pinning = Some(section);
+    pinned.catalog
+}
+
+/// Ready's message: how many tools, how many of them wait for approval, and a TLS warning.
+fn ready_message(catalog: &Catalog, waiting: u32, insecure: bool) -> String {
+    let mut message = if waiting > 0 {
+        format!(
+            "{} tools available; {waiting} of them {} for approval (see ToolsApproved).",
+            catalog.tool_count,
+            if waiting == 1 { "waits" } else { "wait" }
+        )
+    } else {
+        format!("{} tools available.", catalog.tool_count)
+    };
+    if insecure {
+        message.push_str(" TLS certificates are not verified (spec.tls.insecureSkipVerify).");
+    }
+    message
 }
 
 /// "Read 4 tools in 1 page of tools/list."

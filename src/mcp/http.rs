@@ -224,6 +224,22 @@ fn chain(e: &reqwest::Error) -> impl Iterator<Item = &(dyn std::error::Error + '
     })
 }
 
+/// The rustls error in `cause`, also behind I/O errors wrapped in I/O errors (hyper wraps
+/// tokio-rustls's, and `io::Error::source` skips the error it carries).
+fn rustls_error_in<'a>(cause: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
+    let mut current = Some(cause);
+    while let Some(c) = current {
+        if let Some(tls) = c.downcast_ref::<rustls::Error>() {
+            return Some(tls);
+        }
+        current = c
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+            .map(|inner| inner as &(dyn std::error::Error + 'static));
+    }
+    None
+}
+
 fn has_io_kind(e: &reqwest::Error, kind: std::io::ErrorKind) -> bool {
     chain(e).any(|c| {
         c.downcast_ref::<std::io::Error>()
@@ -232,17 +248,15 @@ fn has_io_kind(e: &reqwest::Error, kind: std::io::ErrorKind) -> bool {
 }
 
 fn tls_detail(e: &reqwest::Error) -> Option<String> {
-    for cause in chain(e) {
-        if let Some(tls) = cause.downcast_ref::<rustls::Error>() {
-            return Some(tls.to_string());
-        }
-        if let Some(io) = cause.downcast_ref::<std::io::Error>()
-            && let Some(tls) = io
-                .get_ref()
-                .and_then(|inner| inner.downcast_ref::<rustls::Error>())
-        {
-            return Some(tls.to_string());
-        }
+    if let Some(tls) = chain(e).find_map(rustls_error_in) {
+        return Some(match tls {
+            // What rustls reads when the other end answers in plain text (an HTTP server's
+            // "400 Bad Request" to a ClientHello).
+            rustls::Error::InvalidMessage(_) => format!(
+                "{tls}: the server did not answer in TLS; if it serves plain HTTP, its URL starts with http://"
+            ),
+            other => other.to_string(),
+        });
     }
     let text = root_cause(e).to_ascii_lowercase();
     (text.contains("certificate") || text.contains("tls") || text.contains("handshake"))

@@ -175,6 +175,19 @@ fn tls_needs_a_trusted_ca_and_takes_a_custom_one() {
 }
 
 #[test]
+fn tls_to_a_plain_http_port_is_a_tls_error_that_says_so() {
+    let server = Fixtures::load().sdk_server(&[]);
+    let url = server.url.replacen("http://", "https://", 1);
+    let p = probe(&[&url]);
+    p.assert_fails_with("TLSError");
+    assert!(
+        p.message().contains("did not answer in TLS") && p.message().contains("http://"),
+        "{}",
+        p.message()
+    );
+}
+
+#[test]
 fn the_old_sse_transport_works_against_our_fixture_too() {
     let s = hostile();
     let url = format!("{}/legacy-sse-transport/sse", s.url);

@@ -10,7 +10,8 @@
 #     request; "definitions" is the tools array alone, "wire" the JSON-RPC bodies;
 #   - deferred, per use: a list_tools page, a full discovery pass, one get_tool_info, one
 #     call_tool (and the same call made directly on the preloaded sidecar).
-# Byte counts do not depend on the build profile, so this uses the debug binary. Asserts nothing.
+# It also times the agent's whole tools/list (every page; median of 15 turns, the release
+# binary, a Python urllib agent). Asserts nothing.
 #   bash bench/deferred.sh
 #   TOOLS=1000 SCHEMA_BYTES=2000 bash bench/deferred.sh
 set -euo pipefail
@@ -20,8 +21,8 @@ BUDGET=${BUDGET:-100000}
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 eval "$(bash tests/fixtures/install.sh --python-only)"
-cargo build --quiet
-BIN=${CARGO_TARGET_DIR:-$ROOT/target}/debug/mcp-operator
+cargo build --release --quiet
+BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/mcp-operator
 DIR=$(mktemp -d)
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$DIR"; }
@@ -68,7 +69,7 @@ for mode in preloaded deferred; do
 done
 
 python3 - "$(cat "$DIR/preloaded.port")" "$(cat "$DIR/deferred.port")" <<'PY'
-import json, sys, urllib.request
+import json, statistics, sys, time, urllib.request
 
 class Agent:
     """A legacy-era agent over plain HTTP that counts the bytes of every answer."""
@@ -103,10 +104,15 @@ rows = []
 for label, agent in (("preloaded", pre), ("deferred", dfr)):
     tools, wire = agent.tools()
     definitions = len(json.dumps(tools, separators=(",", ":")))
-    rows.append((label, len(tools), definitions, wire))
-print(f"{'per turn':<10} {'tools':>6} {'definitions':>12} {'wire':>12}")
-for label, n, definitions, wire in rows:
-    print(f"{label:<10} {n:>6} {definitions:>12,} {wire:>12,}")
+    times = []
+    for _ in range(15):
+        started = time.perf_counter()
+        agent.tools()
+        times.append(time.perf_counter() - started)
+    rows.append((label, len(tools), definitions, wire, statistics.median(times) * 1000))
+print(f"{'per turn':<10} {'tools':>6} {'definitions':>12} {'wire':>12} {'tools/list ms':>14}")
+for label, n, definitions, wire, ms in rows:
+    print(f"{label:<10} {n:>6} {definitions:>12,} {wire:>12,} {ms:>14.1f}")
 print(f"deferred/preloaded: {rows[1][3] / rows[0][3]:.4%} of the wire bytes per turn")
 
 print(f"\n{'deferred, per use':<42} {'bytes':>10}")

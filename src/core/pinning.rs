@@ -286,7 +286,14 @@ pub fn pin(previous: Option<&Catalog>, mut served: Catalog, approvals: &Approval
         let old = before.get(tool.name.as_str());
         // The pin and the parts it was taken from.
         let (pinned_digest, pinned_parts) = match old {
-            _ if previous.is_none() => (Some(tool.definition_digest.clone()), tool.parts.clone()),
+            // First read: what Git says was reviewed is the pin (so approvals in the spec hold
+            // from the start, also for an McpServer recreated from Git); otherwise what is served.
+            _ if previous.is_none() => match approvals.by_spec.get(&tool.name) {
+                Some(approved) if approved != &tool.definition_digest => {
+                    (Some(approved.clone()), PartDigests::default())
+                }
+                _ => (Some(tool.definition_digest.clone()), tool.parts.clone()),
+            },
             None => (None, PartDigests::default()),
             Some(old) => match &old.awaiting_approval {
                 Some(waiting) => (

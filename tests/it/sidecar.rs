@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use sidecar_support::{
-    Sidecar, agent, agent_with, files_behind_sidecar, grants_for, http, inspector, json_of, names,
-    upstream_calls, upstream_cancelled,
+    RawLegacyAgent, Sidecar, agent, agent_with, files_behind_sidecar, grants_for, http, inspector,
+    json_of, names, upstream_calls, upstream_cancelled,
 };
 use support::Fixtures;
 
@@ -928,41 +928,12 @@ async fn a_client_that_cannot_answer_forms_is_refused_and_nothing_runs() {
     assert!(text.contains("no answer came within 1s"), "{hung}");
 
     // A 2025-03-26 session has no elicitation, whatever it declares.
-    let post = |body: Value, session: Option<&str>| {
-        let mut r = http()
-            .post(&sidecar.url)
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
-            .body(body.to_string());
-        if let Some(s) = session {
-            r = r
-                .header("mcp-session-id", s)
-                .header("mcp-protocol-version", "2025-03-26");
-        }
-        r.send()
-    };
-    let init = post(
-        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-03-26", "capabilities": {"elicitation": {}},
-            "clientInfo": {"name": "old", "version": "1"}}}),
-        None,
-    )
-    .await
-    .unwrap();
-    let session = init.headers()["mcp-session-id"]
-        .to_str()
-        .unwrap()
-        .to_string();
-    assert_eq!(
-        json_of(init).await["result"]["protocolVersion"],
-        "2025-03-26"
-    );
-    let r = post(
-        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "fs__delete_file", "arguments": {"path": "/x"}}}),
-        Some(&session),
-    )
-    .await
-    .unwrap();
+    let (old, init) =
+        RawLegacyAgent::initialize(&sidecar.url, "2025-03-26", json!({"elicitation": {}})).await;
+    assert_eq!(init["result"]["protocolVersion"], "2025-03-26");
+    let r = old
+        .post(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "fs__delete_file", "arguments": {"path": "/x"}}}))
+        .await;
     let body = json_of(r).await;
     let text = body["result"]["content"][0]["text"].as_str().unwrap();
     assert!(
@@ -1527,37 +1498,11 @@ async fn a_2025_06_18_session_is_asked_on_the_calls_own_stream() {
     let grants = gated_grants(&server.url, &["delete_file"], &["delete_file"]).await;
     let sidecar = Sidecar::start(Some(&grants));
     sidecar.wait_ready().await;
-    let post = |body: Value, session: Option<&str>| {
-        let mut r = http()
-            .post(&sidecar.url)
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
-            .body(body.to_string());
-        if let Some(s) = session {
-            r = r
-                .header("mcp-session-id", s)
-                .header("mcp-protocol-version", "2025-06-18");
-        }
-        r.send()
-    };
-    let init = post(
-        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18", "capabilities": {"elicitation": {}},
-            "clientInfo": {"name": "june", "version": "1"}}}),
-        None,
-    )
-    .await
-    .unwrap();
-    let session = init.headers()["mcp-session-id"]
-        .to_str()
-        .unwrap()
-        .to_string();
-    let r = post(
-        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "fs__delete_file", "arguments": {"path": "/june"}}}),
-        Some(&session),
-    )
-    .await
-    .unwrap();
+    let (june, _) =
+        RawLegacyAgent::initialize(&sidecar.url, "2025-06-18", json!({"elicitation": {}})).await;
+    let r = june
+        .post(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "fs__delete_file", "arguments": {"path": "/june"}}}))
+        .await;
     assert!(
         r.headers()["content-type"]
             .to_str()
@@ -1586,7 +1531,7 @@ async fn a_2025_06_18_session_is_asked_on_the_calls_own_stream() {
                     assert!(upstream_calls(&server.url).await.is_empty());
                     let answer = json!({"jsonrpc": "2.0", "id": message["id"],
                                         "result": {"action": "accept", "content": {"approve": true}}});
-                    let r = post(answer, Some(&session)).await.unwrap();
+                    let r = june.post(answer).await;
                     assert_eq!(r.status().as_u16(), 202);
                 }
                 events.push(message);

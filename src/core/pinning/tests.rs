@@ -268,6 +268,43 @@ fn a_spec_approval_the_server_does_not_serve_is_reported_not_applied() {
 }
 
 #[test]
+fn on_the_first_read_an_approval_in_the_spec_is_the_pin() {
+    // An McpServer applied (or recreated) from Git with the digests its reviewers approved.
+    let reviewed = pin(None, served(&[def("t", "v1"), def("u", "u1")]), &none());
+    let v1 = tool(&reviewed.catalog, "t").definition_digest.clone();
+    let u1 = tool(&reviewed.catalog, "u").definition_digest.clone();
+    let approvals = Approvals {
+        by_spec: BTreeMap::from([("t".to_string(), v1.clone()), ("u".to_string(), u1)]),
+        ..Default::default()
+    };
+    // The server now serves another `t` than the one approved: it waits from the first read.
+    let first = pin(
+        None,
+        served(&[def("t", "v2: send it elsewhere"), def("u", "u1")]),
+        &approvals,
+    );
+    assert_eq!(waiting_names(&first.catalog), ["t"]);
+    assert_eq!(first.newly_waiting, ["t"]);
+    let waiting = tool(&first.catalog, "t")
+        .awaiting_approval
+        .as_ref()
+        .unwrap();
+    assert_eq!(waiting.pinned_digest.as_deref(), Some(v1.as_str()));
+    assert_eq!(waiting.what_changed(), "definition changed");
+    // Served as approved: granted at once.
+    let same = pin(None, served(&[def("t", "v1"), def("u", "u1")]), &approvals);
+    assert!(waiting_names(&same.catalog).is_empty());
+    // And when the server goes back to the approved definition, it is released.
+    let back = pin(
+        Some(&first.catalog),
+        served(&[def("t", "v1"), def("u", "u1")]),
+        &approvals,
+    );
+    assert!(waiting_names(&back.catalog).is_empty());
+    assert_eq!(back.released, ["t"]);
+}
+
+#[test]
 fn a_changed_override_needs_no_approval() {
     let tools = [def("t", "x")];
     let first = pin(None, served(&tools), &none());

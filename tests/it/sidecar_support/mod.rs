@@ -420,3 +420,61 @@ pub async fn inspector(url: &str, era: &str, args: &[&str]) -> InspectorRun {
         stderr,
     }
 }
+
+/// A legacy-era agent written by hand (raw JSON-RPC over HTTP, one session at one revision),
+/// for what the SDK clients cannot be made to do: speak an old revision, answer a request on a
+/// call's stream themselves.
+pub struct RawLegacyAgent {
+    url: String,
+    version: &'static str,
+    session: String,
+}
+
+impl RawLegacyAgent {
+    /// Initializes a session at `version` declaring `capabilities`; returns the agent and the
+    /// initialize answer.
+    pub async fn initialize(
+        url: &str,
+        version: &'static str,
+        capabilities: Value,
+    ) -> (Self, Value) {
+        let response = http()
+            .post(url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(
+                json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                    "protocolVersion": version, "capabilities": capabilities,
+                    "clientInfo": {"name": "raw-agent", "version": "1"}}})
+                .to_string(),
+            )
+            .send()
+            .await
+            .expect("the sidecar answers initialize");
+        let session = response.headers()["mcp-session-id"]
+            .to_str()
+            .expect("a session id")
+            .to_string();
+        let answer = json_of(response).await;
+        let agent = RawLegacyAgent {
+            url: url.to_string(),
+            version,
+            session,
+        };
+        (agent, answer)
+    }
+
+    /// One message on the session.
+    pub async fn post(&self, body: Value) -> reqwest::Response {
+        http()
+            .post(&self.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-session-id", &self.session)
+            .header("mcp-protocol-version", self.version)
+            .body(body.to_string())
+            .send()
+            .await
+            .expect("the sidecar answers")
+    }
+}

@@ -155,18 +155,22 @@ agent_through_sidecar() {
     sleep 0.2
   done
   echo
-  echo "\$ an agent (official Python SDK client) through the sidecar: list, call files__read_file, call files__write_file (not granted)"
+  echo "\$ an agent (official Python SDK client) through the sidecar: list, call files__read_file, call files__write_file (not granted), call admin__put_object (needs approval: the agent's client is asked, and its person says yes)"
   "$MCP_FIXTURES_PYTHON" "$ROOT/tests/fixtures/sdk_client.py" "http://127.0.0.1:$port/mcp" auto \
     '[{"op": "list"},
       {"op": "call", "name": "files__read_file", "arguments": {"path": "/demo.txt"}},
-      {"op": "call", "name": "files__write_file", "arguments": {"path": "/demo.txt", "content": "x"}}]' |
+      {"op": "call", "name": "files__write_file", "arguments": {"path": "/demo.txt", "content": "x"}},
+      {"op": "call", "name": "admin__put_object", "arguments": {"key": "demo", "body": "x"}}]' '["accept"]' |
     "$MCP_FIXTURES_PYTHON" -c '
 import json, sys
 out = json.loads(sys.stdin.read())
-listed, granted, refused = out["steps"]
+listed, granted, refused, approved = out["steps"]
 print("tools the agent sees:", " ".join(listed["names"]))
 print("files__read_file  ->", "error" if granted.get("isError") else "ok", "|", (granted.get("text") or "")[:100])
-print("files__write_file ->", json.dumps(refused)[:200])'
+print("files__write_file ->", json.dumps(refused)[:200])
+for asked in out["elicitations"]:
+    print("the agent was asked:", asked["message"].splitlines()[0][:160])
+print("admin__put_object ->", "error" if approved.get("isError") else "ok (approved)", "|", (approved.get("text") or "")[:100])'
   echo "(the sidecar's audit lines: grep audit $dir/logs/sidecar.log)"
 }
 

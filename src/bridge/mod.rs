@@ -704,10 +704,6 @@ async fn notification(b: &Bridge, era: &RequestEra, method: &str, mut params: Ma
 // ─── event streams ───────────────────────────────────────────────────────────────────────
 
 /// Completes once the bridge is stopping.
-async fn stopped(shutdown: &mut watch::Receiver<bool>) {
-    let _ = shutdown.wait_for(|s| *s).await.map(|_| ());
-}
-
 /// Which of the child's notifications an event stream carries.
 #[derive(Clone, Copy)]
 enum Pass {
@@ -757,13 +753,13 @@ fn note_stream(
                     }
                     if tx.send(sse_event(&note)).await.is_err() { return; }
                 }
-                _ = stopped(&mut shutdown) => {
+                _ = serving::stopped(&mut shutdown) => {
                     if let Some(last) = last {
                         let _ = tx.send(sse_event(&last)).await;
                     }
                     return;
                 }
-                _ = tokio::time::sleep(Duration::from_secs(25)) => {
+                _ = tokio::time::sleep(serving::KEEPALIVE) => {
                     if tx.send(Bytes::from_static(b": keepalive\n\n")).await.is_err() { return; }
                 }
                 _ = tx.closed() => return,

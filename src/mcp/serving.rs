@@ -411,6 +411,14 @@ pub fn supported_versions() -> Value {
     Value::Array(all)
 }
 
+/// How often an idle event stream carries a comment, so proxies and clients see it alive.
+pub const KEEPALIVE: std::time::Duration = std::time::Duration::from_secs(25);
+
+/// Resolves once `shutdown` turns true (or its sender is gone): an event stream then ends.
+pub async fn stopped(shutdown: &mut watch::Receiver<bool>) {
+    let _ = shutdown.wait_for(|s| *s).await;
+}
+
 /// Resolves at SIGTERM (what the kubelet sends) or Ctrl-C: when a server starts draining.
 pub async fn terminated() {
     #[cfg(unix)]

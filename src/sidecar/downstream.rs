@@ -17,7 +17,6 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::extract::State;
@@ -29,9 +28,9 @@ use tokio::sync::{Notify, mpsc, watch};
 
 pub use crate::mcp::serving::serve;
 use crate::mcp::serving::{
-    Listen, META_SERVER_INFO, RequestEra as Era, SESSION_HEADER, SESSION_NOT_FOUND, accepts_sse,
-    error_response, header_str, json_response, list_changed, listen_messages, new_session_id,
-    rpc_error, rpc_result, sse_event, sse_response, supported_versions,
+    KEEPALIVE, Listen, META_SERVER_INFO, RequestEra as Era, SESSION_HEADER, SESSION_NOT_FOUND,
+    accepts_sse, error_response, header_str, json_response, list_changed, listen_messages,
+    new_session_id, rpc_error, rpc_result, sse_event, sse_response, stopped, supported_versions,
 };
 
 use super::calls::{Caller, CallerEra, Calls, LOG_LEVELS, Reply, ToolCall};
@@ -44,8 +43,6 @@ const META_LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
 /// Most legacy sessions kept; beyond it the oldest is forgotten (its agent gets 404 and
 /// initializes again, which every client does), so agents that never DELETE cannot grow memory.
 const MAX_SESSIONS: usize = 4096;
-/// How often an idle event stream carries a comment, so proxies and clients see it alive.
-const KEEPALIVE: Duration = Duration::from_secs(25);
 
 /// The agent-facing handler's state.
 pub struct Downstream {
@@ -508,11 +505,6 @@ fn notification(d: &Downstream, era: &Era, method: &str, params: &Map<String, Va
     }
 }
 
-/// Completes once the sidecar is stopping.
-async fn stopped(mut shutdown: watch::Receiver<bool>) {
-    let _ = shutdown.wait_for(|s| *s).await.map(|_| ());
-}
-
 // ─── event streams ───────────────────────────────────────────────────────────────────────
 
 /// Sends `first` (if any), then a list_changed whenever the view's digest moves, until the
@@ -525,7 +517,7 @@ fn change_stream(
 ) -> mpsc::Receiver<Bytes> {
     let (tx, rx) = mpsc::channel::<Bytes>(16);
     let mut view = d.view.clone();
-    let shutdown = d.shutdown.clone();
+    let mut shutdown = d.shutdown.clone();
     tokio::spawn(async move {
         if let Some(first) = first
             && tx.send(sse_event(&first)).await.is_err()
@@ -543,7 +535,7 @@ fn change_stream(
                         if tx.send(sse_event(&list_changed(meta.as_ref()))).await.is_err() { return; }
                     }
                 }
-                _ = stopped(shutdown.clone()) => {
+                _ = stopped(&mut shutdown) => {
                     if let Some(last) = last {
                         let _ = tx.send(sse_event(&last)).await;
                     }
@@ -577,13 +569,13 @@ fn listen(d: &Downstream, id: Value, params: &Map<String, Value>) -> Response {
 
 fn change_stream_silent(d: &Downstream, ack: Value, last: Value) -> mpsc::Receiver<Bytes> {
     let (tx, rx) = mpsc::channel::<Bytes>(4);
-    let shutdown = d.shutdown.clone();
+    let mut shutdown = d.shutdown.clone();
     tokio::spawn(async move {
         if tx.send(sse_event(&ack)).await.is_err() {
             return;
         }
         tokio::select! {
-            _ = stopped(shutdown.clone()) => { let _ = tx.send(sse_event(&last)).await; }
+            _ = stopped(&mut shutdown) => { let _ = tx.send(sse_event(&last)).await; }
             _ = tx.closed() => {}
         }
     });

@@ -246,25 +246,12 @@ async fn the_chart_runs_on_a_real_node_and_fails_over() {
     let scratch = tempfile::tempdir().expect("a temp dir");
     let (repository, tag) = operator_image(&cluster_dir, scratch.path());
 
-    // The release is named after the test's namespace: its ClusterRole(Binding) names are
-    // unique, and go with the namespace when the test ends.
-    let release = ns.name().to_owned();
     let started = Instant::now();
-    install_chart(&release, &repository, &tag, &kubeconfig);
+    let (_uninstall, fullname) = install_chart(&ns, &repository, &tag, &kubeconfig);
     eprintln!(
         "e2e_node: helm install --wait took {:.1}s",
         started.elapsed().as_secs_f64()
     );
-    // Uninstalled when the test ends, pass or fail: its ClusterRole(Binding) and CRD-wide
-    // watches go with it.
-    let _uninstall = Uninstall {
-        release: release.clone(),
-        namespace: ns.name().to_owned(),
-        kubeconfig: kubeconfig.clone(),
-    };
-    let fullname = format!("{release}-mcp-operator");
-    ns.delete_later(ApiResource::erase::<ClusterRole>(&()), &fullname);
-    ns.delete_later(ApiResource::erase::<ClusterRoleBinding>(&()), &fullname);
 
     // --- two replicas run as the chart says: non-root, read-only root, probes passing.
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns.name());
@@ -276,7 +263,7 @@ async fn the_chart_runs_on_a_real_node_and_fails_over() {
         "helm --wait left {status:?}"
     );
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
-    let selector = format!("app.kubernetes.io/instance={release}");
+    let selector = format!("app.kubernetes.io/instance={}", ns.name());
     let ready = running_pods(&pods, &selector).await.expect("pods");
     assert_eq!(ready.len(), 2, "two Ready pods");
     for pod in &ready {
@@ -467,11 +454,20 @@ async fn the_chart_runs_on_a_real_node_and_fails_over() {
     );
 }
 
-/// `helm install --wait` of the chart as release `release` in the namespace of the same name,
-/// on the locally built image. Limited to that namespace (its controller and its webhook): the
-/// other e2e tests run their own controllers on the same control plane at the same time, and a
-/// cluster-wide one would reconcile their servers and admit their pods.
-fn install_chart(release: &str, repository: &str, tag: &str, kubeconfig: &Path) {
+/// `helm install --wait` of the chart on the locally built image, as a release named after the
+/// test's namespace and installed in it (so its ClusterRole, ClusterRoleBinding and webhook
+/// configuration names are unique, and are deleted with the namespace). Limited to that
+/// namespace (its controller and its webhook): the other e2e tests run their own controllers on
+/// the same control plane at the same time, and a cluster-wide one would reconcile their
+/// servers and admit their pods. Returns the guard that uninstalls it, pass or fail, and the
+/// release's full name.
+fn install_chart(
+    ns: &e2e::TestNamespace,
+    repository: &str,
+    tag: &str,
+    kubeconfig: &Path,
+) -> (Uninstall, String) {
+    let release = ns.name();
     run(Command::new("bash")
         .arg(repo().join("e2e/helm.sh"))
         .args(["install", release, CHART, "--namespace", release])
@@ -482,6 +478,19 @@ fn install_chart(release: &str, repository: &str, tag: &str, kubeconfig: &Path) 
         .args(["--set", &format!("controller.watchNamespace={release}")])
         .env("KUBECONFIG", kubeconfig)
         .current_dir(repo()));
+    let uninstall = Uninstall {
+        release: release.to_owned(),
+        namespace: release.to_owned(),
+        kubeconfig: kubeconfig.to_path_buf(),
+    };
+    let fullname = format!("{release}-mcp-operator");
+    ns.delete_later(ApiResource::erase::<ClusterRole>(&()), &fullname);
+    ns.delete_later(ApiResource::erase::<ClusterRoleBinding>(&()), &fullname);
+    ns.delete_later(
+        ApiResource::erase::<MutatingWebhookConfiguration>(&()),
+        &fullname,
+    );
+    (uninstall, fullname)
 }
 
 /// `helm uninstall --wait` of the test's release when dropped (also on a panic).
@@ -612,24 +621,11 @@ async fn a_labelled_pod_gets_its_sidecar_and_calls_exactly_its_granted_tools() {
         .expect("node.sh paths names the pause image");
     let pause_image = image_reference(Path::new(pause_tar));
 
-    let release = ns.name().to_owned();
     let started = Instant::now();
-    install_chart(&release, &repository, &tag, &kubeconfig);
+    let (_uninstall, fullname) = install_chart(&ns, &repository, &tag, &kubeconfig);
     eprintln!(
         "e2e_node: helm install --wait (with the injection webhook) took {:.1}s",
         started.elapsed().as_secs_f64()
-    );
-    let _uninstall = Uninstall {
-        release: release.clone(),
-        namespace: ns.name().to_owned(),
-        kubeconfig: kubeconfig.clone(),
-    };
-    let fullname = format!("{release}-mcp-operator");
-    ns.delete_later(ApiResource::erase::<ClusterRole>(&()), &fullname);
-    ns.delete_later(ApiResource::erase::<ClusterRoleBinding>(&()), &fullname);
-    ns.delete_later(
-        ApiResource::erase::<MutatingWebhookConfiguration>(&()),
-        &fullname,
     );
 
     // --- the operator's own TLS: one Secret, its CA in the webhook configuration.

@@ -175,6 +175,9 @@ fn the_cluster_role_and_the_lease_role_grant_exactly_the_reviewed_permissions() 
         // Namespaces by metadata: tenant policy selectors.
         "/namespaces list",
         "/namespaces watch",
+        // Opted-in pods by metadata: the AgentSpecs count their out-of-date pods.
+        "/pods list",
+        "/pods watch",
         // Events (kube-runtime's recorder).
         "events.k8s.io/events create",
         "events.k8s.io/events patch",

@@ -1038,6 +1038,9 @@ async fn the_service_account_can_do_nothing_else() {
         attrs("", "configmaps", "create", "tenant-a"),
         attrs("", "configmaps", "delete", "tenant-a"),
         attrs("", "namespaces", "watch", ""),
+        // The opted-in pods, watched by metadata for the AgentSpecs' pod counts.
+        attrs("", "pods", "list", "tenant-a"),
+        attrs("", "pods", "watch", "tenant-a"),
         attrs("events.k8s.io", "events", "create", "default"),
         attrs("coordination.k8s.io", "leases", "create", release),
         named("coordination.k8s.io", "leases", "patch", release, &lease),
@@ -1117,7 +1120,8 @@ async fn the_service_account_can_do_nothing_else() {
             &lease,
         ),
         // Only its own webhook configuration; pods are never touched (the webhook answers
-        // the apiserver, it writes no pod).
+        // the apiserver, it writes no pod) nor read one by one (the opted-in ones are watched
+        // by metadata).
         named(
             "admissionregistration.k8s.io",
             "mutatingwebhookconfigurations",
@@ -1132,8 +1136,10 @@ async fn the_service_account_can_do_nothing_else() {
             "",
         ),
         attrs("", "pods", "patch", "tenant-a"),
+        attrs("", "pods", "get", "tenant-a"),
+        attrs("", "pods", "delete", "tenant-a"),
         // Nothing else at all.
-        attrs("", "pods", "list", "tenant-a"),
+        attrs("", "pods/log", "get", "tenant-a"),
         attrs("", "serviceaccounts/token", "create", release),
         attrs("rbac.authorization.k8s.io", "clusterroles", "escalate", ""),
         attrs(

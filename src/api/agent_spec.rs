@@ -168,7 +168,7 @@ pub struct AgentSpecStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
 
-    /// Resolved and Ready.
+    /// Resolved, Ready and PodsUpToDate.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "super::conditions::conditions_schema")]
     pub conditions: Vec<Condition>,

@@ -65,6 +65,17 @@ pub fn grants_config_map_name(agent_spec: &str) -> String {
         json_path = ".status.grantsConfigMap"
     ),
     printcolumn(
+        name = "Pods",
+        type_ = "integer",
+        json_path = ".status.pods.injected",
+        priority = 1
+    ),
+    printcolumn(
+        name = "OutOfDate",
+        type_ = "integer",
+        json_path = ".status.pods.outOfDate"
+    ),
+    printcolumn(
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
@@ -157,7 +168,7 @@ pub struct AgentSpecStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
 
-    /// Resolved and Ready.
+    /// Resolved, Ready and PodsUpToDate.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "super::conditions::conditions_schema")]
     pub conditions: Vec<Condition>,
@@ -177,6 +188,24 @@ pub struct AgentSpecStatus {
     /// Total number of tools granted across all servers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub granted_tools: Option<u32>,
+
+    /// The pods injected with this agent's sidecar, and how many must be restarted to mount a
+    /// Secret or ConfigMap key the grants came to reference after they started; the
+    /// PodsUpToDate condition names them and the keys.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pods: Option<AgentPodsStatus>,
+}
+
+/// The pods running this agent's sidecar (labelled mcp-operator.dev/agent, not finished, not
+/// being deleted).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentPodsStatus {
+    /// Pods injected with the sidecar for this AgentSpec.
+    pub injected: u32,
+    /// Injected pods that do not mount every Secret and ConfigMap key the grants reference now
+    /// (their volumes were fixed when they were created): they must be restarted.
+    pub out_of_date: u32,
 }
 
 /// The grant outcome for one server of an AgentSpec.

@@ -27,6 +27,9 @@ pub const READY: &str = "Ready";
 /// AgentSpec: every referenced server, policy and pattern resolved to a grant set without
 /// conflict.
 pub const RESOLVED: &str = "Resolved";
+/// AgentSpec: every pod injected with its sidecar mounts every Secret and ConfigMap key its
+/// grants reference.
+pub const PODS_UP_TO_DATE: &str = "PodsUpToDate";
 
 /// The schema of a `conditions` list: the apimachinery condition, one entry per `type`
 /// (a list map, so server-side apply merges conditions by type).

@@ -163,6 +163,7 @@ fn printer_columns() {
             ("Ready", ready),
             ("Tools", ".status.grantedTools"),
             ("ConfigMap", ".status.grantsConfigMap"),
+            ("OutOfDate", ".status.pods.outOfDate"),
             ("Age", age)
         ])
     );
@@ -711,6 +712,41 @@ fn status_catalog_is_the_probe_catalog_plus_last_sync_time() {
     assert_eq!(
         serde_json::to_value(&status).unwrap(),
         serde_json::to_value(&catalog).unwrap()
+    );
+}
+
+/// The AgentSpec's pod counts: both required once the object is there, never negative, and
+/// they read back as written (status is pruned to the schema, so a missing field would vanish).
+#[test]
+fn agent_spec_status_counts_its_injected_and_out_of_date_pods() {
+    let node = at(&schema("AgentSpec"), "status.pods");
+    assert_eq!(node["type"], "object");
+    let mut required: Vec<&str> = node["required"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    required.sort();
+    assert_eq!(required, ["injected", "outOfDate"]);
+    for field in ["injected", "outOfDate"] {
+        let f = &node["properties"][field];
+        assert_eq!(f["type"], "integer", "{field}");
+        assert_eq!(f["minimum"].as_f64(), Some(0.0), "{field}");
+    }
+    let status: agent_spec::AgentSpecStatus =
+        serde_json::from_value(serde_json::json!({"pods": {"injected": 3, "outOfDate": 1}}))
+            .unwrap();
+    assert_eq!(
+        status.pods,
+        Some(agent_spec::AgentPodsStatus {
+            injected: 3,
+            out_of_date: 1
+        })
+    );
+    assert_eq!(
+        serde_json::to_value(&status).unwrap(),
+        serde_json::json!({"pods": {"injected": 3, "outOfDate": 1}})
     );
 }
 

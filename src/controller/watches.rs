@@ -12,11 +12,12 @@
 //!  ConfigMap (metadata) ────────────► servers naming it ──► owner AgentSpec (store: its grants ConfigMaps)
 //!                                     (CA bundles)
 //!  Secret (metadata) ───────────────► servers naming it
+//!  Pod (metadata, opted in) ─────────────────────────────► the AgentSpec it names (status.pods)
 //!  tools/list_changed ──────────────► the server that pushed it
 //!  McpTenantPolicy, Namespace ──────► servers whose pinning requirement changed
 //! ```
 //!
-//! McpServer, AgentSpec and ConfigMap watches are scoped by --watch-namespace; policies and
+//! McpServer, AgentSpec, ConfigMap and Pod watches are scoped by --watch-namespace; policies and
 //! namespaces are cluster-wide. Each reconciler reads only stores fed by the watches that
 //! trigger it, and a store is written before its change is told: when a change triggers a
 //! reconcile, the store already shows it.
@@ -26,7 +27,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures::future::BoxFuture;
 use futures::{FutureExt, Stream, StreamExt};
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret};
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{self, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -77,12 +78,22 @@ pub async fn run(
         watcher::Config::default(),
         Reconnect::new(),
     );
+    // Only pods opted into injection are cached, and only until they finish (a finished pod
+    // leaves the watch): the AgentSpecs count their out-of-date pods.
+    let (pod_watch, d6) = Watched::new(
+        scoped::<PartialObjectMeta<Pod>>(&client, ns),
+        watcher::Config::default()
+            .labels(crate::inject::AGENT_LABEL)
+            .fields("status.phase!=Succeeded,status.phase!=Failed"),
+        Reconnect::new(),
+    );
     let watches = Watches {
         servers: server_watch,
         agents: agent_watch,
         policies: policy_watch,
         namespaces: namespace_watch,
         config_maps: config_map_watch,
+        pods: pod_watch,
     };
     let all_listed = futures::future::join_all([
         watches.servers.listed(),
@@ -90,6 +101,7 @@ pub async fn run(
         watches.policies.listed(),
         watches.namespaces.listed(),
         watches.config_maps.listed(),
+        watches.pods.listed(),
     ]);
     // Every consumer subscribes here, before any driver runs, so none misses a change.
     let reconcilers = futures::future::join3(
@@ -97,7 +109,7 @@ pub async fn run(
         run_agent_specs(ctx.clone(), args, &watches, stop.clone()),
         run_policies(ctx, args, &watches, stop),
     );
-    let drivers = futures::future::join_all([d1, d2, d3, d4, d5]);
+    let drivers = futures::future::join_all([d1, d2, d3, d4, d5, d6]);
     let readiness = async move {
         all_listed.await;
         ready.store(true, Ordering::Relaxed);
@@ -120,6 +132,7 @@ struct Watches {
     policies: Watched<McpTenantPolicy>,
     namespaces: Watched<PartialObjectMeta<Namespace>>,
     config_maps: Watched<PartialObjectMeta<ConfigMap>>,
+    pods: Watched<PartialObjectMeta<Pod>>,
 }
 
 /// How a watch waits before trying again after an error. kube-runtime's default grows to 30 s
@@ -338,11 +351,13 @@ fn run_agent_specs(
             policies: w.policies.store(),
             namespaces: w.namespaces.store(),
             config_maps: w.config_maps.store(),
+            pods: w.pods.store(),
             listed: Readiness::all(vec![
                 w.servers.listed(),
                 w.policies.listed(),
                 w.namespaces.listed(),
                 w.config_maps.listed(),
+                w.pods.listed(),
             ]),
         },
         args.tenant_default,
@@ -365,6 +380,7 @@ fn run_agent_specs(
         })
         // Only the grants ConfigMaps name an AgentSpec as their owner.
         .owns_shared_stream(w.config_maps.touched())
+        .watches_shared_stream(w.pods.touched(), |pod| agent_spec::of_pod(&pod))
         .graceful_shutdown_on(async move {
             let _ = stop.wait_for(|s| *s).await;
         })

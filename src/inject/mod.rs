@@ -14,6 +14,8 @@
 //!                                                  secrets/<secret>/<key>, configmaps/<cm>/<key>
 //!  containers[*].env  ◄── MCP_SERVER_URL           http://127.0.0.1:<port>/mcp (unless set)
 //!  annotations        ◄── mcp-operator.dev/injected: bot
+//!                     ◄── mcp-operator.dev/mounted-credentials: the projected files
+//!                                                  (names and keys, no value; see `drift`)
 //! ```
 //!
 //! A pod that already has the sidecar gets no patch (re-admission never injects twice).
@@ -31,6 +33,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::grants::Endpoint;
+
+pub mod drift;
+pub use drift::{MOUNTS_ANNOTATION, PodDrift, drift};
 
 /// The label that opts a pod in; its value names the AgentSpec in the pod's namespace.
 pub const AGENT_LABEL: &str = "mcp-operator.dev/agent";
@@ -307,9 +312,16 @@ pub fn decide(
             ),
         }
     }
+    // Which AgentSpec, and what the projected volume holds (fixed from now on): the AgentSpec's
+    // status counts the pods that lack a key its grants come to reference later.
+    let mounts = drift::mounts_annotation(refs);
     match &pod.metadata.annotations {
-        Some(_) => ops.push(json!({"op": "add", "path": format!("/metadata/annotations/{}", escape(INJECTED_ANNOTATION)), "value": agent})),
-        None => ops.push(json!({"op": "add", "path": "/metadata/annotations", "value": {INJECTED_ANNOTATION: agent}})),
+        Some(_) => {
+            for (key, value) in [(INJECTED_ANNOTATION, agent), (MOUNTS_ANNOTATION, &mounts)] {
+                ops.push(json!({"op": "add", "path": format!("/metadata/annotations/{}", escape(key)), "value": value}));
+            }
+        }
+        None => ops.push(json!({"op": "add", "path": "/metadata/annotations", "value": {INJECTED_ANNOTATION: agent, MOUNTS_ANNOTATION: mounts}})),
     }
     let patch: json_patch::Patch =
         serde_json::from_value(Value::Array(ops)).expect("the operations are JSON patch");
@@ -410,7 +422,7 @@ fn sidecar_container(agent: &str, refs: &References, settings: &SidecarSettings)
         format!("--credentials-dir={CREDENTIALS_DIR}"),
         // What this pod mounts: a key the grants reference later is reported as a pod to
         // restart, not as a missing Secret.
-        format!("--mounted-credentials={}", refs.paths().join(",")),
+        format!("--mounted-credentials={}", drift::mounts_annotation(refs)),
         format!("--listen=127.0.0.1:{}", settings.port),
         format!("--metrics-addr=0.0.0.0:{}", settings.health_port),
         "--log-format=json".to_string(),

@@ -258,6 +258,32 @@ fn an_agent_container_keeps_its_own_server_url_and_other_fields() {
     let annotations = out.metadata.annotations.as_ref().unwrap();
     assert_eq!(annotations["keep"], "me");
     assert_eq!(annotations[INJECTED_ANNOTATION], "bot");
+    assert_eq!(annotations[MOUNTS_ANNOTATION], "", "nothing projected");
+}
+
+#[test]
+fn the_pod_records_what_it_mounts_and_no_value() {
+    let refs = References::of(&[endpoint(json!({
+        "bearerToken": {"name": "tok", "key": "token"},
+        "tls": {"caBundleConfigMap": {"name": "ca", "key": "ca.crt"}},
+    }))]);
+    let pod = inject(&agent_pod(), &refs);
+    let recorded = &pod.metadata.annotations.as_ref().unwrap()[MOUNTS_ANNOTATION];
+    assert_eq!(recorded, "secrets/tok/token,configmaps/ca/ca.crt");
+    // The same files the projected volume holds and the sidecar is told it mounts.
+    let mut listed: Vec<String> = recorded.split(',').map(String::from).collect();
+    listed.sort();
+    assert_eq!(listed, projected_paths(&pod));
+    assert!(
+        sidecar(&pod)
+            .args
+            .as_ref()
+            .unwrap()
+            .contains(&format!("--mounted-credentials={recorded}"))
+    );
+    // Admitted as it is, the pod is up to date with the grants it was admitted for.
+    let d = drift("bot", &refs, [&pod.metadata]);
+    assert_eq!((d.injected, d.out_of_date.len()), (1, 0));
 }
 
 #[test]

@@ -1128,3 +1128,166 @@ async fn pins_of_a_spilled_catalogue_survive_an_operator_restart() {
     .await;
     wait_tools(&client, ns.name(), "bot", "big", &ten).await;
 }
+
+/// An opted-in pod as admission leaves it (this test runs no webhook: it writes the
+/// annotations itself), bound to a node that does not exist, so no kubelet ever runs it and
+/// it stays Pending until the test sets its phase.
+fn opted_in_pod(name: &str, label: &str, annotations: Value) -> k8s_openapi::api::core::v1::Pod {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "labels": {mcp_operator::inject::AGENT_LABEL: label},
+                     "annotations": annotations},
+        "spec": {"nodeName": "e2e-no-such-node",
+                 "containers": [{"name": "agent", "image": "agent:never-pulled"}]},
+    }))
+    .unwrap()
+}
+
+/// `kubectl get ags` counts the pods running an AgentSpec's sidecar and those that must be
+/// restarted: the controller watches the opted-in pods by metadata, compares what each
+/// recorded mounting at admission with what the grants reference now, names the pods and keys
+/// in PodsUpToDate, and stops counting a pod once it has finished.
+#[tokio::test]
+async fn the_agent_spec_counts_its_pods_and_those_that_must_be_restarted() {
+    use k8s_openapi::api::core::v1::Pod;
+    use mcp_operator::api::agent_spec::AgentPodsStatus;
+    use mcp_operator::api::conditions::PODS_UP_TO_DATE;
+    use mcp_operator::inject::{INJECTED_ANNOTATION, MOUNTS_ANNOTATION};
+
+    let (client, ns) = e2e::setup("grants-pods").await;
+    let _op = Operator::start(&e2e::kubeconfig_path().await, ns.name(), "op-grants-pods");
+    // Nothing needs to answer: which keys the grants reference comes from the McpServer's spec.
+    apply_server(
+        &client,
+        ns.name(),
+        server_manifest("files", "http://127.0.0.1:9/mcp", json!({})),
+    )
+    .await;
+    apply_agent(
+        &client,
+        ns.name(),
+        "bot",
+        json!({"servers": [{"name": "files"}]}),
+    )
+    .await;
+
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
+    for pod in [
+        opted_in_pod(
+            "bot-a",
+            "bot",
+            json!({INJECTED_ANNOTATION: "bot", MOUNTS_ANNOTATION: ""}),
+        ),
+        // Labelled but never injected (created before the webhook, say): not counted.
+        opted_in_pod("bot-plain", "bot", json!({})),
+        opted_in_pod(
+            "other-a",
+            "other",
+            json!({INJECTED_ANNOTATION: "other", MOUNTS_ANNOTATION: ""}),
+        ),
+    ] {
+        pods.create(&Default::default(), &pod)
+            .await
+            .unwrap_or_else(|e| panic!("creating a pod: {}", e2e::describe(&e)));
+    }
+    let specs: Api<AgentSpec> = Api::namespaced(client.clone(), ns.name());
+    let counted = |injected: u32, out_of_date: u32, up_to_date: &'static str| {
+        let specs = specs.clone();
+        async move {
+            eventually(
+                SOON,
+                &format!("bot counts {injected} pods, {out_of_date} out of date"),
+                || async {
+                    let agent = specs.get("bot").await.map_err(|e| e.to_string())?;
+                    let pods = agent.status.as_ref().and_then(|s| s.pods.clone());
+                    let condition = agent_condition(&agent, PODS_UP_TO_DATE);
+                    let want = AgentPodsStatus {
+                        injected,
+                        out_of_date,
+                    };
+                    match condition {
+                        Some(c) if pods.as_ref() == Some(&want) && c["status"] == up_to_date => {
+                            Ok(c)
+                        }
+                        other => Err(format!("pods {pods:?}, {other:?}")),
+                    }
+                },
+            )
+            .await
+        }
+    };
+    let c = counted(1, 0, "True").await;
+    assert_eq!(c["reason"], "UpToDate");
+
+    // The server now sends a bearer token from a Secret: bot-a was admitted before, so it does
+    // not mount it.
+    apply_server(
+        &client,
+        ns.name(),
+        server_manifest(
+            "files",
+            "http://127.0.0.1:9/mcp",
+            json!({"credentials": {"bearerToken": {"secretKeyRef": {"name": "tok", "key": "token"}}}}),
+        ),
+    )
+    .await;
+    let c = counted(1, 1, "False").await;
+    assert_eq!(c["reason"], "PodsOutOfDate");
+    let message = c["message"].as_str().unwrap();
+    assert!(
+        message.contains("Pod bot-a lacks Secret tok key token") && message.contains("restart it"),
+        "{message}"
+    );
+    assert!(
+        !message.contains("bot-plain") && !message.contains("other-a"),
+        "{message}"
+    );
+    eventually(SOON, "a PodsOutOfDate event", || async {
+        let events: Api<k8s_openapi::api::events::v1::Event> =
+            Api::namespaced(client.clone(), ns.name());
+        let list = events
+            .list(&Default::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        list.items
+            .iter()
+            .find(|e| e.reason.as_deref() == Some("PodsOutOfDate"))
+            .map(|_| ())
+            .ok_or_else(|| "none yet".to_string())
+    })
+    .await;
+
+    // A pod admitted now mounts the key: counted, and up to date.
+    pods.create(
+        &Default::default(),
+        &opted_in_pod(
+            "bot-b",
+            "bot",
+            json!({INJECTED_ANNOTATION: "bot", MOUNTS_ANNOTATION: "secrets/tok/token"}),
+        ),
+    )
+    .await
+    .unwrap();
+    counted(2, 1, "False").await;
+
+    // bot-a finishes: it leaves the watch (a field selector on the phase), and the count.
+    pods.patch_status(
+        "bot-a",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"phase": "Failed"}})),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("finishing bot-a: {}", e2e::describe(&e)));
+    let c = counted(1, 0, "True").await;
+    assert_eq!(
+        c["message"],
+        "The pod running this agent's sidecar mounts every key the grants reference."
+    );
+
+    // No kubelet answers for these pods: remove them at once.
+    for name in ["bot-a", "bot-b", "bot-plain", "other-a"] {
+        let _ = pods
+            .delete(name, &DeleteParams::default().grace_period(0))
+            .await;
+    }
+}

@@ -967,6 +967,75 @@ async fn a_labelled_pod_gets_its_sidecar_and_calls_exactly_its_granted_tools() {
     still.sort();
     assert_eq!(still, narrowed, "{out}");
 
+    // --- a rotated Secret: files-admin's upstream comes back expecting a new bearer token and
+    // the token is changed in its Secret. The kubelet updates the running pod's projected
+    // volume; the sidecar reads the file again for its next connection, and calls work again.
+    // The new upstream answers the old token with 401, so calls that succeed prove the old
+    // token is no longer sent.
+    const ROTATED: &str = "rotated-7f3c-token";
+    let admin_port = admin
+        .url
+        .rsplit_once(':')
+        .and_then(|(_, rest)| rest.split('/').next())
+        .expect("the upstream's port")
+        .to_owned();
+    drop(admin);
+    let rotated_admin = fixtures.sdk_server(&[
+        "--host",
+        &node.ip,
+        "--port",
+        &admin_port,
+        "--bearer",
+        ROTATED,
+    ]);
+    secrets
+        .patch(
+            "files-admin-token",
+            &PatchParams::apply(e2e::FIELD_MANAGER).force(),
+            &Patch::Apply(serde_json::json!({
+                "apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": "files-admin-token"},
+                "stringData": {"token": ROTATED},
+            })),
+        )
+        .await
+        .expect("rotating the token");
+    let rotated = Instant::now();
+    let read_admin = serde_json::json!([
+        {"op": "call", "name": "admin__read_file", "arguments": {"path": "/notes"}},
+    ]);
+    loop {
+        let out = sidecar_support::agent(&forward.url, "auto", read_admin.clone()).await;
+        if out["steps"][0]["isError"] == false {
+            break;
+        }
+        assert!(
+            rotated.elapsed() < Duration::from_secs(150),
+            "calls to files-admin never worked with the rotated token: {out}"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    eprintln!(
+        "e2e_node: the rotated Secret reached the sidecar through the kubelet; calls work again {:.1}s after the rotation",
+        rotated.elapsed().as_secs_f64()
+    );
+    let refused = sidecar_support::upstream_unauthorized(&rotated_admin.url).await;
+    for era in ["legacy", "auto"] {
+        let out = sidecar_support::agent(&forward.url, era, read_admin.clone()).await;
+        assert_eq!(
+            out["steps"][0]["isError"], false,
+            "a call after the rotation ({era}) was refused by the upstream: {out}"
+        );
+    }
+    assert_eq!(
+        sidecar_support::upstream_unauthorized(&rotated_admin.url).await,
+        refused,
+        "once the rotated token was read, a request still came with the old one"
+    );
+    eprintln!(
+        "e2e_node: the upstream refused {refused} request(s) without the new token before the rotation reached the sidecar, none after"
+    );
+
     // --- drift: the McpServer `files` now sends a header from a new Secret. The running pod
     // does not mount it (volumes are fixed at admission); the sidecar says which key and that
     // the pod must be restarted, and never sends the call without it.
@@ -1011,6 +1080,32 @@ async fn a_labelled_pod_gets_its_sidecar_and_calls_exactly_its_granted_tools() {
         "e2e_node: the sidecar named the Secret the running pod does not mount {:.1}s after the McpServer changed",
         drifted.elapsed().as_secs_f64()
     );
+    // ...and the AgentSpec's status counts the pod out of date, naming it and the key.
+    let stale = eventually(SOON, "the AgentSpec counts the pod out of date", || async {
+        let spec = specs.get(&agent).await.map_err(|e| e.to_string())?;
+        let status = spec.status.unwrap_or_default();
+        let pods = status.pods.clone().unwrap_or_default();
+        let condition = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == mcp_operator::api::conditions::PODS_UP_TO_DATE)
+            .cloned();
+        match condition {
+            Some(c) if (pods.injected, pods.out_of_date) == (1, 1) && c.status == "False" => Ok(c),
+            other => Err(format!("pods {pods:?}, condition {other:?}")),
+        }
+    })
+    .await;
+    assert_eq!(stale.reason, "PodsOutOfDate");
+    assert!(
+        stale
+            .message
+            .contains("Pod agent lacks Secret files-api-key key key")
+            && stale.message.contains("restart it"),
+        "{}",
+        stale.message
+    );
+    assert!(!stale.message.contains("k-123"), "{}", stale.message);
     drop(forward);
     let logs = run(kubectl(&cluster_dir).args([
         "logs",
@@ -1025,17 +1120,41 @@ async fn a_labelled_pod_gets_its_sidecar_and_calls_exactly_its_granted_tools() {
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
         .filter(|l| l["target"] == "mcp_sidecar::audit")
         .collect();
-    assert!(
+    // One line per call: files__read_file (granted) and files__write_file (refused) were each
+    // called once, by the first client.
+    let lines_of = |tool: &str| -> Vec<(String, String)> {
         audit
             .iter()
-            .any(|l| l.to_string().contains("files__write_file")
-                && l.to_string().contains("not_granted")),
-        "no audit line of the refused call in:\n{logs}"
+            .filter(|l| l["fields"]["tool"] == tool)
+            .map(|l| {
+                let f = &l["fields"];
+                (
+                    f["decision"].as_str().unwrap_or_default().to_owned(),
+                    f["outcome"].as_str().unwrap_or_default().to_owned(),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(
+        lines_of("files__read_file"),
+        [("allowed".to_string(), "ok".to_string())],
+        "the granted call's audit lines in:\n{logs}"
+    );
+    assert_eq!(
+        lines_of("files__write_file"),
+        [("not_granted".to_string(), "refused".to_string())],
+        "the refused call's audit lines in:\n{logs}"
     );
     assert!(
-        !logs.contains("demo-token"),
-        "the token leaked into the log"
+        audit.iter().all(|l| l["fields"]["agent"] == agent.as_str()),
+        "audit lines name the agent: {audit:?}"
     );
+    for secret in ["demo-token", ROTATED, "k-123"] {
+        assert!(
+            !logs.contains(secret),
+            "a Secret's value ({secret}) leaked into the sidecar's log"
+        );
+    }
 
     // --- an agent started after the sidecar, reaching it at $(MCP_SERVER_URL): it exits 0 only
     // if the sidecar answered with the granted tools.
@@ -1129,7 +1248,7 @@ async fn a_labelled_pod_gets_its_sidecar_and_calls_exactly_its_granted_tools() {
     let refused = pods
         .create(
             &dry,
-            &agent_pod("ghostly", Some("ghost-agent"), pause, "Always"),
+            &agent_pod("ghostly", Some("ghost-agent"), pause.clone(), "Always"),
         )
         .await
         .expect_err("a pod naming a missing AgentSpec is refused");
@@ -1138,4 +1257,46 @@ async fn a_labelled_pod_gets_its_sidecar_and_calls_exactly_its_granted_tools() {
         message.contains("ghost-agent") && message.contains("does not exist"),
         "refused with: {message}"
     );
+
+    // --- the out-of-date pod recreated, as the condition says: admitted now, it mounts the new
+    // key, and the AgentSpec counts no pod out of date (the finished probe-agent is not counted).
+    pods.delete("agent", &Default::default())
+        .await
+        .expect("deleting the out-of-date pod");
+    eventually(SOON, "the out-of-date pod gone", || async {
+        match pods.get_opt("agent").await {
+            Ok(None) => Ok(()),
+            other => Err(format!("{:?}", other.map(|p| p.map(|p| p.metadata.uid)))),
+        }
+    })
+    .await;
+    let recreated = pods
+        .create(
+            &PostParams::default(),
+            &agent_pod("agent", Some(&agent), pause.clone(), "Always"),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("recreating the agent pod: {}", e2e::describe(&e)));
+    let recorded = recreated.annotations()[mcp_operator::inject::MOUNTS_ANNOTATION].clone();
+    assert!(
+        recorded.contains("secrets/files-api-key/key")
+            && recorded.contains("secrets/files-admin-token/token"),
+        "{recorded}"
+    );
+    let fresh = eventually(SOON, "the AgentSpec counts no pod out of date", || async {
+        let spec = specs.get(&agent).await.map_err(|e| e.to_string())?;
+        let status = spec.status.unwrap_or_default();
+        let pods = status.pods.clone().unwrap_or_default();
+        let condition = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == mcp_operator::api::conditions::PODS_UP_TO_DATE)
+            .cloned();
+        match condition {
+            Some(c) if (pods.injected, pods.out_of_date) == (1, 0) && c.status == "True" => Ok(c),
+            other => Err(format!("pods {pods:?}, condition {other:?}")),
+        }
+    })
+    .await;
+    assert_eq!(fresh.reason, "UpToDate");
 }

@@ -175,6 +175,9 @@ fn the_cluster_role_and_the_lease_role_grant_exactly_the_reviewed_permissions() 
         // Namespaces by metadata: tenant policy selectors.
         "/namespaces list",
         "/namespaces watch",
+        // Opted-in pods by metadata: the AgentSpecs count their out-of-date pods.
+        "/pods list",
+        "/pods watch",
         // Events (kube-runtime's recorder).
         "events.k8s.io/events create",
         "events.k8s.io/events patch",
@@ -1035,6 +1038,9 @@ async fn the_service_account_can_do_nothing_else() {
         attrs("", "configmaps", "create", "tenant-a"),
         attrs("", "configmaps", "delete", "tenant-a"),
         attrs("", "namespaces", "watch", ""),
+        // The opted-in pods, watched by metadata for the AgentSpecs' pod counts.
+        attrs("", "pods", "list", "tenant-a"),
+        attrs("", "pods", "watch", "tenant-a"),
         attrs("events.k8s.io", "events", "create", "default"),
         attrs("coordination.k8s.io", "leases", "create", release),
         named("coordination.k8s.io", "leases", "patch", release, &lease),
@@ -1114,7 +1120,8 @@ async fn the_service_account_can_do_nothing_else() {
             &lease,
         ),
         // Only its own webhook configuration; pods are never touched (the webhook answers
-        // the apiserver, it writes no pod).
+        // the apiserver, it writes no pod) nor read one by one (the opted-in ones are watched
+        // by metadata).
         named(
             "admissionregistration.k8s.io",
             "mutatingwebhookconfigurations",
@@ -1129,8 +1136,10 @@ async fn the_service_account_can_do_nothing_else() {
             "",
         ),
         attrs("", "pods", "patch", "tenant-a"),
+        attrs("", "pods", "get", "tenant-a"),
+        attrs("", "pods", "delete", "tenant-a"),
         // Nothing else at all.
-        attrs("", "pods", "list", "tenant-a"),
+        attrs("", "pods/log", "get", "tenant-a"),
         attrs("", "serviceaccounts/token", "create", release),
         attrs("rbac.authorization.k8s.io", "clusterroles", "escalate", ""),
         attrs(

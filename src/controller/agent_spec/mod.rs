@@ -8,7 +8,9 @@
 //!  [ McpServer ] ─watch─► AgentSpecs naming it ──┤
 //!  [ McpTenantPolicy ] ─watch─► every AgentSpec ─┼─► reconcile ─► ConfigMap <name>-mcp-grants
 //!  [ Namespace ] ─watch─► AgentSpecs in it ──────┤                status (SSA), Events
-//!  [ ConfigMap <name>-mcp-grants ] ─owns─────────┘
+//!  [ ConfigMap <name>-mcp-grants ] ─owns─────────┤
+//!  [ Pod labelled mcp-operator.dev/agent ] ──────┘   status.pods: which injected pods lack a
+//!    (metadata) ─► the AgentSpec it names             key the grants reference (inject::drift)
 //! ```
 //!
 //! A name collision is not a reason to keep serving grants computed from older inputs (they
@@ -24,7 +26,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::Action;
@@ -63,6 +65,8 @@ pub struct AgentContext {
     pub policies: Store<McpTenantPolicy>,
     pub namespaces: Store<PartialObjectMeta<Namespace>>,
     pub config_maps: Store<PartialObjectMeta<ConfigMap>>,
+    /// The opted-in pods' metadata (labelled mcp-operator.dev/agent, not finished).
+    pub pods: Store<PartialObjectMeta<Pod>>,
     /// Every store above has received its first list.
     stores_listed: Readiness,
     /// What a namespace no policy selects gets (`--tenant-default`).
@@ -81,6 +85,8 @@ pub struct Stores {
     pub namespaces: Store<PartialObjectMeta<Namespace>>,
     /// Every ConfigMap's metadata; the reconciler looks up its own grants ConfigMaps by name.
     pub config_maps: Store<PartialObjectMeta<ConfigMap>>,
+    /// The metadata of the pods opted into injection that have not finished.
+    pub pods: Store<PartialObjectMeta<Pod>>,
     /// Resolves once every store above has received its first list.
     pub listed: Readiness,
 }
@@ -99,6 +105,7 @@ impl AgentContext {
             policies: stores.policies,
             namespaces: stores.namespaces,
             config_maps: stores.config_maps,
+            pods: stores.pods,
             tenant_default,
             preload_budget,
             spilled: SpilledCatalogs::default(),
@@ -162,12 +169,14 @@ async fn reconcile_inner(agent: &AgentSpec, ctx: &AgentContext) -> Result<Action
 
     // Apply: the ConfigMap, then the status, then the events.
     let published = publish(agent, ctx, &grants).await?;
+    let pods = pod_drift(agent, ctx, &grants);
     let (status, transitions) = next_agent_status(
         agent.status.as_ref(),
         agent.meta().generation,
         &grants.resolution,
         &grants.outcomes,
         &published,
+        &pods,
         Time(k8s_openapi::jiff::Timestamp::now()),
     );
     let base = &ctx.base;
@@ -233,6 +242,27 @@ fn decide(
         ctx.preload_budget,
     );
     decide_grants(&input, &by_name)
+}
+
+/// Which of the agent's injected pods lack a key the grants reference: the same references the
+/// webhook projects into a new pod (every existing server's endpoint).
+fn pod_drift(agent: &AgentSpec, ctx: &AgentContext, grants: &Grants) -> crate::inject::PodDrift {
+    let namespace = agent.namespace();
+    let current = crate::inject::References::of(
+        grants
+            .document
+            .servers
+            .iter()
+            .filter_map(|s| s.endpoint.as_ref()),
+    );
+    let pods = ctx.pods.state();
+    crate::inject::drift(
+        &agent.name_any(),
+        &current,
+        pods.iter()
+            .filter(|p| p.metadata.namespace == namespace)
+            .map(|p| &p.metadata),
+    )
 }
 
 /// Publishes the grants ConfigMap when its digest changed; says what it holds.
@@ -351,6 +381,16 @@ async fn announce(agent: &AgentSpec, ctx: &Context, transitions: &AgentTransitio
             secondary: None,
         });
     }
+    if let Some(message) = &transitions.pods_out_of_date {
+        warn!(%namespace, agentspec = %name, "pods must be restarted: {message}");
+        out.push(Event {
+            type_: EventType::Warning,
+            reason: "PodsOutOfDate".into(),
+            note: Some(message.clone()),
+            action: "Resolve".into(),
+            secondary: None,
+        });
+    }
     if let Some(change) = &transitions.grants_changed {
         info!(%namespace, agentspec = %name, "{change}");
         out.push(Event {
@@ -387,6 +427,24 @@ pub fn in_namespace(agents: &Store<AgentSpec>, namespace: &str) -> Vec<ObjectRef
         .iter()
         .filter(|a| a.namespace().as_deref() == Some(namespace))
         .map(|a| ObjectRef::from_obj(a.as_ref()))
+        .collect()
+}
+
+/// The AgentSpecs a pod opted into: the one its label names and the one it was injected for
+/// (they differ only when someone relabelled the pod; both may need recounting).
+pub fn of_pod(pod: &PartialObjectMeta<Pod>) -> Vec<ObjectRef<AgentSpec>> {
+    let namespace = pod.namespace().unwrap_or_default();
+    let mut names: BTreeSet<&str> = BTreeSet::new();
+    if let Some(l) = pod.labels().get(crate::inject::AGENT_LABEL) {
+        names.insert(l);
+    }
+    if let Some(a) = pod.annotations().get(crate::inject::INJECTED_ANNOTATION) {
+        names.insert(a);
+    }
+    names
+        .into_iter()
+        .filter(|n| !n.is_empty())
+        .map(|n| ObjectRef::new(n).within(&namespace))
         .collect()
 }
 

@@ -12,16 +12,25 @@
 //!   unavailable required server, a name collision); otherwise False with the blocking reason.
 //!   An optional server that is down, a pattern that matches nothing or a tool a policy denies
 //!   leave the agent Ready and show in `Resolved`.
+//! - `PodsUpToDate`: True when every pod injected with the agent's sidecar mounts every Secret
+//!   and ConfigMap key the grants reference; otherwise False (reason `PodsOutOfDate`) naming
+//!   the pods, what each lacks, and that they must be restarted. It leaves `Ready` alone: the
+//!   grants are published, and pods created from now on mount everything.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use crate::api::agent_spec::{AgentServerStatus, AgentSpecStatus};
-use crate::api::conditions::{READY, RESOLVED, TRUE, condition, find, set_condition};
+use crate::api::agent_spec::{AgentPodsStatus, AgentServerStatus, AgentSpecStatus};
+use crate::api::conditions::{
+    PODS_UP_TO_DATE, READY, RESOLVED, TRUE, condition, find, set_condition,
+};
 use crate::controller::shared::ready::ready_change;
 use crate::grants::{Finding, Resolution, ServerOutcome};
+use crate::inject::PodDrift;
 
 /// At most this many findings are spelled out in one condition message.
 const MESSAGE_FINDINGS: usize = 8;
+/// At most this many out-of-date pods are named in one condition message.
+const MESSAGE_PODS: usize = 8;
 
 /// What was published for the agent.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -43,6 +52,8 @@ pub struct AgentTransitions {
     pub became_ready: bool,
     /// The published grants changed: a sentence saying how.
     pub grants_changed: Option<String>,
+    /// PodsUpToDate went to False (from True or unknown): its message.
+    pub pods_out_of_date: Option<String>,
 }
 
 /// The AgentSpec's status after this reconcile. `resolution` is the core's verdict (its
@@ -54,10 +65,12 @@ pub fn next_agent_status(
     resolution: &Resolution,
     outcomes: &[ServerOutcome],
     published: &Published,
+    pods: &PodDrift,
     now: Time,
 ) -> (AgentSpecStatus, AgentTransitions) {
     let mut status = previous.cloned().unwrap_or_default();
     let was_ready = find(&status.conditions, READY).map(|c| c.status == TRUE);
+    let pods_were_up_to_date = find(&status.conditions, PODS_UP_TO_DATE).map(|c| c.status == TRUE);
     let previous_digest = status.grants_digest.clone();
     let previous_tools = status.granted_tools;
     status.observed_generation = generation;
@@ -123,7 +136,7 @@ pub fn next_agent_status(
                 "Ready",
                 format!("{}.{tail}", capitalise(&summary)),
                 generation,
-                now,
+                now.clone(),
             )
         }
         Some(first) => condition(
@@ -132,14 +145,26 @@ pub fn next_agent_status(
             first.reason.as_str(),
             format!("{} Meanwhile {summary}.", sentences(&blocking)),
             generation,
-            now,
+            now.clone(),
         ),
     };
     let ready_now = ready.status == TRUE;
     let (reason, message) = (ready.reason.clone(), ready.message.clone());
     set_condition(&mut status.conditions, ready);
 
-    let mut transitions = AgentTransitions::default();
+    status.pods = Some(AgentPodsStatus {
+        injected: pods.injected,
+        out_of_date: pods.out_of_date.len() as u32,
+    });
+    let pods_condition = pods_condition(pods, generation, now);
+    let pods_out_of_date = (pods_condition.status != TRUE && pods_were_up_to_date != Some(false))
+        .then(|| pods_condition.message.clone());
+    set_condition(&mut status.conditions, pods_condition);
+
+    let mut transitions = AgentTransitions {
+        pods_out_of_date,
+        ..Default::default()
+    };
     let change = ready_change(was_ready, ready_now, &reason, &message);
     transitions.became_ready = change.came_back;
     transitions.became_unready = change.went_down;
@@ -158,6 +183,64 @@ pub fn next_agent_status(
         });
     }
     (status, transitions)
+}
+
+/// PodsUpToDate: which injected pods lack a key the grants reference, and what to do.
+fn pods_condition(
+    pods: &PodDrift,
+    generation: Option<i64>,
+    now: Time,
+) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+    let injected = pods.injected;
+    let count = |n: u32| format!("{n} pod{}", if n == 1 { "" } else { "s" });
+    if pods.out_of_date.is_empty() {
+        let message = match injected {
+            0 => "No pod runs this agent's sidecar.".to_string(),
+            1 => "The pod running this agent's sidecar mounts every key the grants reference."
+                .to_string(),
+            n => format!(
+                "All {} running this agent's sidecar mount every key the grants reference.",
+                count(n)
+            ),
+        };
+        return condition(PODS_UP_TO_DATE, true, "UpToDate", message, generation, now);
+    }
+    let stale = pods.out_of_date.len() as u32;
+    let mut named: Vec<String> = pods
+        .out_of_date
+        .iter()
+        .take(MESSAGE_PODS)
+        .map(|p| {
+            let missing: Vec<String> = p.missing.iter().map(|k| k.to_string()).collect();
+            format!("pod {} lacks {}", p.pod, missing.join(", "))
+        })
+        .collect();
+    if pods.out_of_date.len() > MESSAGE_PODS {
+        let more = pods.out_of_date.len() - MESSAGE_PODS;
+        named.push(format!(
+            "and {more} more pod{}",
+            if more == 1 { "" } else { "s" }
+        ));
+    }
+    let message = format!(
+        "{stale} of {} injected for this agent {} not mount keys the grants now reference \
+         (a pod's volumes are fixed when it is created), so the sidecar cannot reach the servers \
+         that need them: restart {} (delete {}, or roll out the workload that owns {}). {}.",
+        count(injected),
+        if stale == 1 { "does" } else { "do" },
+        if stale == 1 { "it" } else { "them" },
+        if stale == 1 { "the pod" } else { "the pods" },
+        if stale == 1 { "it" } else { "them" },
+        capitalise(&named.join("; ")),
+    );
+    condition(
+        PODS_UP_TO_DATE,
+        false,
+        "PodsOutOfDate",
+        message,
+        generation,
+        now,
+    )
 }
 
 fn tools(n: u32) -> String {
@@ -256,6 +339,7 @@ mod tests {
             &resolution(vec![]),
             &[outcome("gh", 3, true), outcome("fs", 1, true)],
             &published("sha256:a", 4),
+            &PodDrift::default(),
             at(1),
         );
         assert_eq!(cond(&s, RESOLVED).status, "True");
@@ -307,6 +391,7 @@ mod tests {
             ]),
             &[outcome("gh", 1, true)],
             &published("sha256:a", 1),
+            &PodDrift::default(),
             at(1),
         );
         let resolved = cond(&s, RESOLVED);
@@ -346,6 +431,7 @@ mod tests {
             &resolution(vec![]),
             &[outcome("gh", 4, true)],
             &published("sha256:a", 4),
+            &PodDrift::default(),
             at(1),
         )
         .0;
@@ -360,6 +446,7 @@ mod tests {
             &down,
             &[outcome("gh", 0, false)],
             &published("sha256:b", 0),
+            &PodDrift::default(),
             at(2),
         );
         let ready = cond(&s, READY);
@@ -395,6 +482,7 @@ mod tests {
             &down,
             &[outcome("gh", 0, false)],
             &published("sha256:b", 0),
+            &PodDrift::default(),
             at(3),
         );
         assert_eq!(again, s);
@@ -406,6 +494,7 @@ mod tests {
             &resolution(vec![]),
             &[outcome("gh", 4, true)],
             &published("sha256:a", 4),
+            &PodDrift::default(),
             at(4),
         );
         assert!(t.became_ready);
@@ -429,6 +518,7 @@ mod tests {
             &resolution(many),
             &[],
             &published("d", 0),
+            &PodDrift::default(),
             at(1),
         );
         let m = &cond(&s, RESOLVED).message;
@@ -437,5 +527,138 @@ mod tests {
             "{m}"
         );
         assert!(m.ends_with("And 4 more."), "{m}");
+    }
+
+    fn out_of_date(pod: &str, secret: &str) -> crate::inject::drift::OutOfDate {
+        crate::inject::drift::OutOfDate {
+            pod: pod.into(),
+            missing: vec![crate::inject::drift::Key {
+                kind: "Secret",
+                name: secret.into(),
+                key: "key".into(),
+            }],
+        }
+    }
+
+    fn with_pods(
+        previous: Option<&AgentSpecStatus>,
+        pods: &PodDrift,
+        t: i64,
+    ) -> (AgentSpecStatus, AgentTransitions) {
+        next_agent_status(
+            previous,
+            Some(1),
+            &resolution(vec![]),
+            &[outcome("gh", 4, true)],
+            &published("sha256:a", 4),
+            pods,
+            at(t),
+        )
+    }
+
+    #[test]
+    fn out_of_date_pods_are_counted_named_and_told_to_restart_without_touching_ready() {
+        let (ok, t) = with_pods(
+            None,
+            &PodDrift {
+                injected: 2,
+                out_of_date: vec![],
+            },
+            1,
+        );
+        assert_eq!(
+            ok.pods,
+            Some(AgentPodsStatus {
+                injected: 2,
+                out_of_date: 0
+            })
+        );
+        let up = cond(&ok, PODS_UP_TO_DATE);
+        assert_eq!(
+            (up.status.as_str(), up.reason.as_str()),
+            ("True", "UpToDate")
+        );
+        assert_eq!(
+            up.message,
+            "All 2 pods running this agent's sidecar mount every key the grants reference."
+        );
+        assert!(t.pods_out_of_date.is_none());
+
+        let stale = PodDrift {
+            injected: 2,
+            out_of_date: vec![out_of_date("bot-7d9", "files-api-key")],
+        };
+        let (s, t) = with_pods(Some(&ok), &stale, 2);
+        assert_eq!(s.pods.as_ref().unwrap().out_of_date, 1);
+        let c = cond(&s, PODS_UP_TO_DATE);
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("False", "PodsOutOfDate")
+        );
+        assert_eq!(
+            c.message,
+            "1 of 2 pods injected for this agent does not mount keys the grants now reference \
+             (a pod's volumes are fixed when it is created), so the sidecar cannot reach the \
+             servers that need them: restart it (delete the pod, or roll out the workload that \
+             owns it). Pod bot-7d9 lacks Secret files-api-key key key."
+        );
+        assert_eq!(c.last_transition_time, at(2));
+        assert_eq!(t.pods_out_of_date.as_deref(), Some(c.message.as_str()));
+        assert_eq!(
+            cond(&s, READY).status,
+            "True",
+            "the grants are still published"
+        );
+
+        // Told once; the pod recreated, it is up to date again.
+        let (again, t) = with_pods(Some(&s), &stale, 3);
+        assert_eq!(again, s);
+        assert!(t.pods_out_of_date.is_none());
+        let (back, _) = with_pods(
+            Some(&again),
+            &PodDrift {
+                injected: 2,
+                out_of_date: vec![],
+            },
+            4,
+        );
+        assert_eq!(back.pods.as_ref().unwrap().out_of_date, 0);
+        assert_eq!(cond(&back, PODS_UP_TO_DATE).status, "True");
+    }
+
+    #[test]
+    fn many_out_of_date_pods_are_cut_and_no_pods_is_up_to_date() {
+        let many = PodDrift {
+            injected: 12,
+            out_of_date: (0..10)
+                .map(|i| out_of_date(&format!("bot-{i:02}"), "s"))
+                .collect(),
+        };
+        let (s, _) = with_pods(None, &many, 1);
+        let m = &cond(&s, PODS_UP_TO_DATE).message;
+        assert!(
+            m.starts_with("10 of 12 pods injected for this agent do not mount"),
+            "{m}"
+        );
+        assert!(m.contains("restart them (delete the pods"), "{m}");
+        assert!(
+            m.contains("pod bot-07 lacks Secret s key key") && !m.contains("bot-08"),
+            "{m}"
+        );
+        assert!(m.ends_with("; and 2 more pods."), "{m}");
+
+        let (none, _) = with_pods(None, &PodDrift::default(), 1);
+        let c = cond(&none, PODS_UP_TO_DATE);
+        assert_eq!(
+            (c.status.as_str(), c.message.as_str()),
+            ("True", "No pod runs this agent's sidecar.")
+        );
+        assert_eq!(
+            none.pods,
+            Some(AgentPodsStatus {
+                injected: 0,
+                out_of_date: 0
+            })
+        );
     }
 }

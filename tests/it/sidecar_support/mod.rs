@@ -370,6 +370,14 @@ pub async fn upstream_cancelled(url: &str) -> Value {
     sdk_control_get(url, "cancelled").await
 }
 
+/// How many MCP requests the SDK fixture server at `url` refused for a missing or wrong bearer
+/// token (`--bearer`).
+pub async fn upstream_unauthorized(url: &str) -> u64 {
+    sdk_control_get(url, "unauthorized").await["unauthorized"]
+        .as_u64()
+        .expect("a count")
+}
+
 async fn sdk_control_get(url: &str, what: &str) -> Value {
     let mut u = url::Url::parse(url).unwrap();
     u.set_path(&format!("/control/{what}"));

@@ -270,8 +270,9 @@ async fn probe_if_due(
         }
         Ok(resolved) => resolved,
     };
-    let identity = connection::identity(spec, &resolved.digest);
-    let conn = connection::connection(spec, resolved, ctx.base.settings.allow_loopback);
+    let url = server.endpoint_url().unwrap_or_default();
+    let identity = connection::identity(spec, url, &resolved.digest);
+    let conn = connection::connection(spec, url, resolved, ctx.base.settings.allow_loopback);
     let probe_started = Instant::now();
     let outcome = mcp::read_server(&conn).await;
     ctx.base

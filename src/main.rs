@@ -28,6 +28,12 @@ enum Command {
     /// Serve a stdio MCP server over Streamable HTTP (both protocol eras):
     /// `bridge --listen 127.0.0.1:8000 -- npx -y @modelcontextprotocol/server-memory`.
     Bridge(mcp_operator::bridge::BridgeArgs),
+    /// Copy this binary to PATH (executable): the init container of a stdio McpServer's pod
+    /// brings the bridge into the server's image this way (the operator's image has no shell).
+    CopySelf {
+        /// Where the copy goes, e.g. a file in an emptyDir volume.
+        path: std::path::PathBuf,
+    },
     /// Turn a desktop `mcpServers` JSON file into McpServer and Secret manifests (YAML on
     /// stdout; what was not imported, and which Secret keys need values, on stderr).
     Import(mcp_operator::import::ImportArgs),
@@ -51,6 +57,16 @@ fn main() -> ExitCode {
         }
         Command::Probe(args) => mcp_operator::probe::main(args),
         Command::Import(args) => mcp_operator::import::main(args),
+        Command::CopySelf { path } => match mcp_operator::bridge::copy_self(&path) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!(
+                    "copy-self: cannot copy this binary to {}: {e}",
+                    path.display()
+                );
+                ExitCode::FAILURE
+            }
+        },
         Command::Bridge(args) => {
             init_logging(cli.log_format);
             let runtime = tokio::runtime::Builder::new_multi_thread()

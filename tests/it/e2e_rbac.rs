@@ -172,6 +172,19 @@ fn the_cluster_role_and_the_lease_role_grant_exactly_the_reviewed_permissions() 
         "/configmaps list",
         "/configmaps patch",
         "/configmaps watch",
+        // A stdio McpServer's workload: Deployment and Service (SSA, removed when it turns
+        // remote), Deployments watched by label, pods listed while it does not serve.
+        "apps/deployments create",
+        "apps/deployments delete",
+        "apps/deployments get",
+        "apps/deployments list",
+        "apps/deployments patch",
+        "apps/deployments watch",
+        "/services create",
+        "/services delete",
+        "/services get",
+        "/services patch",
+        "/pods list",
         // Namespaces by metadata: tenant policy selectors.
         "/namespaces list",
         "/namespaces watch",
@@ -1129,8 +1142,14 @@ async fn the_service_account_can_do_nothing_else() {
             "",
         ),
         attrs("", "pods", "patch", "tenant-a"),
+        // Pods are only listed (a stdio server's, to say why it does not serve): never read
+        // one by one, changed or exec'd into.
+        attrs("", "pods", "get", "tenant-a"),
+        attrs("", "pods", "delete", "tenant-a"),
+        attrs("", "pods/exec", "create", "tenant-a"),
         // Nothing else at all.
-        attrs("", "pods", "list", "tenant-a"),
+        attrs("", "services", "list", "tenant-a"),
+        attrs("apps", "deployments", "update", "tenant-a"),
         attrs("", "serviceaccounts/token", "create", release),
         attrs("rbac.authorization.k8s.io", "clusterroles", "escalate", ""),
         attrs(

@@ -5,6 +5,10 @@ no registry: the e2e node imports these (e2e/node.sh import).
 
     image.py --out IMAGE.tar --tag NAME:TAG [--user UID:GID] [--entrypoint JSON] [--cmd JSON]
              [--expose 8080/tcp] [--env K=V] [--dir /tmp:1777] --file SRC:DEST[:MODE] ...
+             [--tree SRCDIR:DESTDIR] ...
+
+A --tree is copied whole: its files with their modes, its symbolic links as links (a package's
+`node_modules/.bin` entries), nothing else.
 
 The layer is reproducible: entries sorted, owned by root, mtime 0. Prints the image's tag
 (e2e/image.sh names the operator image after the layer's digest, so new content is a new tag).
@@ -25,8 +29,26 @@ def parse_mode(text: str) -> int:
     return int(text, 8)
 
 
-def layer_bytes(files: list[tuple[str, str, int]], dirs: list[tuple[str, int]]) -> bytes:
-    """A tar of `files` (source, destination, mode) and `dirs` (path, mode), parents included."""
+def tree_entries(src: str, dest: str) -> tuple[list[tuple[str, str, int]], list[tuple[str, str]]]:
+    """The files (source, destination, mode) and symbolic links (destination, target) under `src`."""
+    files, links = [], []
+    for root, dirnames, filenames in os.walk(src):
+        dirnames.sort()
+        rel = os.path.relpath(root, src)
+        for name in sorted(filenames) + [d for d in dirnames if os.path.islink(os.path.join(root, d))]:
+            path = os.path.join(root, name)
+            target = os.path.normpath(os.path.join(dest, rel, name))
+            if os.path.islink(path):
+                links.append((target, os.readlink(path)))
+            elif os.path.isfile(path):
+                files.append((path, target, os.stat(path).st_mode & 0o777))
+    return files, links
+
+
+def layer_bytes(files: list[tuple[str, str, int]], dirs: list[tuple[str, int]],
+                links: list[tuple[str, str]] = ()) -> bytes:
+    """A tar of `files` (source, destination, mode), `dirs` (path, mode) and `links` (path,
+    target), parents included."""
     entries: dict[str, tuple[str, int, str | None]] = {}
 
     def add_parents(dest: str) -> None:
@@ -41,6 +63,9 @@ def layer_bytes(files: list[tuple[str, str, int]], dirs: list[tuple[str, int]]) 
     for src, dest, mode in files:
         add_parents(dest)
         entries[dest.strip("/")] = ("file", mode, src)
+    for dest, target in links:
+        add_parents(dest)
+        entries[dest.strip("/")] = ("link", 0o777, target)
 
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
@@ -53,6 +78,10 @@ def layer_bytes(files: list[tuple[str, str, int]], dirs: list[tuple[str, int]]) 
             info.uname = info.gname = "root"
             if kind == "dir":
                 info.type = tarfile.DIRTYPE
+                tar.addfile(info)
+            elif kind == "link":
+                info.type = tarfile.SYMTYPE
+                info.linkname = src
                 tar.addfile(info)
             else:
                 with open(src, "rb") as f:
@@ -75,6 +104,7 @@ def main() -> int:
     p.add_argument("--workdir", default="/")
     p.add_argument("--dir", action="append", default=[], help="PATH[:MODE] of an empty directory")
     p.add_argument("--file", action="append", default=[], help="SRC:DEST[:MODE]")
+    p.add_argument("--tree", action="append", default=[], help="SRCDIR:DESTDIR, copied whole")
     args = p.parse_args()
 
     files = []
@@ -87,6 +117,14 @@ def main() -> int:
             p.error(f"--file {spec}: {src} is not a file")
         mode = parse_mode(parts[2]) if len(parts) == 3 else (os.stat(src).st_mode & 0o777)
         files.append((src, dest, mode))
+    links = []
+    for spec in args.tree:
+        src, sep, dest = spec.partition(":")
+        if not sep or not os.path.isdir(src):
+            p.error(f"--tree {spec}: want SRCDIR:DESTDIR with SRCDIR a directory")
+        tree_files, tree_links = tree_entries(src, dest)
+        files += tree_files
+        links += tree_links
     dirs = []
     for spec in args.dir:
         path, _, mode = spec.partition(":")
@@ -98,7 +136,7 @@ def main() -> int:
         if value is not None and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
             p.error(f"{name} must be a JSON array of strings (exec form)")
 
-    layer = layer_bytes(files, dirs)
+    layer = layer_bytes(files, dirs, links)
     layer_digest = hashlib.sha256(layer).hexdigest()
     tag = args.tag.replace("{layer}", layer_digest[:12])
 

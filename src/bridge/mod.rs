@@ -733,51 +733,31 @@ fn note_stream(
     last: Option<Value>,
     pass: Pass,
 ) -> mpsc::Receiver<Bytes> {
-    let (tx, rx) = mpsc::channel::<Bytes>(16);
-    let mut notes = slot.notes.subscribe();
-    let mut shutdown = b.shutdown.clone();
-    tokio::spawn(async move {
-        if let Some(first) = first
-            && tx.send(sse_event(&first)).await.is_err()
-        {
-            return;
-        }
-        loop {
-            tokio::select! {
-                note = notes.recv() => {
-                    let mut note = match note {
-                        Ok(note) => note,
-                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
-                        Err(_) => return,
-                    };
-                    let method = note.get("method").and_then(Value::as_str).unwrap_or("");
-                    let passes = match pass {
-                        Pass::All => true,
-                        Pass::ToolChanges => method == "notifications/tools/list_changed",
-                        Pass::Nothing => false,
-                    };
-                    if !passes {
-                        continue;
-                    }
+    let notes = futures::stream::unfold(slot.notes.subscribe(), move |mut notes| {
+        let meta = meta.clone();
+        async move {
+            loop {
+                let mut note = match notes.recv().await {
+                    Ok(note) => note,
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(_) => return None,
+                };
+                let method = note.get("method").and_then(Value::as_str).unwrap_or("");
+                let passes = match pass {
+                    Pass::All => true,
+                    Pass::ToolChanges => method == "notifications/tools/list_changed",
+                    Pass::Nothing => false,
+                };
+                if passes {
                     if let Some(meta) = &meta {
                         note["params"] = json!({"_meta": meta});
                     }
-                    if tx.send(sse_event(&note)).await.is_err() { return; }
+                    return Some((note, notes));
                 }
-                _ = serving::stopped(&mut shutdown) => {
-                    if let Some(last) = last {
-                        let _ = tx.send(sse_event(&last)).await;
-                    }
-                    return;
-                }
-                _ = tokio::time::sleep(serving::KEEPALIVE) => {
-                    if tx.send(Bytes::from_static(b": keepalive\n\n")).await.is_err() { return; }
-                }
-                _ = tx.closed() => return,
             }
         }
     });
-    rx
+    serving::event_stream(first, notes, last, b.shutdown.clone())
 }
 
 fn listen(b: &Bridge, id: Value, params: &Map<String, Value>) -> Response {

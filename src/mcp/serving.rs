@@ -419,6 +419,48 @@ pub async fn stopped(shutdown: &mut watch::Receiver<bool>) {
     let _ = shutdown.wait_for(|s| *s).await;
 }
 
+/// An event stream's body: `first` (a response or acknowledgement), then each message of
+/// `messages`, a keepalive comment whenever the stream is idle for [`KEEPALIVE`], and `last` when
+/// `shutdown` turns true. It ends when the client goes away, when `messages` ends (its source is
+/// gone), or at shutdown. The sidecar and the bridge differ only in where their messages come
+/// from.
+pub fn event_stream(
+    first: Option<Value>,
+    messages: impl futures::Stream<Item = Value> + Send + 'static,
+    last: Option<Value>,
+    mut shutdown: watch::Receiver<bool>,
+) -> mpsc::Receiver<Bytes> {
+    use futures::StreamExt as _;
+    let (tx, rx) = mpsc::channel::<Bytes>(16);
+    tokio::spawn(async move {
+        let mut messages = std::pin::pin!(messages);
+        if let Some(first) = first
+            && tx.send(sse_event(&first)).await.is_err()
+        {
+            return;
+        }
+        loop {
+            tokio::select! {
+                message = messages.next() => {
+                    let Some(message) = message else { return };
+                    if tx.send(sse_event(&message)).await.is_err() { return; }
+                }
+                _ = stopped(&mut shutdown) => {
+                    if let Some(last) = last {
+                        let _ = tx.send(sse_event(&last)).await;
+                    }
+                    return;
+                }
+                _ = tokio::time::sleep(KEEPALIVE) => {
+                    if tx.send(Bytes::from_static(b": keepalive\n\n")).await.is_err() { return; }
+                }
+                _ = tx.closed() => return,
+            }
+        }
+    });
+    rx
+}
+
 /// Resolves at SIGTERM (what the kubelet sends) or Ctrl-C: when a server starts draining.
 pub async fn terminated() {
     #[cfg(unix)]

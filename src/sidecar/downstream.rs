@@ -28,9 +28,9 @@ use tokio::sync::{Notify, mpsc, watch};
 
 pub use crate::mcp::serving::serve;
 use crate::mcp::serving::{
-    KEEPALIVE, Listen, META_SERVER_INFO, RequestEra as Era, SESSION_HEADER, SESSION_NOT_FOUND,
-    accepts_sse, error_response, header_str, json_response, list_changed, listen_messages,
-    new_session_id, rpc_error, rpc_result, sse_event, sse_response, stopped, supported_versions,
+    Listen, META_SERVER_INFO, RequestEra as Era, SESSION_HEADER, SESSION_NOT_FOUND, accepts_sse,
+    error_response, event_stream, header_str, json_response, list_changed, listen_messages,
+    new_session_id, rpc_error, rpc_result, sse_event, sse_response, supported_versions,
 };
 
 use super::calls::{Caller, CallerEra, Calls, LOG_LEVELS, Reply, ToolCall};
@@ -515,40 +515,22 @@ fn change_stream(
     meta: Option<Value>,
     last: Option<Value>,
 ) -> mpsc::Receiver<Bytes> {
-    let (tx, rx) = mpsc::channel::<Bytes>(16);
     let mut view = d.view.clone();
-    let mut shutdown = d.shutdown.clone();
-    tokio::spawn(async move {
-        if let Some(first) = first
-            && tx.send(sse_event(&first)).await.is_err()
-        {
-            return;
-        }
-        let mut seen = view.borrow_and_update().digest.clone();
-        loop {
-            tokio::select! {
-                changed = view.changed() => {
-                    if changed.is_err() { return; }
-                    let digest = view.borrow_and_update().digest.clone();
-                    if digest != seen {
-                        seen = digest;
-                        if tx.send(sse_event(&list_changed(meta.as_ref()))).await.is_err() { return; }
-                    }
+    let seen = view.borrow_and_update().digest.clone();
+    let changes = futures::stream::unfold((view, seen), move |(mut view, mut seen)| {
+        let meta = meta.clone();
+        async move {
+            loop {
+                view.changed().await.ok()?;
+                let digest = view.borrow_and_update().digest.clone();
+                if digest != seen {
+                    seen = digest;
+                    return Some((list_changed(meta.as_ref()), (view, seen)));
                 }
-                _ = stopped(&mut shutdown) => {
-                    if let Some(last) = last {
-                        let _ = tx.send(sse_event(&last)).await;
-                    }
-                    return;
-                }
-                _ = tokio::time::sleep(KEEPALIVE) => {
-                    if tx.send(Bytes::from_static(b": keepalive\n\n")).await.is_err() { return; }
-                }
-                _ = tx.closed() => return,
             }
         }
     });
-    rx
+    event_stream(first, changes, last, d.shutdown.clone())
 }
 
 fn listen(d: &Downstream, id: Value, params: &Map<String, Value>) -> Response {
@@ -561,25 +543,16 @@ fn listen(d: &Downstream, id: Value, params: &Map<String, Value>) -> Response {
     let rx = if wants_tools {
         change_stream(d, Some(ack), Some(meta), Some(last))
     } else {
-        // Nothing to send but the acknowledgement; the stream stays open until shutdown.
-        change_stream_silent(d, ack, last)
+        // Nothing to send but the acknowledgement; the stream stays open (kept alive) until
+        // shutdown.
+        event_stream(
+            Some(ack),
+            futures::stream::pending(),
+            Some(last),
+            d.shutdown.clone(),
+        )
     };
     sse_response(rx, vec![])
-}
-
-fn change_stream_silent(d: &Downstream, ack: Value, last: Value) -> mpsc::Receiver<Bytes> {
-    let (tx, rx) = mpsc::channel::<Bytes>(4);
-    let mut shutdown = d.shutdown.clone();
-    tokio::spawn(async move {
-        if tx.send(sse_event(&ack)).await.is_err() {
-            return;
-        }
-        tokio::select! {
-            _ = stopped(&mut shutdown) => { let _ = tx.send(sse_event(&last)).await; }
-            _ = tx.closed() => {}
-        }
-    });
-    rx
 }
 
 async fn get_stream(State(d): State<Arc<Downstream>>, headers: HeaderMap) -> Response {

@@ -110,19 +110,7 @@ async fn an_upstream_on_the_old_sse_transport_is_called_too() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_typescript_sdk_client_lists_calls_and_hears_of_changes() {
-    let fixtures = Fixtures::load();
-    let server = fixtures.sdk_server(&[]);
-    let grants = grants_for(
-        "files",
-        "fs",
-        &server.url,
-        &["read_file", "write_file"],
-        json!({}),
-        None,
-    )
-    .await;
-    let mut sidecar = Sidecar::start(Some(&grants));
-    sidecar.wait_ready().await;
+    let (server, mut sidecar) = files_behind_sidecar(&["read_file", "write_file"]).await;
     let narrow = grants_for("files", "fs", &server.url, &["write_file"], json!({}), None).await;
     let url = sidecar.url.clone();
     let sidecar_ref = &mut sidecar;
@@ -316,14 +304,7 @@ async fn both_eras_see_exactly_the_grants_and_a_refused_name_never_reaches_the_s
         "arguments must never be logged"
     );
 
-    let metrics = http()
-        .get(format!("{}/metrics", sidecar.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = sidecar.metrics().await;
     assert!(
         metrics.contains(
             "mcp_sidecar_tool_calls_total{server=\"files\",decision=\"allowed\",outcome=\"ok\"}"
@@ -391,20 +372,8 @@ async fn server_everything_is_called_through_the_sidecar() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_changed_definition_is_withheld_and_the_agent_is_told() {
-    let fixtures = Fixtures::load();
     for mode in MODES {
-        let server = fixtures.sdk_server(&[]);
-        let grants = grants_for(
-            "files",
-            "fs",
-            &server.url,
-            &["read_file", "write_file"],
-            json!({}),
-            None,
-        )
-        .await;
-        let sidecar = Sidecar::start(Some(&grants));
-        sidecar.wait_ready().await;
+        let (server, sidecar) = files_behind_sidecar(&["read_file", "write_file"]).await;
         let url = server.url.clone();
         let out = agent_with(
             &sidecar.url,
@@ -527,14 +496,7 @@ async fn the_grants_file_is_reloaded_and_a_bad_one_keeps_the_last_good() {
             .contains("not granted");
         assert_eq!(refused, mode == "legacy", "{mode}: {out}");
     }
-    let reloads = http()
-        .get(format!("{}/metrics", sidecar.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let reloads = sidecar.metrics().await;
     assert!(
         reloads.contains("mcp_sidecar_grants_reloads_total{result=\"invalid\"}"),
         "{reloads}"
@@ -886,14 +848,7 @@ async fn a_gated_tool_runs_only_after_an_explicit_yes_in_both_eras() {
         !sidecar.log_text().contains("/gated/"),
         "arguments must never be logged"
     );
-    let metrics = http()
-        .get(format!("{}/metrics", sidecar.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = sidecar.metrics().await;
     assert!(
         metrics.contains("decision=\"approved\",outcome=\"ok\""),
         "{metrics}"

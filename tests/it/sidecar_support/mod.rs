@@ -109,6 +109,16 @@ impl Sidecar {
         (response.status().as_u16(), response.text().await.unwrap())
     }
 
+    /// The sidecar's Prometheus exposition.
+    pub async fn metrics(&self) -> String {
+        let response = http()
+            .get(format!("{}/metrics", self.base))
+            .send()
+            .await
+            .unwrap();
+        response.text().await.unwrap()
+    }
+
     pub async fn wait_ready(&self) {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {

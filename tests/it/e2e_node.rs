@@ -50,19 +50,24 @@ fn repo() -> &'static Path {
 }
 
 /// The node of the shared control plane (`CLUSTER_DIR/node/env`).
-struct Node {
-    ip: String,
+pub(crate) struct Node {
+    pub(crate) ip: String,
     containerd: String,
     crictl: PathBuf,
+    /// kube-proxy's mode when ClusterIP Services answer on this node, else why they do not.
+    pub(crate) kube_proxy: Result<String, String>,
 }
 
 /// The node scripts/test.sh started, or one started here for this test binary (its watchdog
 /// takes it down when this process exits). Any reason it cannot run becomes the failure.
-fn node(cluster_dir: &Path) -> Node {
+pub(crate) fn node(cluster_dir: &Path) -> Node {
     if let Ok(reason) = std::env::var("MCP_E2E_NODE_UNAVAILABLE") {
         panic!("no e2e node, so no real pods: {reason}");
     }
     let env_file = cluster_dir.join("node/env");
+    // Tests of several modules ask at once: one starts the node, the others wait for it.
+    static STARTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _starting = STARTING.lock().unwrap_or_else(|e| e.into_inner());
     if !env_file.exists() {
         let out = Command::new("bash")
             .arg(repo().join("e2e/node.sh"))
@@ -89,10 +94,18 @@ fn node(cluster_dir: &Path) -> Node {
         .lines()
         .find_map(|l| l.strip_prefix("CRICTL="))
         .expect("node.sh paths names crictl");
+    let kube_proxy = match vars.get("E2E_NODE_KUBE_PROXY") {
+        Some(mode) => Ok(mode.clone()),
+        None => Err(vars
+            .get("E2E_NODE_KUBE_PROXY_UNAVAILABLE")
+            .cloned()
+            .unwrap_or_else(|| format!("{} names no kube-proxy", env_file.display()))),
+    };
     Node {
         ip: vars["E2E_NODE_IP"].clone(),
         containerd: vars["E2E_NODE_CONTAINERD"].clone(),
         crictl: PathBuf::from(crictl),
+        kube_proxy,
     }
 }
 
@@ -107,7 +120,7 @@ fn read_env(path: &Path) -> BTreeMap<String, String> {
 
 /// The operator image in the node's containerd: the tarball scripts/test.sh built from the
 /// release binary, else one packed here from this test's own build. Returns (repository, tag).
-fn operator_image(cluster_dir: &Path, scratch: &Path) -> (String, String) {
+pub(crate) fn operator_image(cluster_dir: &Path, scratch: &Path) -> (String, String) {
     let tarball = match std::env::var_os("MCP_E2E_OPERATOR_IMAGE").filter(|v| !v.is_empty()) {
         Some(path) => PathBuf::from(path),
         None => {
@@ -139,7 +152,7 @@ fn operator_image(cluster_dir: &Path, scratch: &Path) -> (String, String) {
 }
 
 /// Runs a command, panicking with its output when it fails; returns its stdout.
-fn run(command: &mut Command) -> String {
+pub(crate) fn run(command: &mut Command) -> String {
     let out = command
         .stdin(Stdio::null())
         .output()
@@ -154,7 +167,7 @@ fn run(command: &mut Command) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-fn kubectl(cluster_dir: &Path) -> Command {
+pub(crate) fn kubectl(cluster_dir: &Path) -> Command {
     let mut command = Command::new(cluster_dir.join("bin/kubectl"));
     command
         .arg("--kubeconfig")

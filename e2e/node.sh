@@ -21,6 +21,9 @@
 #                                  print whatever of a node in CLUSTER_DIR (and of slot SLOT, or
 #                                  of any slot) is still on this machine (nothing after `down`);
 #                                  exit 1 if anything is
+#   e2e/node.sh dropped CLUSTER_DIR
+#                                  print how many packets the node's rule dropped for trying
+#                                  to leave its bridge for another interface
 #   e2e/node.sh paths              print the cached paths (KEY=path)
 #
 # Environment:
@@ -412,7 +415,7 @@ table ip $RULE_COMMENT {
   }
   chain bridge-only {
     type filter hook forward priority filter - 10; policy accept;
-    iifname "$BRIDGE" oifname != "$BRIDGE" drop
+    iifname "$BRIDGE" oifname != "$BRIDGE" counter drop
   }
 }
 EOF
@@ -422,6 +425,18 @@ EOF
       && iptables -w -t mangle -A FORWARD -i "$BRIDGE" ! -o "$BRIDGE" \
         -m comment --comment "$RULE_COMMENT" -j DROP
   fi
+}
+
+# dropped_packets: how many packets the bridge-only rule has dropped (`dropped` prints it).
+dropped_packets() {
+  local n
+  if command -v nft >/dev/null && nft list table ip "$RULE_COMMENT" >/dev/null 2>&1; then
+    n="$(nft list chain ip "$RULE_COMMENT" bridge-only | awk '/ drop/ { for (i = 1; i < NF; i++) if ($i == "packets") print $(i+1) }')"
+  else
+    n="$(iptables -w -t mangle -L FORWARD -v -x -n | awk -v c="$RULE_COMMENT" 'index($0, "/* " c " */") { print $1 }')"
+  fi
+  [[ -n $n ]] || die "the node in $CLUSTER_DIR has no bridge-only rule"
+  echo "$n"
 }
 
 remove_node_rules() {
@@ -918,6 +933,7 @@ if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
     check) cmd_check ;;
     up) [[ $# -eq 2 ]] || usage; cmd_up "$2" ;;
     import) [[ $# -ge 3 ]] || usage; shift; cmd_import "$@" ;;
+    dropped) [[ $# -eq 2 ]] || usage; set_dirs "$2"; load_slot || die "no node in $CLUSTER_DIR"; dropped_packets ;;
     down) [[ $# -eq 2 ]] || usage; cmd_down "$2" ;;
     leftovers) [[ $# -eq 2 || $# -eq 3 ]] || usage; cmd_leftovers "$2" "${3:-}" ;;
     *) usage ;;

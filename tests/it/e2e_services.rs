@@ -8,17 +8,21 @@
 //!  client pod ──► 10.0.0.x:80 ──forwarded back onto mcpnodeN (masqueraded)──► pod 10.244.N.y:8000
 //! ```
 //!
+//! Nothing leaves the bridge: a Service whose endpoint is elsewhere is dropped, not forwarded.
 //! The backend is the operator's own image running `mcp-operator bridge`, whose /healthz answers
 //! `ok`. Without a node, or with a node that has no kube-proxy, these tests fail with the reason.
 
 use crate::e2e;
-use crate::e2e_node::{node, operator_image};
+use crate::e2e_node::{kubectl, node, operator_image, run};
 use crate::operator::eventually;
 
+use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::json;
@@ -186,4 +190,165 @@ async fn a_host_process_reaches_a_cluster_ip_service_backed_by_a_pod() {
         .await
         .unwrap_or_else(|e| panic!("the backend pod itself: {e}"));
     assert_eq!(body.trim(), "ok");
+}
+
+/// A pod that runs `mcp-operator check-url URL` once; restartPolicy Never.
+fn checking_pod(name: &str, image: &str, url: &str) -> Pod {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 2,
+            "containers": [{
+                "name": "check",
+                "image": image,
+                "imagePullPolicy": "Never",
+                "args": ["check-url", "--timeout", "3s", url],
+            }],
+        },
+    }))
+    .expect("a Pod")
+}
+
+/// Runs a checking pod to its end: Ok(its log) when it succeeded, Err(its log) when it failed.
+async fn check_from_a_pod(
+    client: &Client,
+    cluster_dir: &Path,
+    namespace: &str,
+    name: &str,
+    image: &str,
+    url: &str,
+) -> Result<String, String> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    pods.create(&PostParams::default(), &checking_pod(name, image, url))
+        .await
+        .unwrap_or_else(|e| panic!("creating Pod {name}: {}", e2e::describe(&e)));
+    let phase = eventually(SOON, "the checking pod to finish", || async {
+        let pod = pods.get(name).await.map_err(|e| e.to_string())?;
+        match pod.status.and_then(|s| s.phase).as_deref() {
+            Some(phase @ ("Succeeded" | "Failed")) => Ok(phase.to_owned()),
+            other => Err(format!("phase {other:?}")),
+        }
+    })
+    .await;
+    let log = run(kubectl(cluster_dir).args(["logs", "-n", namespace, name]));
+    if phase == "Succeeded" {
+        Ok(log)
+    } else {
+        Err(log)
+    }
+}
+
+/// Packets the node's rule dropped for trying to leave its bridge (`e2e/node.sh dropped`).
+fn dropped_packets(cluster_dir: &Path) -> u64 {
+    let out = run(Command::new("bash")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("e2e/node.sh"))
+        .arg("dropped")
+        .arg(cluster_dir));
+    out.trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("node.sh dropped printed {out:?}: {e}"))
+}
+
+#[tokio::test]
+async fn a_pod_reaches_a_cluster_ip_service_and_nothing_beyond_the_bridge() {
+    let (client, ns) = e2e::setup("svc-pod").await;
+    let kubeconfig = e2e::kubeconfig_path().await;
+    let cluster_dir = kubeconfig.parent().expect("the cluster dir").to_path_buf();
+    let node = node(&cluster_dir);
+    if let Err(reason) = &node.kube_proxy {
+        panic!("ClusterIP Services do not answer on this node: {reason}");
+    }
+    let scratch = tempfile::tempdir().expect("a temp dir");
+    let (repository, tag) = operator_image(&cluster_dir, scratch.path());
+    let image = format!("{repository}:{tag}");
+
+    let (ip, _) = serve(&client, ns.name(), "web", &image).await;
+    eventually(SOON, "the ClusterIP to answer the host", || async {
+        http_get(&ip, SERVICE_PORT, "/healthz").await
+    })
+    .await;
+    let url = format!("http://{ip}:{SERVICE_PORT}/healthz");
+
+    // --- another pod on the bridge reaches it through the ClusterIP: forwarded back onto the
+    // bridge, the reply coming back through the host.
+    let log = check_from_a_pod(&client, &cluster_dir, ns.name(), "client", &image, &url)
+        .await
+        .unwrap_or_else(|log| panic!("the client pod could not reach {url}:\n{log}"));
+    assert!(log.contains(": 200"), "{log}");
+
+    // --- the backend pod reaches its own Service (hairpin): `kubectl exec` of the binary, no
+    // shell needed.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
+    let backend = pods
+        .list(&ListParams::default().labels("app=web"))
+        .await
+        .expect("the backend's pods")
+        .items
+        .into_iter()
+        .next()
+        .expect("a backend pod");
+    let backend = backend.metadata.name.expect("a name");
+    let out = run(kubectl(&cluster_dir).args([
+        "exec",
+        "-n",
+        ns.name(),
+        &backend,
+        "--",
+        "/mcp-operator",
+        "check-url",
+        &url,
+    ]));
+    assert!(out.contains(": 200"), "{out}");
+
+    // --- a Service whose endpoint is off the bridge (TEST-NET-3, through the host's other
+    // interfaces): kube-proxy translates, and the node's rule drops the packet rather than
+    // forward it beyond the bridge.
+    let services: Api<Service> = Api::namespaced(client.clone(), ns.name());
+    let outside: Service = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "outside"},
+        "spec": {"ports": [{"port": SERVICE_PORT, "targetPort": SERVICE_PORT}]},
+    }))
+    .expect("a Service");
+    let outside = services
+        .create(&PostParams::default(), &outside)
+        .await
+        .expect("creating Service outside");
+    let outside_ip = outside
+        .spec
+        .and_then(|s| s.cluster_ip)
+        .expect("a ClusterIP");
+    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), ns.name());
+    let slice: EndpointSlice = serde_json::from_value(json!({
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": "outside", "labels": {"kubernetes.io/service-name": "outside"}},
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": ["203.0.113.7"]}],
+        "ports": [{"port": SERVICE_PORT, "protocol": "TCP"}],
+    }))
+    .expect("an EndpointSlice");
+    slices
+        .create(&PostParams::default(), &slice)
+        .await
+        .expect("creating the EndpointSlice");
+    // kube-proxy programs it within its sync period; the host (not forwarded) sees it first.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let before = dropped_packets(&cluster_dir);
+    let escaped = check_from_a_pod(
+        &client,
+        &cluster_dir,
+        ns.name(),
+        "escape",
+        &image,
+        &format!("http://{outside_ip}:{SERVICE_PORT}/"),
+    )
+    .await;
+    assert!(escaped.is_err(), "reached 203.0.113.7: {escaped:?}");
+    let after = dropped_packets(&cluster_dir);
+    assert!(
+        after > before,
+        "the pod's connection to 203.0.113.7 failed, but the bridge-only rule dropped nothing ({before} -> {after}): {escaped:?}"
+    );
 }

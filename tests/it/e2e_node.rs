@@ -1,6 +1,7 @@
 //! The operator as users run it, in real pods: `helm install --wait` of charts/mcp-operator on
 //! the e2e node (e2e/node.sh: a kubelet, containerd and runc), from the image e2e/image.sh built
-//! out of the release binary. Two replicas elect a leader through their Lease; the leader makes
+//! out of the release binary. `helm test` passes (its hook pod reaches the operator through the
+//! metrics Service's ClusterIP). Two replicas elect a leader through their Lease; the leader makes
 //! the McpServer example Ready against an MCP server on the node's address; `kubectl logs` is
 //! JSON; deleting the leader's pod hands the Lease to another replica, which reconciles; a SIGKILLed
 //! leader's container is restarted by the kubelet and reconciling goes on.
@@ -294,6 +295,19 @@ async fn the_chart_runs_on_a_real_node_and_fails_over() {
         );
     }
 
+    // --- `helm test`: its hook pod reaches the operator through the chart's metrics Service
+    // (a ClusterIP, so kube-proxy on the node), /readyz and /metrics both 2xx.
+    if let Err(reason) = &node.kube_proxy {
+        panic!("helm test needs ClusterIP Services, which this node has not: {reason}");
+    }
+    let tested = Instant::now();
+    let (passed, out) = helm_test(ns.name(), &kubeconfig);
+    assert!(passed && out.contains("Phase:          Succeeded"), "{out}");
+    eprintln!(
+        "e2e_node: helm test passed in {:.1}s",
+        tested.elapsed().as_secs_f64()
+    );
+
     // --- one leads.
     let leases: Api<Lease> = Api::namespaced(client.clone(), ns.name());
     let names: Vec<String> = ready.iter().map(|p| p.name_any()).collect();
@@ -465,6 +479,50 @@ async fn the_chart_runs_on_a_real_node_and_fails_over() {
         "e2e_node: reconciling again {:.1}s after the leader's SIGKILL",
         killed.elapsed().as_secs_f64()
     );
+
+    // --- with no replica left, `helm test` fails and says so.
+    run(kubectl(&cluster_dir).args([
+        "scale",
+        "deployment",
+        "-n",
+        ns.name(),
+        &fullname,
+        "--replicas=0",
+    ]));
+    eventually(SOON, "no replica left", || async {
+        let left = pods
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .map_err(|e| e.to_string())?
+            .items
+            .len();
+        if left == 0 {
+            Ok(())
+        } else {
+            Err(format!("{left} pods"))
+        }
+    })
+    .await;
+    let (passed, out) = helm_test(ns.name(), &kubeconfig);
+    assert!(!passed && out.contains("Failed"), "{out}");
+}
+
+/// `helm test` of the release: whether it passed, and what helm said.
+fn helm_test(release: &str, kubeconfig: &Path) -> (bool, String) {
+    let out = Command::new("bash")
+        .arg(repo().join("e2e/helm.sh"))
+        .args(["test", release, "--namespace", release, "--timeout", "2m"])
+        .env("KUBECONFIG", kubeconfig)
+        .current_dir(repo())
+        .stdin(Stdio::null())
+        .output()
+        .expect("bash runs e2e/helm.sh");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), said)
 }
 
 /// `helm install --wait` of the chart on the locally built image, as a release named after the

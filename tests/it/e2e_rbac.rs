@@ -229,6 +229,48 @@ fn the_cluster_role_and_the_lease_role_grant_exactly_the_reviewed_permissions() 
     );
 }
 
+/// The `helm test` hook: a Pod checking /readyz and /metrics through the metrics Service with
+/// `mcp-operator check-url`, restricted like the controller, with none of the selector labels
+/// (else the Service, the PodDisruptionBudget and the ReplicaSet would count it); none without
+/// the Service.
+#[test]
+fn the_helm_test_hook_checks_the_operator_through_its_metrics_service() {
+    let objects = render("mcp-operator", "mcp-operator", &[]);
+    let pod = one(&objects, "Pod");
+    assert_eq!(pod["metadata"]["annotations"]["helm.sh/hook"], "test");
+    let labels = pod["metadata"]["labels"].as_object().expect("labels");
+    assert!(
+        !labels.contains_key("app.kubernetes.io/name")
+            && !labels.contains_key("app.kubernetes.io/instance"),
+        "{labels:?}"
+    );
+    assert_eq!(pod["spec"]["restartPolicy"], "Never");
+    assert_eq!(pod["spec"]["automountServiceAccountToken"], false);
+    let urls: Vec<&str> = pod["spec"]["containers"]
+        .as_array()
+        .expect("containers")
+        .iter()
+        .map(|c| {
+            assert_eq!(c["args"][0], "check-url", "{c}");
+            assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true, "{c}");
+            c["args"][2].as_str().expect("a URL")
+        })
+        .collect();
+    assert_eq!(
+        urls,
+        [
+            "http://$(MCP_OPERATOR_METRICS_SERVICE_HOST):8080/readyz",
+            "http://$(MCP_OPERATOR_METRICS_SERVICE_HOST):8080/metrics",
+        ]
+    );
+    let without = render(
+        "mcp-operator",
+        "mcp-operator",
+        &["metrics.service.enabled=false"],
+    );
+    assert!(of_kind(&without, "Pod").is_empty());
+}
+
 #[test]
 fn the_chart_lints_and_renders_its_options() {
     helm(&["lint", "--strict", CHART]);
@@ -1156,7 +1198,8 @@ async fn the_service_account_can_do_nothing_else() {
 
 /// Every object the chart renders with its defaults is accepted by the apiserver as written
 /// (server-side dry run, unknown fields refused): the Deployment, Services,
-/// PodDisruptionBudget, ServiceAccount, roles and bindings, the MutatingWebhookConfiguration.
+/// PodDisruptionBudget, ServiceAccount, roles and bindings, the MutatingWebhookConfiguration,
+/// and the `helm test` hook's Pod.
 #[tokio::test]
 async fn every_rendered_object_is_accepted_by_the_apiserver() {
     let (client, ns) = e2e::setup("chart-objects").await;
@@ -1169,6 +1212,7 @@ async fn every_rendered_object_is_accepted_by_the_apiserver() {
             "ClusterRoleBinding",
             "Deployment",
             "MutatingWebhookConfiguration",
+            "Pod",
             "PodDisruptionBudget",
             "Role",
             "RoleBinding",

@@ -94,6 +94,19 @@ fn of_kind<'a>(objects: &'a [Value], kind: &str) -> Vec<&'a Value> {
     objects.iter().filter(|o| o["kind"] == kind).collect()
 }
 
+/// The one object of this kind and name.
+fn named<'a>(objects: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    match of_kind(objects, kind)
+        .into_iter()
+        .filter(|o| o["metadata"]["name"] == name)
+        .collect::<Vec<_>>()
+        .as_slice()
+    {
+        [o] => o,
+        other => panic!("expected one {kind} {name}, rendered {}", other.len()),
+    }
+}
+
 fn one<'a>(objects: &'a [Value], kind: &str) -> &'a Value {
     match of_kind(objects, kind).as_slice() {
         [o] => o,
@@ -156,7 +169,7 @@ fn the_charts_crds_are_the_repositorys_crds() {
 }
 
 #[test]
-fn the_cluster_role_and_the_lease_role_grant_exactly_the_reviewed_permissions() {
+fn the_cluster_role_and_the_release_namespace_roles_grant_exactly_the_reviewed_permissions() {
     let objects = render("mcp-operator", "mcp-operator", &[]);
     let cluster = permissions(one(&objects, "ClusterRole"));
     let expected_cluster: BTreeSet<String> = [
@@ -209,19 +222,39 @@ fn the_cluster_role_and_the_lease_role_grant_exactly_the_reviewed_permissions() 
         "the ClusterRole changed: review it"
     );
 
-    let lease: Vec<String> = permissions(one(&objects, "Role")).into_iter().collect();
+    // Two Roles in the release namespace, each named for its one job, each bound to the
+    // ServiceAccount by a RoleBinding of the same name.
+    let lease: Vec<String> = permissions(named(&objects, "Role", "mcp-operator-leader-election"))
+        .into_iter()
+        .collect();
     assert_eq!(
         lease,
         [
-            // The webhook's certificate Secret: created by the first replica, renewed in place.
-            "/secrets create",
-            "/secrets update @mcp-operator-webhook-tls",
             "coordination.k8s.io/leases create",
             "coordination.k8s.io/leases get @mcp-operator",
             "coordination.k8s.io/leases patch @mcp-operator",
         ],
-        "the release namespace's Role changed: review it"
+        "the leader election Role changed: review it"
     );
+    let tls: Vec<String> = permissions(named(&objects, "Role", "mcp-operator-webhook-tls"))
+        .into_iter()
+        .collect();
+    assert_eq!(
+        tls,
+        [
+            // The webhook's certificate Secret: created by the first replica, renewed in place.
+            "/secrets create",
+            "/secrets update @mcp-operator-webhook-tls",
+        ],
+        "the webhook TLS Role changed: review it"
+    );
+    assert_eq!(of_kind(&objects, "Role").len(), 2);
+    for role in ["mcp-operator-leader-election", "mcp-operator-webhook-tls"] {
+        let binding = named(&objects, "RoleBinding", role);
+        assert_eq!(binding["roleRef"]["name"], role);
+        assert_eq!(binding["subjects"][0]["name"], "mcp-operator");
+    }
+    assert_eq!(of_kind(&objects, "RoleBinding").len(), 2);
     let args = container_args(&objects);
     assert!(
         args.contains(&"--lease-name=mcp-operator".to_string()),
@@ -451,6 +484,14 @@ fn the_chart_lints_and_renders_its_options() {
     );
     let off = render("mcp-operator", "mcp-operator", &["injection.enabled=false"]);
     assert!(of_kind(&off, "MutatingWebhookConfiguration").is_empty());
+    // No webhook, no Secret to write: only the leader election Role and its binding.
+    for kind in ["Role", "RoleBinding"] {
+        let names: Vec<&Value> = of_kind(&off, kind)
+            .into_iter()
+            .map(|o| &o["metadata"]["name"])
+            .collect();
+        assert_eq!(names, [&json!("mcp-operator-leader-election")], "{kind}");
+    }
     assert!(
         !container_args(&off)
             .iter()
@@ -488,7 +529,7 @@ fn the_chart_lints_and_renders_its_options() {
     let binding = one(&changed, "ClusterRoleBinding");
     assert_eq!(binding["subjects"][0]["namespace"], "platform");
     assert_eq!(
-        one(&changed, "Role")["rules"][1]["resourceNames"],
+        named(&changed, "Role", "ops-mcp-operator-leader-election")["rules"][1]["resourceNames"],
         json!(["ops-mcp-operator"])
     );
 }

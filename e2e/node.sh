@@ -522,6 +522,9 @@ start_proxy() {
   fi
   echo "node $NODE_IP of $CLUSTER_DIR" >"$PROXY_LOCK"
   local mode; mode="$(proxy_mode)"
+  # In iptables mode over iptables-nft, kube-proxy's first rule in a table creates that table;
+  # `down` removes those it created, once empty.
+  if rules_use_nft; then nft list tables >"$NODE/nft-tables-before"; fi
   # Recorded before kube-proxy writes anything: `down` cleans up after it by this.
   echo "$mode" >"$NODE/kube-proxy-mode"
   read -r PROXY_HEALTHZ_PORT PROXY_METRICS_PORT <<<"$(free_port 2)"
@@ -549,12 +552,42 @@ remove_proxy_rules() {
     # Removes kube-proxy's nftables tables and iptables chains of every mode, and nothing else.
     "$PROXY_BIN" --cleanup >>"$NODE/logs/kube-proxy-cleanup.log" 2>&1 \
       || log "kube-proxy --cleanup failed (see $NODE/logs/kube-proxy-cleanup.log)"
+    # --cleanup leaves KUBE-FIREWALL (it takes it for the kubelet's; ours adds none).
+    if [[ "$(cat "$NODE/kube-proxy-mode")" == iptables ]]; then remove_kube_firewall; fi
+    remove_new_empty_tables
     : >"$PROXY_LOCK"
   else
     log "another kube-proxy holds $PROXY_LOCK; leaving the kube-proxy tables to it"
   fi
   exec 9>&-
   rm -f "$NODE/kube-proxy-mode"
+}
+
+remove_kube_firewall() {
+  local t hook
+  for t in iptables ip6tables; do
+    command -v "$t" >/dev/null || continue
+    "$t" -w -t filter -S KUBE-FIREWALL >/dev/null 2>&1 || continue
+    for hook in INPUT OUTPUT FORWARD; do
+      while "$t" -w -t filter -D "$hook" -j KUBE-FIREWALL 2>/dev/null; do :; done
+    done
+    "$t" -w -t filter -F KUBE-FIREWALL && "$t" -w -t filter -X KUBE-FIREWALL \
+      || log "cannot remove $t KUBE-FIREWALL"
+  done
+}
+
+# The nftables tables that appeared while kube-proxy ran (iptables-nft makes one per iptables
+# table it first writes to) and hold no rule now.
+remove_new_empty_tables() {
+  [[ -f $NODE/nft-tables-before ]] && rules_use_nft || return 0
+  local family name rules
+  while read -r _ family name; do
+    grep -qxF "table $family $name" "$NODE/nft-tables-before" && continue
+    rules="$(nft -j list table "$family" "$name" 2>/dev/null \
+      | python3 -c 'import json, sys; print(sum("rule" in o for o in json.load(sys.stdin)["nftables"]))' 2>/dev/null || echo x)"
+    if [[ $rules == 0 ]]; then nft delete table "$family" "$name" || log "cannot delete table $family $name"; fi
+  done < <(nft list tables)
+  rm -f "$NODE/nft-tables-before"
 }
 
 # proxy_leftovers: kube-proxy's tables and chains on this machine while no kube-proxy runs.

@@ -45,6 +45,9 @@ enum Command {
     /// Serve the agent's MCP endpoint: exactly the tools its grants file names, every call
     /// checked against it before it reaches an upstream.
     Sidecar(mcp_operator::sidecar::SidecarArgs),
+    /// GET one URL and exit 0 on a 2xx answer, else say why and exit 1: `helm test`'s check
+    /// that the operator answers, in an image with no shell or curl.
+    CheckUrl(mcp_operator::check_url::CheckUrlArgs),
 }
 
 fn main() -> ExitCode {
@@ -56,6 +59,7 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Command::Probe(args) => mcp_operator::probe::main(args),
+        Command::CheckUrl(args) => mcp_operator::check_url::main(args),
         Command::Import(args) => mcp_operator::import::main(args),
         Command::CopySelf { path } => match mcp_operator::bridge::copy_self(&path) {
             Ok(()) => ExitCode::SUCCESS,

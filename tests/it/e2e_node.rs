@@ -1,6 +1,7 @@
 //! The operator as users run it, in real pods: `helm install --wait` of charts/mcp-operator on
 //! the e2e node (e2e/node.sh: a kubelet, containerd and runc), from the image e2e/image.sh built
-//! out of the release binary. Two replicas elect a leader through their Lease; the leader makes
+//! out of the release binary. `helm test` passes (its hook pod reaches the operator through the
+//! metrics Service's ClusterIP). Two replicas elect a leader through their Lease; the leader makes
 //! the McpServer example Ready against an MCP server on the node's address; `kubectl logs` is
 //! JSON; deleting the leader's pod hands the Lease to another replica, which reconciles; a SIGKILLed
 //! leader's container is restarted by the kubelet and reconciling goes on.
@@ -50,19 +51,24 @@ fn repo() -> &'static Path {
 }
 
 /// The node of the shared control plane (`CLUSTER_DIR/node/env`).
-struct Node {
-    ip: String,
+pub(crate) struct Node {
+    pub(crate) ip: String,
     containerd: String,
     crictl: PathBuf,
+    /// kube-proxy's mode when ClusterIP Services answer on this node, else why they do not.
+    pub(crate) kube_proxy: Result<String, String>,
 }
 
 /// The node scripts/test.sh started, or one started here for this test binary (its watchdog
 /// takes it down when this process exits). Any reason it cannot run becomes the failure.
-fn node(cluster_dir: &Path) -> Node {
+pub(crate) fn node(cluster_dir: &Path) -> Node {
     if let Ok(reason) = std::env::var("MCP_E2E_NODE_UNAVAILABLE") {
         panic!("no e2e node, so no real pods: {reason}");
     }
     let env_file = cluster_dir.join("node/env");
+    // Tests of several modules ask at once: one starts the node, the others wait for it.
+    static STARTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _starting = STARTING.lock().unwrap_or_else(|e| e.into_inner());
     if !env_file.exists() {
         let out = Command::new("bash")
             .arg(repo().join("e2e/node.sh"))
@@ -89,10 +95,18 @@ fn node(cluster_dir: &Path) -> Node {
         .lines()
         .find_map(|l| l.strip_prefix("CRICTL="))
         .expect("node.sh paths names crictl");
+    let kube_proxy = match vars.get("E2E_NODE_KUBE_PROXY") {
+        Some(mode) => Ok(mode.clone()),
+        None => Err(vars
+            .get("E2E_NODE_KUBE_PROXY_UNAVAILABLE")
+            .cloned()
+            .unwrap_or_else(|| format!("{} names no kube-proxy", env_file.display()))),
+    };
     Node {
         ip: vars["E2E_NODE_IP"].clone(),
         containerd: vars["E2E_NODE_CONTAINERD"].clone(),
         crictl: PathBuf::from(crictl),
+        kube_proxy,
     }
 }
 
@@ -107,7 +121,7 @@ fn read_env(path: &Path) -> BTreeMap<String, String> {
 
 /// The operator image in the node's containerd: the tarball scripts/test.sh built from the
 /// release binary, else one packed here from this test's own build. Returns (repository, tag).
-fn operator_image(cluster_dir: &Path, scratch: &Path) -> (String, String) {
+pub(crate) fn operator_image(cluster_dir: &Path, scratch: &Path) -> (String, String) {
     let tarball = match std::env::var_os("MCP_E2E_OPERATOR_IMAGE").filter(|v| !v.is_empty()) {
         Some(path) => PathBuf::from(path),
         None => {
@@ -139,7 +153,7 @@ fn operator_image(cluster_dir: &Path, scratch: &Path) -> (String, String) {
 }
 
 /// Runs a command, panicking with its output when it fails; returns its stdout.
-fn run(command: &mut Command) -> String {
+pub(crate) fn run(command: &mut Command) -> String {
     let out = command
         .stdin(Stdio::null())
         .output()
@@ -154,7 +168,7 @@ fn run(command: &mut Command) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-fn kubectl(cluster_dir: &Path) -> Command {
+pub(crate) fn kubectl(cluster_dir: &Path) -> Command {
     let mut command = Command::new(cluster_dir.join("bin/kubectl"));
     command
         .arg("--kubeconfig")
@@ -280,6 +294,19 @@ async fn the_chart_runs_on_a_real_node_and_fails_over() {
             pod.name_any()
         );
     }
+
+    // --- `helm test`: its hook pod reaches the operator through the chart's metrics Service
+    // (a ClusterIP, so kube-proxy on the node), /readyz and /metrics both 2xx.
+    if let Err(reason) = &node.kube_proxy {
+        panic!("helm test needs ClusterIP Services, which this node has not: {reason}");
+    }
+    let tested = Instant::now();
+    let (passed, out) = helm_test(ns.name(), &kubeconfig);
+    assert!(passed && out.contains("Phase:          Succeeded"), "{out}");
+    eprintln!(
+        "e2e_node: helm test passed in {:.1}s",
+        tested.elapsed().as_secs_f64()
+    );
 
     // --- one leads.
     let leases: Api<Lease> = Api::namespaced(client.clone(), ns.name());
@@ -452,6 +479,50 @@ async fn the_chart_runs_on_a_real_node_and_fails_over() {
         "e2e_node: reconciling again {:.1}s after the leader's SIGKILL",
         killed.elapsed().as_secs_f64()
     );
+
+    // --- with no replica left, `helm test` fails and says so.
+    run(kubectl(&cluster_dir).args([
+        "scale",
+        "deployment",
+        "-n",
+        ns.name(),
+        &fullname,
+        "--replicas=0",
+    ]));
+    eventually(SOON, "no replica left", || async {
+        let left = pods
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .map_err(|e| e.to_string())?
+            .items
+            .len();
+        if left == 0 {
+            Ok(())
+        } else {
+            Err(format!("{left} pods"))
+        }
+    })
+    .await;
+    let (passed, out) = helm_test(ns.name(), &kubeconfig);
+    assert!(!passed && out.contains("Failed"), "{out}");
+}
+
+/// `helm test` of the release: whether it passed, and what helm said.
+fn helm_test(release: &str, kubeconfig: &Path) -> (bool, String) {
+    let out = Command::new("bash")
+        .arg(repo().join("e2e/helm.sh"))
+        .args(["test", release, "--namespace", release, "--timeout", "2m"])
+        .env("KUBECONFIG", kubeconfig)
+        .current_dir(repo())
+        .stdin(Stdio::null())
+        .output()
+        .expect("bash runs e2e/helm.sh");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), said)
 }
 
 /// `helm install --wait` of the chart on the locally built image, as a release named after the

@@ -12,6 +12,7 @@
 //!              e2e_crd_validation, e2e_rbac, e2e_mcp_server, e2e_grants,
 //!              e2e_sidecar, e2e_stdio                                          the real control plane
 //!              image_contract, e2e_node                                        the image; real pods on the node
+//!              e2e_services                                                    ClusterIP Services on the node
 //! ```
 //!
 //! Run one group with its module path: `cargo test --test it e2e_grants::`.
@@ -27,6 +28,7 @@ mod e2e_grants;
 mod e2e_mcp_server;
 mod e2e_node;
 mod e2e_rbac;
+mod e2e_services;
 mod e2e_sidecar;
 mod e2e_stdio;
 mod image_contract;

@@ -134,9 +134,25 @@ pub(crate) fn operator_image(cluster_dir: &Path, scratch: &Path) -> (String, Str
             tarball
         }
     };
+    import_image(cluster_dir, &tarball)
+}
+
+/// The Node image of `e2e/image.sh node` (Node 22, the pinned stdio servers, the TypeScript SDK
+/// client), packed here and loaded into the node's containerd. Returns (repository, tag).
+pub(crate) fn node_image(cluster_dir: &Path, scratch: &Path) -> (String, String) {
+    let tarball = scratch.join("node-image.tar");
+    run(Command::new("bash")
+        .arg(repo().join("e2e/image.sh"))
+        .arg("node")
+        .arg(&tarball));
+    import_image(cluster_dir, &tarball)
+}
+
+/// Loads a docker-save tarball into the node's containerd; returns its (repository, tag).
+fn import_image(cluster_dir: &Path, tarball: &Path) -> (String, String) {
     let manifest = run(Command::new("tar")
         .arg("-xOf")
-        .arg(&tarball)
+        .arg(tarball)
         .arg("manifest.json"));
     let manifest: Value = serde_json::from_str(&manifest).expect("manifest.json");
     let reference = manifest[0]["RepoTags"][0]
@@ -147,7 +163,7 @@ pub(crate) fn operator_image(cluster_dir: &Path, scratch: &Path) -> (String, Str
         .arg(repo().join("e2e/node.sh"))
         .arg("import")
         .arg(cluster_dir)
-        .arg(&tarball));
+        .arg(tarball));
     let (repository, tag) = reference.rsplit_once(':').expect("repository:tag");
     (repository.to_owned(), tag.to_owned())
 }

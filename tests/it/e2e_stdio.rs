@@ -2,11 +2,21 @@
 //! Deployment and Service (owned by the McpServer, under its field manager), says the workload
 //! does not serve before anything about reachability, rolls the Deployment when spec.stdio
 //! changes, leaves someone else's Deployment alone, and garbage collection removes the workload
-//! with the McpServer. (The same servers in real pods, Ready with their catalogue and called by
-//! a sidecar: `e2e_node::a_stdio_server_runs_in_a_pod_and_an_agent_calls_its_tools`.)
+//! with the McpServer. Then on the real node (e2e/node.sh, with kube-proxy so the ClusterIP
+//! answers from the host): `@modelcontextprotocol/server-memory` in the Node image of
+//! `e2e/image.sh node`, behind the bridge copied in from the operator image, goes Ready with its
+//! real catalogue, and an agent calls its tools through a sidecar on the published grants.
+//!
+//! ```text
+//!  controller (host) ──► status.url http://<clusterIP>:8000/mcp ──kube-proxy──► pod: bridge ─stdio─► node server-memory
+//!  agent (SDK client) ─► sidecar (host, grants ConfigMap mirrored) ──────────────┘
+//! ```
 
 use crate::e2e;
+use crate::e2e_node::{node, node_image, operator_image};
+use crate::e2e_sidecar::mirror_config_map;
 use crate::operator::{self, Operator, condition, eventually, wait_condition};
+use crate::sidecar_support::{Sidecar, agent, names};
 
 use std::time::Duration;
 
@@ -14,6 +24,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Service;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use mcp_operator::api::agent_spec::AgentSpec;
 use mcp_operator::api::mcp_server::McpServer;
 use serde_json::json;
 
@@ -22,6 +33,15 @@ const BRIDGE_IMAGE: &str = "mcp-operator.local/mcp-operator:e2e-stdio";
 
 /// The controller for one namespace, told which image holds the bridge.
 fn operator(kubeconfig: &std::path::Path, namespace: &str, identity: &str) -> Operator {
+    operator_with(kubeconfig, namespace, identity, BRIDGE_IMAGE)
+}
+
+fn operator_with(
+    kubeconfig: &std::path::Path,
+    namespace: &str,
+    identity: &str,
+    bridge_image: &str,
+) -> Operator {
     let metrics_port = crate::support::free_port();
     let args = [
         "controller",
@@ -32,7 +52,7 @@ fn operator(kubeconfig: &std::path::Path, namespace: &str, identity: &str) -> Op
         "--max-failure-backoff",
         "4s",
         "--bridge-image",
-        BRIDGE_IMAGE,
+        bridge_image,
         "--metrics-addr",
         &format!("127.0.0.1:{metrics_port}"),
     ]
@@ -252,5 +272,170 @@ async fn someone_elses_deployment_of_the_same_name_is_left_alone() {
             .image
             .as_deref(),
         Some("theirs:1")
+    );
+}
+
+#[tokio::test]
+async fn server_memory_in_a_pod_is_ready_with_its_catalogue_and_an_agent_calls_its_tools() {
+    let (client, ns) = e2e::setup("stdio-node").await;
+    let kubeconfig = e2e::kubeconfig_path().await;
+    let cluster_dir = kubeconfig.parent().expect("the cluster dir").to_path_buf();
+    let node = node(&cluster_dir);
+    if let Err(reason) = &node.kube_proxy {
+        panic!(
+            "the node's ClusterIPs do not answer from the host, so the controller cannot reach a stdio server: {reason}"
+        );
+    }
+    let scratch = tempfile::tempdir().expect("a temp dir");
+    let (operator_repository, operator_tag) = operator_image(&cluster_dir, scratch.path());
+    let (node_repository, node_tag) = node_image(&cluster_dir, scratch.path());
+    let _op = operator_with(
+        &kubeconfig,
+        ns.name(),
+        "op-stdio-node",
+        &format!("{operator_repository}:{operator_tag}"),
+    );
+    let started = std::time::Instant::now();
+    operator::apply_server(
+        &client,
+        ns.name(),
+        json!({
+            "apiVersion": "mcp-operator.dev/v1alpha1",
+            "kind": "McpServer",
+            "metadata": {"name": "memory"},
+            "spec": {"stdio": {
+                "image": format!("{node_repository}:{node_tag}"),
+                "imagePullPolicy": "Never",
+                "command": ["node", "/opt/mcp/servers/node_modules/@modelcontextprotocol/server-memory/dist/index.js"],
+                "resources": {"limits": {"memory": "256Mi"}},
+            }},
+        }),
+    )
+    .await;
+    let servers: Api<McpServer> = Api::namespaced(client.clone(), ns.name());
+    let s = wait_condition(
+        &servers,
+        "memory",
+        "Ready",
+        "True",
+        Some("Ready"),
+        Duration::from_secs(120),
+    )
+    .await;
+    eprintln!(
+        "e2e_stdio: applied → Ready (pod started, bridge up, catalogue read) in {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+    let status = s.status.as_ref().unwrap();
+    assert!(
+        status
+            .url
+            .as_deref()
+            .is_some_and(|u| u.ends_with(":8000/mcp")),
+        "{:?}",
+        status.url
+    );
+    let catalog = &status.catalog.as_ref().unwrap().catalog;
+    let access: std::collections::BTreeMap<&str, String> = catalog
+        .tools
+        .iter()
+        .map(|t| {
+            (
+                t.name.as_str(),
+                serde_json::to_value(t.access)
+                    .unwrap()
+                    .as_str()
+                    .unwrap()
+                    .to_string(),
+            )
+        })
+        .collect();
+    // server-memory's own annotations, classified.
+    let expect: std::collections::BTreeMap<&str, String> = [
+        ("add_observations", "write"),
+        ("create_entities", "write"),
+        ("create_relations", "write"),
+        ("delete_entities", "destructive"),
+        ("delete_observations", "destructive"),
+        ("delete_relations", "destructive"),
+        ("open_nodes", "read"),
+        ("read_graph", "read"),
+        ("search_nodes", "read"),
+    ]
+    .into_iter()
+    .map(|(n, a)| (n, a.to_string()))
+    .collect();
+    assert_eq!(access, expect, "{catalog:?}");
+    let read_graph = catalog
+        .tools
+        .iter()
+        .find(|t| t.name == "read_graph")
+        .unwrap();
+    assert_eq!(
+        read_graph
+            .annotations
+            .as_ref()
+            .and_then(|a| a.read_only_hint),
+        Some(true)
+    );
+    assert!(
+        status
+            .server_info
+            .as_ref()
+            .is_some_and(|i| i.name.contains("memory")),
+        "{:?}",
+        status.server_info
+    );
+
+    // An agent with a sidecar on the grants the controller publishes calls the server's tools.
+    let agent_spec: AgentSpec = serde_json::from_value(json!({
+        "apiVersion": "mcp-operator.dev/v1alpha1", "kind": "AgentSpec",
+        "metadata": {"name": "bot"},
+        "spec": {"servers": [{"name": "memory"}]},
+    }))
+    .unwrap();
+    Api::<AgentSpec>::namespaced(client.clone(), ns.name())
+        .patch(
+            "bot",
+            &PatchParams::apply(e2e::FIELD_MANAGER).force(),
+            &Patch::Apply(&agent_spec),
+        )
+        .await
+        .unwrap();
+    let sidecar = Sidecar::start(None);
+    mirror_config_map(
+        client.clone(),
+        ns.name().to_string(),
+        "bot-mcp-grants".into(),
+        sidecar.dir.path().join("grants"),
+    );
+    sidecar.wait_ready().await;
+    let out = agent(
+        &sidecar.url,
+        "auto",
+        json!([
+            {"op": "list"},
+            {"op": "call", "name": "memory__create_entities", "arguments": {"entities": [
+                {"name": "e2e-stdio", "entityType": "test", "observations": ["runs in a pod"]},
+            ]}},
+            {"op": "call", "name": "memory__search_nodes", "arguments": {"query": "e2e-stdio"}},
+        ]),
+    )
+    .await;
+    let steps = &out["steps"];
+    let listed = names(&steps[0]);
+    assert!(
+        listed.contains(&"memory__create_entities".to_string())
+            && listed.contains(&"memory__read_graph".to_string()),
+        "{out}"
+    );
+    assert_eq!(steps[1]["isError"], false, "{out}");
+    assert_eq!(steps[2]["isError"], false, "{out}");
+    assert!(
+        steps[2]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("runs in a pod"),
+        "{out}"
     );
 }

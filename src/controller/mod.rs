@@ -8,6 +8,7 @@
 //!  McpServer (deletions) ─── forget schedule ──┤
 //!  Secret (metadata) ─── McpServers naming it ─┼─► mcp_server/ ──────────► McpServer status (SSA)
 //!  ConfigMap (metadata) ─ McpServers naming it ┤     │ mcp::read_server      ConfigMap <s>-mcp-catalog
+//!  Deployment (metadata, label) ─ its owner ───┤     │                       Deployment, Service <s>-mcp (stdio)
 //!  tools/list_changed (pushed by the server) ──┤     ▼ remote MCP server     Events (Probe, Pin)
 //!  McpTenantPolicy, Namespace ─ reflect ─ those┘       core::pinning (pure)
 //!    whose pinning requirement changed

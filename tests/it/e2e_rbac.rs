@@ -1031,6 +1031,64 @@ async fn the_controller_does_its_whole_job_with_only_the_charts_rbac() {
     })
     .await;
 
+    // A stdio server: its Deployment and Service applied (get + create/patch), its pods listed
+    // while it does not serve; turned remote, both are deleted.
+    operator::apply_server(
+        &client,
+        tenant,
+        json!({
+            "apiVersion": "mcp-operator.dev/v1alpha1", "kind": "McpServer",
+            "metadata": {"name": "memory"},
+            "spec": {"stdio": {"image": "mcp-e2e.local/not-pulled:1", "imagePullPolicy": "Never",
+                               "command": ["npx", "-y", "@modelcontextprotocol/server-memory"]}},
+        }),
+    )
+    .await;
+    wait_condition(
+        &servers,
+        "memory",
+        "Ready",
+        "False",
+        Some("WorkloadNotReady"),
+        SOON,
+    )
+    .await;
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(client.clone(), tenant);
+    let services: Api<k8s_openapi::api::core::v1::Service> =
+        Api::namespaced(client.clone(), tenant);
+    assert!(deployments.get_opt("memory-mcp").await.unwrap().is_some());
+    assert!(services.get_opt("memory-mcp").await.unwrap().is_some());
+    apply_server(
+        &client,
+        tenant,
+        server_manifest("memory", &small.url, bearer.clone()),
+    )
+    .await;
+    eventually(
+        SOON,
+        "the workload of the server turned remote deleted",
+        || async {
+            let d = deployments
+                .get_opt("memory-mcp")
+                .await
+                .map_err(|e| e2e::describe(&e))?;
+            let s = services
+                .get_opt("memory-mcp")
+                .await
+                .map_err(|e| e2e::describe(&e))?;
+            match (d, s) {
+                (None, None) => Ok(()),
+                (d, s) => Err(format!(
+                    "deployment {}, service {}",
+                    d.is_some(),
+                    s.is_some()
+                )),
+            }
+        },
+    )
+    .await;
+
     // The leader shuts down and releases the Lease; the standby takes it and reconciles.
     assert!(
         leader.terminate(Duration::from_secs(20)).is_some(),

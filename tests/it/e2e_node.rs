@@ -2,7 +2,9 @@
 //! the e2e node (e2e/node.sh: a kubelet, containerd and runc), from the image e2e/image.sh built
 //! out of the release binary. `helm test` passes (its hook pod reaches the operator through the
 //! metrics Service's ClusterIP). Two replicas elect a leader through their Lease; the leader makes
-//! the McpServer example Ready against an MCP server on the node's address; `kubectl logs` is
+//! the McpServer example Ready against an MCP server on the node's address, and a stdio
+//! McpServer (server-memory in the Node image, the bridge from the chart's own image) Ready at its
+//! ClusterIP; `kubectl logs` is
 //! JSON; deleting the leader's pod hands the Lease to another replica, which reconciles; a SIGKILLed
 //! leader's container is restarted by the kubelet and reconciling goes on.
 //!
@@ -370,6 +372,52 @@ async fn the_chart_runs_on_a_real_node_and_fails_over() {
     let message =
         operator::condition(&refused, "Ready").expect("a Ready condition")["message"].to_string();
     assert!(message.contains("loopback"), "refused for: {message}");
+
+    // --- a stdio McpServer under the chart: its pods take the bridge from the image the chart
+    // deploys (--bridge-image), and the in-cluster controller reaches it at its ClusterIP.
+    let (node_repository, node_tag) = node_image(&cluster_dir, scratch.path());
+    apply_server(
+        &client,
+        ns.name(),
+        serde_json::json!({
+            "apiVersion": "mcp-operator.dev/v1alpha1", "kind": "McpServer",
+            "metadata": {"name": "memory"},
+            "spec": {"stdio": {
+                "image": format!("{node_repository}:{node_tag}"),
+                "imagePullPolicy": "Never",
+                "command": ["node", "/opt/mcp/servers/node_modules/@modelcontextprotocol/server-memory/dist/index.js"],
+            }},
+        }),
+    )
+    .await;
+    let memory = wait_condition(
+        &servers,
+        "memory",
+        "Ready",
+        "True",
+        Some("Ready"),
+        Duration::from_secs(120),
+    )
+    .await;
+    let memory_status = memory.status.expect("a status");
+    assert_eq!(
+        memory_status
+            .catalog
+            .expect("a catalogue")
+            .catalog
+            .tool_count,
+        9,
+        "server-memory's nine tools"
+    );
+    let bridge_image = deployments
+        .get("memory-mcp")
+        .await
+        .expect("the stdio server's Deployment")
+        .spec
+        .and_then(|s| s.template.spec)
+        .and_then(|p| p.init_containers)
+        .and_then(|c| c.first().and_then(|c| c.image.clone()));
+    assert_eq!(bridge_image, Some(format!("{repository}:{tag}")));
 
     // --- kubectl logs: JSON lines, the leader saying it leads.
     let logs = run(kubectl(&cluster_dir).args(["logs", "-n", ns.name(), &leader]));

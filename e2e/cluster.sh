@@ -24,7 +24,7 @@
 #   KEEP_LOGS            with `down`: keep DIR/logs
 #
 # DIR after `up`: kubeconfig (admin: CN=admin, O=system:masters), env (KEY=VALUE
-# lines: KUBECONFIG, KUBECTL, E2E_APISERVER_URL, ...; `set -a; . DIR/env; set +a`),
+# lines: KUBECONFIG, KUBECTL, E2E_APISERVER_URL, E2E_SERVICE_CIDR, ...; `set -a; . DIR/env; set +a`),
 # bin/kubectl, pki/ (ca.crt and ca.key: mint more client certificates with them),
 # logs/*.log, pids.
 #
@@ -282,9 +282,10 @@ stop_all() {
 # ---------------------------------------------------------------- up / down
 
 SERVICE_CIDR=10.0.0.0/24
-# No kube-proxy routes ClusterIPs here, so the apiserver reaches webhook and aggregated
-# Services at their endpoints' pod IPs (--enable-aggregator-routing), which the host reaches on
-# the node's bridge.
+# The apiserver reaches webhook and aggregated Services at their endpoints' pod IPs
+# (--enable-aggregator-routing), which the host reaches on the node's bridge: no kube-proxy is
+# needed for them (e2e/node.sh runs one for everything else). The node reads the Service CIDR
+# from DIR/env (E2E_SERVICE_CIDR).
 # The controllers that do something without nodes and matter to an operator:
 # ownerReference garbage collection, namespace deletion, service accounts and
 # their tokens, kube-root-ca.crt, aggregated ClusterRoles (admin/edit/view),
@@ -418,6 +419,7 @@ KUBECONFIG=$DIR/kubeconfig
 KUBECTL=$KUBECTL_BIN
 E2E_CLUSTER_DIR=$DIR
 E2E_APISERVER_URL=https://127.0.0.1:$APISERVER_PORT
+E2E_SERVICE_CIDR=$SERVICE_CIDR
 E2E_ETCD_URL=http://127.0.0.1:$ETCD_PORT
 E2E_K8S_VERSION=$K8S_VERSION
 E2E_ETCD_VERSION=$ETCD_VERSION

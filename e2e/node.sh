@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # A real kubelet node for the e2e control plane of e2e/cluster.sh: containerd + runc from
-# Debian, kubelet and kube-scheduler built from the same pinned Kubernetes module as the
-# control plane, pods on a bridge of our own. Pods really run: Deployments, probes, volumes,
-# `kubectl logs/exec`. Needs root (cgroups, mounts, a bridge, one NAT rule).
+# Debian, kubelet, kube-scheduler and kube-proxy built from the same pinned Kubernetes module
+# as the control plane, pods on a bridge of our own. Pods really run: Deployments, probes,
+# volumes, `kubectl logs/exec`, ClusterIP Services. Needs root (cgroups, mounts, a bridge,
+# netfilter rules).
 #
-#   e2e/node.sh build              build (or reuse) kubelet, kube-scheduler, crictl and the
-#                                  pause image; install containerd, runc, the CNI plugins and
-#                                  iptables from Debian (once)
+#   e2e/node.sh build              build (or reuse) kubelet, kube-scheduler, kube-proxy, crictl
+#                                  and the pause image; install containerd, runc, the CNI
+#                                  plugins, iptables and nftables from Debian (once)
 #   e2e/node.sh check              exit 0 when this machine can run a node, else say why
 #   e2e/node.sh up CLUSTER_DIR     start a node for the control plane that
 #                                  `e2e/cluster.sh up CLUSTER_DIR` started; its state lives in
@@ -20,6 +21,9 @@
 #                                  print whatever of a node in CLUSTER_DIR (and of slot SLOT, or
 #                                  of any slot) is still on this machine (nothing after `down`);
 #                                  exit 1 if anything is
+#   e2e/node.sh dropped CLUSTER_DIR
+#                                  print how many packets the node's rule dropped for trying
+#                                  to leave its bridge for another interface
 #   e2e/node.sh paths              print the cached paths (KEY=path)
 #
 # Environment:
@@ -27,17 +31,33 @@
 #   E2E_BUILD_NICE       niceness of the Go builds (default 10)
 #   E2E_UP_TIMEOUT       seconds to wait for the node to be Ready (default 120)
 #   E2E_OWNER_PID        with `up`: take the node down when this process exits
+#   E2E_PROXY_MODE       kube-proxy's mode: nftables (default when the kernel has nf_tables)
+#                        or iptables
 #
 # CLUSTER_DIR/node/env after `up`: E2E_NODE_NAME, E2E_NODE_IP (the bridge address: pods reach
 # servers on the host there, never on 127.0.0.1), E2E_NODE_BRIDGE, E2E_NODE_CONTAINERD (socket),
-# E2E_NODE_CTR and E2E_NODE_CRICTL (command lines for it).
+# E2E_NODE_CTR and E2E_NODE_CRICTL (command lines for it), E2E_NODE_SERVICE_CIDR, and either
+# E2E_NODE_KUBE_PROXY (its mode: ClusterIPs answer, from the host and from pods) or
+# E2E_NODE_KUBE_PROXY_UNAVAILABLE (why not).
 #
 # What it changes on the host, all undone by `down`: a bridge mcpnodeN (10.244.N.1/24) with
-# route_localnet on it, one DNAT rule in the nat table's PREROUTING for traffic from that
-# bridge to the `kubernetes` Service (10.0.0.1:443 -> the apiserver on 127.0.0.1), a cgroup
-# root /mcpnodeN in every hierarchy, mounts under CLUSTER_DIR/node, the kubelet's links in
-# /var/log/containers and CNI result files in /var/lib/cni/results. No IP forwarding: pods
-# reach each other, the host's bridge address and the apiserver, nothing beyond.
+# route_localnet on it; the node's rules for packets from that bridge in an nftables table of
+# its own, ip mcp-operator-e2e-node-N (without nft: two iptables rules with that comment): a
+# DNAT for the `kubernetes` Service (10.0.0.1:443 -> the apiserver on 127.0.0.1) and a drop of
+# whatever would be forwarded from the bridge to any other interface; a cgroup root
+# /mcpnodeN in every hierarchy, mounts under CLUSTER_DIR/node, the kubelet's links in
+# /var/log/containers and CNI result files in /var/lib/cni/results.
+#
+# ClusterIP Services: kube-proxy keeps its rules in its own nftables tables (`ip kube-proxy`,
+# `ip6 kube-proxy`; in iptables mode its KUBE-* chains), masquerades all ClusterIP traffic
+# and serves NodePorts on the bridge address only (never on localhost); it changes no
+# conntrack sysctl. The node adds a route for the Service CIDR to its bridge (host processes
+# reach ClusterIPs there) and turns forwarding on for its bridge alone (a pod reaching a
+# ClusterIP is forwarded back onto the bridge; the drop above keeps it there); the global
+# net.ipv4.ip_forward stays as it is. Pods reach each other, Services, the host's bridge
+# address and the apiserver, nothing beyond. kube-proxy's tables are machine-wide, so one node
+# on this machine at a time runs it (a lock in the cache); a second node starts without it
+# and says so in E2E_NODE_KUBE_PROXY_UNAVAILABLE.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -54,15 +74,19 @@ K8S_VERSION="$(awk '!/=>/ { for (i = 1; i < NF; i++) if ($i == "k8s.io/kubernete
 CRICTL_VERSION=v1.37.0
 KUBELET_BIN="$BIN/kubelet-$K8S_VERSION"
 SCHEDULER_BIN="$BIN/kube-scheduler-$K8S_VERSION"
+PROXY_BIN="$BIN/kube-proxy-$K8S_VERSION"
 CRICTL_BIN="$BIN/crictl-$CRICTL_VERSION"
 # The pause image: compiled from the module's own build/pause/linux/pause.c, tagged as
 # containerd's sandbox_image so it is never pulled.
 PAUSE_TAR="$BIN/pause-image-$K8S_VERSION.tar"
-DEBIAN_PACKAGES=(containerd runc containernetworking-plugins iptables)
+DEBIAN_PACKAGES=(containerd runc containernetworking-plugins iptables nftables)
 APT_STAMP="$CACHE/node-apt-packages"
 CNI_BIN_DIR=/usr/lib/cni
 
 SERVICE_IP=10.0.0.1
+# Held by the one kube-proxy on this machine while it runs (its tables are machine-wide); the
+# file names the node holding it.
+PROXY_LOCK="$CACHE/node-kube-proxy.lock"
 
 # ---------------------------------------------------------------- build
 
@@ -141,7 +165,7 @@ install_packages() {
   local want="${DEBIAN_PACKAGES[*]}"
   if [[ -f $APT_STAMP && "$(cat "$APT_STAMP")" == "$want" ]] && have_packages; then return 0; fi
   if ! have_packages; then
-    ((EUID == 0)) || die "containerd, runc, the CNI plugins and iptables are missing, and installing them needs root: apt-get install ${DEBIAN_PACKAGES[*]}"
+    ((EUID == 0)) || die "containerd, runc, the CNI plugins, iptables or nftables are missing, and installing them needs root: apt-get install ${DEBIAN_PACKAGES[*]}"
     command -v apt-get >/dev/null || die "no apt-get: install ${DEBIAN_PACKAGES[*]} yourself"
     log "installing ${DEBIAN_PACKAGES[*]} from Debian"
     local start=$SECONDS
@@ -150,7 +174,7 @@ install_packages() {
       || die "apt-get install ${DEBIAN_PACKAGES[*]} failed"
     log "installed them in $((SECONDS - start))s"
   fi
-  have_packages || die "installed ${DEBIAN_PACKAGES[*]} but containerd, runc, iptables or $CNI_BIN_DIR/bridge is still missing"
+  have_packages || die "installed ${DEBIAN_PACKAGES[*]} but containerd, runc, iptables, nft or $CNI_BIN_DIR/bridge is still missing"
   mkdir -p "$CACHE"
   echo "$want" >"$APT_STAMP"
 }
@@ -158,6 +182,7 @@ install_packages() {
 have_packages() {
   command -v containerd >/dev/null && command -v containerd-shim-runc-v2 >/dev/null \
     && command -v runc >/dev/null && command -v ctr >/dev/null && command -v iptables >/dev/null \
+    && command -v nft >/dev/null \
     && [[ -x $CNI_BIN_DIR/bridge && -x $CNI_BIN_DIR/host-local && -x $CNI_BIN_DIR/loopback ]]
 }
 
@@ -169,6 +194,7 @@ cmd_build() {
   install_packages
   go_build k8s.io/kubernetes/cmd/kubelet "$KUBELET_BIN"
   go_build k8s.io/kubernetes/cmd/kube-scheduler "$SCHEDULER_BIN"
+  go_build k8s.io/kubernetes/cmd/kube-proxy "$PROXY_BIN"
   build_crictl
   build_pause
   cmd_paths
@@ -177,6 +203,7 @@ cmd_build() {
 cmd_paths() {
   echo "KUBELET=$KUBELET_BIN"
   echo "KUBE_SCHEDULER=$SCHEDULER_BIN"
+  echo "KUBE_PROXY=$PROXY_BIN"
   echo "CRICTL=$CRICTL_BIN"
   echo "PAUSE_IMAGE=$PAUSE_TAR"
 }
@@ -365,9 +392,220 @@ remove_cgroup_root() {
   done
 }
 
-add_dnat_rule() {
-  iptables -w -t nat -A PREROUTING -i "$BRIDGE" -d "$SERVICE_IP/32" -p tcp --dport 443 \
-    -m comment --comment "$RULE_COMMENT" -j DNAT --to-destination "127.0.0.1:$APISERVER_PORT"
+# ---------------------------------------------------------------- host rules
+
+# The node's own netfilter rules, both for packets arriving on its bridge:
+#  - the `kubernetes` Service: the apiserver listens on 127.0.0.1 only; pods reach it as
+#    10.0.0.1:443 through a DNAT (to 127.0.0.1, so route_localnet is on for the bridge);
+#  - forwarding stays on the bridge: whatever would leave on any other interface is dropped.
+#    A base chain of its own (mangle's FORWARD in iptables), so no ACCEPT in kube-proxy's
+#    chains can let a packet past it.
+# With nft they are one table, ip mcp-operator-e2e-node-N, that `down` deletes whole; without
+# it, two iptables rules with that comment.
+rules_use_nft() { command -v nft >/dev/null && nft list tables >/dev/null 2>&1; }
+
+add_node_rules() {
+  if rules_use_nft; then
+    nft -f - <<EOF
+table ip $RULE_COMMENT {
+  comment "e2e/node.sh: node $NODE_IP of $CLUSTER_DIR"
+  chain kubernetes-service {
+    type nat hook prerouting priority dstnat; policy accept;
+    iifname "$BRIDGE" ip daddr $SERVICE_IP tcp dport 443 dnat to 127.0.0.1:$APISERVER_PORT
+  }
+  chain bridge-only {
+    type filter hook forward priority filter - 10; policy accept;
+    iifname "$BRIDGE" oifname != "$BRIDGE" counter drop
+  }
+}
+EOF
+  else
+    iptables -w -t nat -A PREROUTING -i "$BRIDGE" -d "$SERVICE_IP/32" -p tcp --dport 443 \
+      -m comment --comment "$RULE_COMMENT" -j DNAT --to-destination "127.0.0.1:$APISERVER_PORT" \
+      && iptables -w -t mangle -A FORWARD -i "$BRIDGE" ! -o "$BRIDGE" \
+        -m comment --comment "$RULE_COMMENT" -j DROP
+  fi
+}
+
+# dropped_packets: how many packets the bridge-only rule has dropped (`dropped` prints it).
+dropped_packets() {
+  local n
+  if command -v nft >/dev/null && nft list table ip "$RULE_COMMENT" >/dev/null 2>&1; then
+    n="$(nft list chain ip "$RULE_COMMENT" bridge-only | awk '/ drop/ { for (i = 1; i < NF; i++) if ($i == "packets") print $(i+1) }')"
+  else
+    n="$(iptables -w -t mangle -L FORWARD -v -x -n | awk -v c="$RULE_COMMENT" 'index($0, "/* " c " */") { print $1 }')"
+  fi
+  [[ -n $n ]] || die "the node in $CLUSTER_DIR has no bridge-only rule"
+  echo "$n"
+}
+
+remove_node_rules() {
+  [[ -n ${RULE_COMMENT:-} ]] || return 0
+  if command -v nft >/dev/null && nft list table ip "$RULE_COMMENT" >/dev/null 2>&1; then
+    nft delete table ip "$RULE_COMMENT" || log "cannot delete nftables table ip $RULE_COMMENT"
+  fi
+  local table rule
+  for table in nat mangle; do
+    rule="$(iptables -w -t "$table" -S 2>/dev/null | grep -F -- "--comment $RULE_COMMENT " | head -n 1 || true)"
+    while [[ -n $rule ]]; do
+      # The rule as `iptables -S` lists it, with no quoting in it: word splitting is exact.
+      # shellcheck disable=SC2086
+      iptables -w -t "$table" -D ${rule#-A } || break
+      rule="$(iptables -w -t "$table" -S 2>/dev/null | grep -F -- "--comment $RULE_COMMENT " | head -n 1 || true)"
+    done
+  done
+}
+
+# ---------------------------------------------------------------- Services (kube-proxy)
+
+# proxy_mode: nftables when this kernel and nft hold tables (kube-proxy's rules are then all
+# in its own tables, which `down` deletes whole), else iptables.
+proxy_mode() {
+  if [[ -n ${E2E_PROXY_MODE:-} ]]; then
+    [[ $E2E_PROXY_MODE == nftables || $E2E_PROXY_MODE == iptables ]] \
+      || die "E2E_PROXY_MODE must be nftables or iptables, not '$E2E_PROXY_MODE'"
+    echo "$E2E_PROXY_MODE"
+  elif command -v nft >/dev/null && nft list tables >/dev/null 2>&1; then
+    echo nftables
+  else
+    echo iptables
+  fi
+}
+
+write_proxy_config() {
+  local mode="$1"
+  cat >"$NODE/kube-proxy.yaml" <<EOF
+apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+clientConnection:
+  kubeconfig: $NODE/kube-proxy.kubeconfig
+hostnameOverride: $NODE_IP
+mode: $mode
+healthzBindAddress: 127.0.0.1:$PROXY_HEALTHZ_PORT
+metricsBindAddress: 127.0.0.1:$PROXY_METRICS_PORT
+clusterCIDR: 10.244.$SLOT.0/24
+# NodePorts on the bridge address only: never on localhost, never on the host's interfaces.
+nodePortAddresses: [$NODE_IP/32]
+# Every ClusterIP connection leaves with the bridge address as its source, so a pod's reply to
+# another pod comes back through the host, which undoes the DNAT (no br_netfilter needed).
+nftables:
+  masqueradeAll: true
+iptables:
+  masqueradeAll: true
+  localhostNodePorts: false
+# Root here lacks CAP_SYS_RESOURCE.
+oomScoreAdj: 0
+# Zero: leave the host's conntrack table size and timeouts as they are.
+conntrack:
+  maxPerCore: 0
+  min: 0
+  tcpEstablishedTimeout: 0s
+  tcpCloseWaitTimeout: 0s
+  udpTimeout: 0s
+  udpStreamTimeout: 0s
+EOF
+}
+
+proxy_healthy() { curl -fsS --max-time 5 "http://127.0.0.1:$PROXY_HEALTHZ_PORT/healthz" >/dev/null; }
+
+# start_proxy: kube-proxy for this node, if no other node on this machine runs one. It holds
+# the lock (fd 9, inherited) as long as it runs. Sets PROXY_MODE or PROXY_UNAVAILABLE.
+start_proxy() {
+  PROXY_MODE="" PROXY_UNAVAILABLE=""
+  mkdir -p "$CACHE"
+  exec 9>>"$PROXY_LOCK"
+  if ! flock -n 9; then
+    exec 9>&-
+    PROXY_UNAVAILABLE="another node on this machine runs kube-proxy ($(cat "$PROXY_LOCK" 2>/dev/null || echo unknown)); its rules are machine-wide, so this node has no ClusterIP Services"
+    log "$PROXY_UNAVAILABLE"
+    return 0
+  fi
+  echo "node $NODE_IP of $CLUSTER_DIR" >"$PROXY_LOCK"
+  local mode; mode="$(proxy_mode)"
+  # In iptables mode over iptables-nft, kube-proxy's first rule in a table creates that table;
+  # `down` removes those it created, once empty.
+  if rules_use_nft; then nft list tables >"$NODE/nft-tables-before"; fi
+  # Recorded before kube-proxy writes anything: `down` cleans up after it by this.
+  echo "$mode" >"$NODE/kube-proxy-mode"
+  read -r PROXY_HEALTHZ_PORT PROXY_METRICS_PORT <<<"$(free_port 2)"
+  write_proxy_config "$mode"
+  node_cert kube-proxy "/CN=system:kube-proxy"
+  node_kubeconfig "$NODE/kube-proxy.kubeconfig" kube-proxy
+  # The node's rules (add_node_rules) drop what would leave the bridge; the route and
+  # forwarding go with the bridge.
+  ip route add "$SERVICE_CIDR" dev "$BRIDGE" src "$NODE_IP" \
+    || { exec 9>&-; log "cannot route $SERVICE_CIDR to $BRIDGE"; return 1; }
+  sysctl -qw "net.ipv4.conf.$BRIDGE.forwarding=1"
+  start kube-proxy "$PROXY_BIN" --config="$NODE/kube-proxy.yaml" --v=1
+  exec 9>&-
+  wait_for kube-proxy "kube-proxy /healthz" proxy_healthy || return
+  PROXY_MODE="$mode"
+}
+
+# remove_proxy_rules: kube-proxy's own tables or chains, when it ran for this node and no other
+# kube-proxy on this machine runs now (taking the lock makes sure none starts meanwhile).
+remove_proxy_rules() {
+  [[ -f $NODE/kube-proxy-mode ]] || return 0
+  mkdir -p "$CACHE" "$NODE/logs"
+  exec 9>>"$PROXY_LOCK"
+  if flock -w 10 9; then
+    # Removes kube-proxy's nftables tables and iptables chains of every mode, and nothing else.
+    "$PROXY_BIN" --cleanup >>"$NODE/logs/kube-proxy-cleanup.log" 2>&1 \
+      || log "kube-proxy --cleanup failed (see $NODE/logs/kube-proxy-cleanup.log)"
+    # --cleanup leaves KUBE-FIREWALL (it takes it for the kubelet's; ours adds none).
+    if [[ "$(cat "$NODE/kube-proxy-mode")" == iptables ]]; then remove_kube_firewall; fi
+    remove_new_empty_tables
+    : >"$PROXY_LOCK"
+  else
+    log "another kube-proxy holds $PROXY_LOCK; leaving the kube-proxy tables to it"
+  fi
+  exec 9>&-
+  rm -f "$NODE/kube-proxy-mode"
+}
+
+remove_kube_firewall() {
+  local t hook
+  for t in iptables ip6tables; do
+    command -v "$t" >/dev/null || continue
+    "$t" -w -t filter -S KUBE-FIREWALL >/dev/null 2>&1 || continue
+    for hook in INPUT OUTPUT FORWARD; do
+      while "$t" -w -t filter -D "$hook" -j KUBE-FIREWALL 2>/dev/null; do :; done
+    done
+    "$t" -w -t filter -F KUBE-FIREWALL && "$t" -w -t filter -X KUBE-FIREWALL \
+      || log "cannot remove $t KUBE-FIREWALL"
+  done
+}
+
+# The nftables tables that appeared while kube-proxy ran (iptables-nft makes one per iptables
+# table it first writes to) and hold no rule now.
+remove_new_empty_tables() {
+  [[ -f $NODE/nft-tables-before ]] && rules_use_nft || return 0
+  local family name rules
+  while read -r _ family name; do
+    grep -qxF "table $family $name" "$NODE/nft-tables-before" && continue
+    rules="$(nft -j list table "$family" "$name" 2>/dev/null \
+      | python3 -c 'import json, sys; print(sum("rule" in o for o in json.load(sys.stdin)["nftables"]))' 2>/dev/null || echo x)"
+    if [[ $rules == 0 ]]; then nft delete table "$family" "$name" || log "cannot delete table $family $name"; fi
+  done < <(nft list tables)
+  rm -f "$NODE/nft-tables-before"
+}
+
+# proxy_leftovers: kube-proxy's tables and chains on this machine while no kube-proxy runs.
+proxy_leftovers() {
+  [[ -f $PROXY_LOCK ]] || return 0
+  flock -n "$PROXY_LOCK" true || return 0
+  local family t
+  if command -v nft >/dev/null; then
+    for family in ip ip6; do
+      nft list table "$family" kube-proxy >/dev/null 2>&1 && echo "nftables table $family kube-proxy"
+    done
+  fi
+  for t in iptables ip6tables; do
+    command -v "$t" >/dev/null || continue
+    "$t" -w -t nat -S 2>/dev/null | grep -q -- '-N KUBE-' && echo "$t nat KUBE-* chains"
+    "$t" -w -t filter -S 2>/dev/null | grep -q -- '-N KUBE-' && echo "$t filter KUBE-* chains"
+  done
+  return 0
 }
 
 # ---------------------------------------------------------------- up
@@ -533,6 +771,7 @@ start_node() {
     --v=1
   wait_for kubelet "the kubelet /healthz" kubelet_healthy || return
   wait_for kubelet "node $NODE_IP Ready" node_ready || return
+  start_proxy
 }
 
 cmd_up() {
@@ -547,12 +786,13 @@ cmd_up() {
     done <"$NODE/pids"
   fi
   if [[ -e $NODE ]]; then cmd_down "$CLUSTER_DIR" >/dev/null 2>&1 || true; fi
-  [[ -x $KUBELET_BIN && -x $SCHEDULER_BIN && -x $CRICTL_BIN && -f $PAUSE_TAR ]] && have_packages || cmd_build >/dev/null
+  [[ -x $KUBELET_BIN && -x $SCHEDULER_BIN && -x $PROXY_BIN && -x $CRICTL_BIN && -f $PAUSE_TAR ]] && have_packages || cmd_build >/dev/null
   local start_s=$SECONDS
   # The control plane's addresses (not exported: the node's processes get none of the admin's).
   # shellcheck disable=SC1091
   . "$CLUSTER_DIR/env"
   APISERVER_PORT="${E2E_APISERVER_URL##*:}"
+  SERVICE_CIDR="${E2E_SERVICE_CIDR:-10.0.0.0/24}"
   mkdir -p "$NODE/logs" "$NODE/pki"
   chmod 700 "$NODE/pki"
 
@@ -562,10 +802,9 @@ cmd_up() {
   claim_slot
   ip addr add "$NODE_IP/24" dev "$BRIDGE"
   ip link set "$BRIDGE" up
-  # The apiserver listens on 127.0.0.1 only; pods reach it as 10.0.0.1:443 through one DNAT
-  # rule for packets arriving on our bridge (a DNAT to 127.0.0.1 needs route_localnet there).
+  # The kubernetes Service's DNAT to 127.0.0.1 needs route_localnet on the bridge.
   sysctl -qw "net.ipv4.conf.$BRIDGE.route_localnet=1"
-  add_dnat_rule || die "cannot add the DNAT rule for the kubernetes Service"
+  add_node_rules || die "cannot add the node's netfilter rules (the kubernetes Service, bridge-only forwarding)"
   make_cgroup_root
   start_node || exit 1
   {
@@ -575,10 +814,16 @@ cmd_up() {
     echo "E2E_NODE_CONTAINERD=$NODE/containerd.sock"
     echo "E2E_NODE_CTR=ctr --address $NODE/containerd.sock -n k8s.io"
     echo "E2E_NODE_CRICTL=$CRICTL_BIN --config $NODE/crictl.yaml"
+    echo "E2E_NODE_SERVICE_CIDR=$SERVICE_CIDR"
+    if [[ -n $PROXY_MODE ]]; then
+      echo "E2E_NODE_KUBE_PROXY=$PROXY_MODE"
+    else
+      echo "E2E_NODE_KUBE_PROXY_UNAVAILABLE=$PROXY_UNAVAILABLE"
+    fi
   } >"$NODE/env"
   if [[ -n ${E2E_OWNER_PID:-} ]]; then start_watchdog "$E2E_OWNER_PID"; fi
   trap - EXIT INT TERM
-  log "node $NODE_IP Ready in $((SECONDS - start_s))s (bridge $BRIDGE, Kubernetes $K8S_VERSION, containerd $(containerd --version | awk '{print $3}'))"
+  log "node $NODE_IP Ready in $((SECONDS - start_s))s (bridge $BRIDGE, Kubernetes $K8S_VERSION, containerd $(containerd --version | awk '{print $3}'), kube-proxy: ${PROXY_MODE:-none})"
 }
 
 start_watchdog() {
@@ -618,8 +863,8 @@ cmd_down() {
   rm -f "$NODE/watchdog.pid"
   local start_s=$SECONDS
   load_slot || true
-  # The kubelet and the scheduler first, so nothing restarts what is removed next.
-  terminate $(pid_of kubelet) $(pid_of kube-scheduler)
+  # The kubelet, the scheduler and kube-proxy first, so nothing restarts what is removed next.
+  terminate $(pid_of kubelet) $(pid_of kube-scheduler) $(pid_of kube-proxy)
   # Pod sandboxes through CRI (CNI DEL for each pod), then whatever task is left: the shims
   # outlive containerd.
   if [[ -S $NODE/containerd.sock ]] && alive containerd; then
@@ -639,15 +884,12 @@ cmd_down() {
   if [[ -n ${SLOT:-} ]]; then
     kill_cgroup_procs
     remove_cgroup_root
-    local rule; rule="$(dnat_rule_listed)"
-    while [[ -n $rule ]]; do
-      # The rule as `iptables -S` lists it, with no quoting in it: word splitting is exact.
-      # shellcheck disable=SC2086
-      iptables -w -t nat -D ${rule#-A } || break
-      rule="$(dnat_rule_listed)"
-    done
+    # With the bridge go its forwarding and route_localnet settings and the Service route;
+    # the rules only after it.
     ip link del "$BRIDGE" 2>/dev/null || true
+    remove_node_rules
   fi
+  remove_proxy_rules
   local f
   for f in /var/log/containers/*.log; do
     [[ -L $f && "$(readlink "$f")" == "$NODE/"* ]] && rm -f "$f"
@@ -667,11 +909,6 @@ cmd_down() {
     rm -rf "$NODE"
   fi
   log "node in $NODE down in $((SECONDS - start_s))s"
-}
-
-dnat_rule_listed() {
-  [[ -n ${RULE_COMMENT:-} ]] || return 0
-  iptables -w -t nat -S PREROUTING 2>/dev/null | grep -F -- "--comment $RULE_COMMENT " | head -n 1 || true
 }
 
 node_mounts() { awk -v p="$NODE/" 'index($5, p) == 1 { print $5 }' /proc/self/mountinfo; }
@@ -698,18 +935,22 @@ cmd_leftovers() {
   for p in $(node_mounts); do say_left "mount $p"; done
   [[ -e $NODE ]] && say_left "directory $NODE"
   # Slots are named in the directory that `down` removed: look for every slot's traces.
-  local h n
+  local h n rules
+  # Listed once: fifty slots of nft and iptables calls are slow.
+  rules="$(nft list tables 2>/dev/null | sed 's/^/nftables /'; iptables -w -t nat -S 2>/dev/null; iptables -w -t mangle -S 2>/dev/null)"
   for n in $(seq 0 49); do
     [[ -n $slot && $n != "$slot" ]] && continue
     ip link show "mcpnode$n" >/dev/null 2>&1 && say_left "link mcpnode$n"
     for h in $(cgroup_hierarchies); do [[ -d $h/mcpnode$n ]] && say_left "cgroup $h/mcpnode$n"; done
-    iptables -w -t nat -S PREROUTING 2>/dev/null | grep -qF -- "--comment mcp-operator-e2e-node-$n " && say_left "iptables rule of node $n"
+    while read -r p; do [[ -n $p ]] && say_left "rule of node $n: $p"; done \
+      < <(grep -E -- "^nftables table ip mcp-operator-e2e-node-$n\$|--comment mcp-operator-e2e-node-$n " <<<"$rules" || true)
     ls /var/lib/cni/results/mcpnode"$n"-* >/dev/null 2>&1 && say_left "CNI results /var/lib/cni/results/mcpnode$n-*"
   done
   for p in /var/log/containers/*.log; do
     [[ -L $p && "$(readlink "$p")" == "$NODE/"* ]] && say_left "log link $p"
   done
   [[ -e /var/lib/kubelet/device-plugins/kubelet.sock ]] && say_left "/var/lib/kubelet/device-plugins/kubelet.sock"
+  while read -r p; do [[ -n $p ]] && say_left "$p"; done < <(proxy_leftovers)
   ((found == 0))
 }
 
@@ -725,6 +966,7 @@ if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
     check) cmd_check ;;
     up) [[ $# -eq 2 ]] || usage; cmd_up "$2" ;;
     import) [[ $# -ge 3 ]] || usage; shift; cmd_import "$@" ;;
+    dropped) [[ $# -eq 2 ]] || usage; set_dirs "$2"; load_slot || die "no node in $CLUSTER_DIR"; dropped_packets ;;
     down) [[ $# -eq 2 ]] || usage; cmd_down "$2" ;;
     leftovers) [[ $# -eq 2 || $# -eq 3 ]] || usage; cmd_leftovers "$2" "${3:-}" ;;
     *) usage ;;

@@ -19,6 +19,7 @@ const LAYERS: &[(&str, &[&str])] = &[
 const TOP: &[&str] = &[
     "api",
     "bridge",
+    "check_url",
     "controller",
     "core",
     "grants",

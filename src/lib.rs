@@ -3,7 +3,7 @@
 //! Dependencies point one way, down to a pure vocabulary:
 //!
 //! ```text
-//!                 main.rs (clap: run | probe | crds | sidecar | bridge | import)
+//!                 main.rs (clap: run | probe | crds | sidecar | bridge | import | check-url)
 //!                    │            │          │
 //!                    ▼            ▼          ▼
 //!              controller      probe      sidecar ──► grants, mcp (never api, controller)
@@ -31,6 +31,8 @@
 //! - [`probe`]: the `probe` subcommand: one server, one JSON document.
 //! - [`bridge`]: the `bridge` subcommand: a stdio MCP server served over Streamable HTTP.
 //!   Uses `mcp` and `core` only.
+//! - [`check_url`]: the `check-url` subcommand: GET one URL, exit 0 on a 2xx answer (the
+//!   chart's `helm test` hook). Uses only `probe`'s duration parser.
 //! - [`import`]: the `import` subcommand: desktop `mcpServers` JSON → manifests. Pure.
 //! - [`sidecar`]: the `sidecar` subcommand: the agent's only MCP endpoint, enforcing its grants
 //!   at call time. Uses `grants`, `mcp` and `core` only (never `api` or `controller`).
@@ -42,6 +44,7 @@
 
 pub mod api;
 pub mod bridge;
+pub mod check_url;
 pub mod controller;
 pub mod core;
 pub mod grants;

@@ -28,6 +28,12 @@ enum Command {
     /// Serve a stdio MCP server over Streamable HTTP (both protocol eras):
     /// `bridge --listen 127.0.0.1:8000 -- npx -y @modelcontextprotocol/server-memory`.
     Bridge(mcp_operator::bridge::BridgeArgs),
+    /// Copy this binary to PATH (executable): the init container of a stdio McpServer's pod
+    /// brings the bridge into the server's image this way (the operator's image has no shell).
+    CopySelf {
+        /// Where the copy goes, e.g. a file in an emptyDir volume.
+        path: std::path::PathBuf,
+    },
     /// Turn a desktop `mcpServers` JSON file into McpServer and Secret manifests (YAML on
     /// stdout; what was not imported, and which Secret keys need values, on stderr).
     Import(mcp_operator::import::ImportArgs),
@@ -39,6 +45,9 @@ enum Command {
     /// Serve the agent's MCP endpoint: exactly the tools its grants file names, every call
     /// checked against it before it reaches an upstream.
     Sidecar(mcp_operator::sidecar::SidecarArgs),
+    /// GET one URL and exit 0 on a 2xx answer, else say why and exit 1: `helm test`'s check
+    /// that the operator answers, in an image with no shell or curl.
+    CheckUrl(mcp_operator::check_url::CheckUrlArgs),
 }
 
 fn main() -> ExitCode {
@@ -50,7 +59,18 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Command::Probe(args) => mcp_operator::probe::main(args),
+        Command::CheckUrl(args) => mcp_operator::check_url::main(args),
         Command::Import(args) => mcp_operator::import::main(args),
+        Command::CopySelf { path } => match mcp_operator::bridge::copy_self(&path) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!(
+                    "copy-self: cannot copy this binary to {}: {e}",
+                    path.display()
+                );
+                ExitCode::FAILURE
+            }
+        },
         Command::Bridge(args) => {
             init_logging(cli.log_format);
             let runtime = tokio::runtime::Builder::new_multi_thread()

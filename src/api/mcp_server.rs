@@ -1,16 +1,17 @@
-//! The `McpServer` resource: one remote MCP server, how to reach it, and what the server owner
-//! lets agents see of it. The controller writes the server's classified tool catalogue and its
-//! health into the status.
+//! The `McpServer` resource: one MCP server, how to reach it (a remote `url`, or a `stdio`
+//! server the operator runs as a workload), and what the server owner lets agents see of it.
+//! The controller writes the server's classified tool catalogue and its health into the status.
 //!
 //! ```text
 //! [ Secret ] <- credentials.*.secretKeyRef  [ McpServer ] -> url (remote MCP server)
-//! [ Secret | ConfigMap ] <- tls.caBundle        ^
-//!                                               | servers[].name (same namespace)
-//!                                          [ AgentSpec ]
+//! [ Secret | ConfigMap ] <- tls.caBundle        |  ^    -> stdio: owns Deployment + Service
+//! [ Secret ] <- stdio.env[].valueFrom ──────────┘  | servers[].name (same namespace)
+//!                                             [ AgentSpec ]
 //! ```
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -41,7 +42,19 @@ pub fn approved_by_annotation(value: &str) -> std::collections::BTreeSet<String>
         .collect()
 }
 
-/// A remote MCP server reached over HTTP. The operator connects to it, reads its whole tool
+impl McpServer {
+    /// Where the operator and the sidecars reach the server: spec.url for a remote server;
+    /// for a stdio server the URL of its Service, once the controller wrote it in status.
+    pub fn endpoint_url(&self) -> Option<&str> {
+        match &self.spec.url {
+            Some(url) => Some(url),
+            None => self.status.as_ref().and_then(|s| s.url.as_deref()),
+        }
+    }
+}
+
+/// An MCP server reached over HTTP: a remote one at `url`, or a stdio one the operator runs
+/// (`stdio`) behind its own bridge and Service. The operator connects to it, reads its whole tool
 /// catalogue, classifies every tool as read, write or destructive, and reports in status whether
 /// the server is reachable and why not.
 // Each printcolumn(...) repeats the keys name/type_/json_path, which clippy mistakes for
@@ -56,7 +69,7 @@ pub fn approved_by_annotation(value: &str) -> std::collections::BTreeSet<String>
     status = "McpServerStatus",
     shortname = "mcps",
     category = "mcp",
-    doc = "A remote MCP server reached over HTTP: where it is, how to authenticate, and which of its tools agents may see. The operator keeps the server's classified tool catalogue and health in status.",
+    doc = "An MCP server reached over HTTP, remote (spec.url) or run by the operator from a stdio command (spec.stdio): where it is, how to authenticate, and which of its tools agents may see. The operator keeps the server's classified tool catalogue and health in status.",
     printcolumn(
         name = "Ready",
         type_ = "string",
@@ -90,6 +103,11 @@ pub fn approved_by_annotation(value: &str) -> std::collections::BTreeSet<String>
     validation = kube::core::Rule::new("size(self.metadata.name) <= 63").message(
         "McpServer names are at most 63 characters: the name is a label value on its catalogue ConfigMap"
     ),
+    // A stdio server's workload and Service are named <name>-mcp, and a Service name is a DNS
+    // label (RFC 1035) of at most 63 characters.
+    validation = kube::core::Rule::new("!has(self.spec.stdio) || (size(self.metadata.name) <= 59 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$'))").message(
+        "a stdio McpServer's name is at most 59 lower-case letters, digits and '-', starting with a letter: its Deployment and Service are named <name>-mcp"
+    ),
     printcolumn(
         name = "Age",
         type_ = "date",
@@ -99,14 +117,25 @@ pub fn approved_by_annotation(value: &str) -> std::collections::BTreeSet<String>
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [
     {
-        "rule": "!has(self.tls) || self.url.startsWith('https://')",
+        "rule": "has(self.url) != has(self.stdio)",
+        "message": "set exactly one of spec.url (a remote server) or spec.stdio (a stdio server the operator runs)",
+    },
+    {
+        "rule": "!has(self.tls) || (has(self.url) && self.url.startsWith('https://'))",
         "message": "tls applies only to https:// URLs: remove spec.tls or use an https:// url",
         "fieldPath": ".tls",
     },
+    {
+        "rule": "!has(self.stdio) || !has(self.transport) || self.transport == 'streamable-http'",
+        "message": "a stdio server is served over streamable-http by the operator's bridge: remove spec.transport or set it to streamable-http",
+        "fieldPath": ".transport",
+    },
 ]))]
 pub struct McpServerSpec {
-    /// Endpoint of the MCP server: an absolute http:// or https:// URL, e.g.
+    /// Endpoint of a remote MCP server: an absolute http:// or https:// URL, e.g.
     /// https://mcp.example.com/mcp. Put credentials in spec.credentials, never in the URL.
+    /// Exactly one of url or stdio.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(
         length(min = 1, max = 2048),
         extend("x-kubernetes-validations" = [
@@ -120,7 +149,13 @@ pub struct McpServerSpec {
             },
         ])
     )]
-    pub url: String,
+    pub url: Option<String>,
+
+    /// A server that speaks MCP over stdio, run by the operator: a Deployment of the image
+    /// with the command behind `mcp-operator bridge`, and a Service in front of it. The status
+    /// then names the Service's URL. Exactly one of url or stdio.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdio: Option<Stdio>,
 
     /// How to speak HTTP to the server: streamable-http (the current MCP transport, default) or
     /// sse (the older HTTP+SSE transport, for servers that only speak it).
@@ -198,6 +233,192 @@ pub struct Pinning {
         ]
     ))]
     pub approved: BTreeMap<String, String>,
+}
+
+/// Longest single command word or argument of a stdio server.
+pub const STDIO_ARG_MAX_LENGTH: u32 = 4096;
+
+/// A stdio MCP server the operator runs: a Deployment whose pods run the image with
+/// `mcp-operator bridge -- <command> <args>` (the bridge binary is copied in from the
+/// operator's own image, so any image holding the command works), and a Service in front of
+/// it. The bridge speaks Streamable HTTP (both protocol eras) to the cluster and stdio to the
+/// server, restarts the server with backoff when it exits, and bounds every line.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Stdio {
+    /// The container image holding the command, e.g. node:22-slim. The image needs glibc (the
+    /// bridge is the operator's own binary); its entrypoint is not used.
+    #[schemars(length(min = 1, max = 1024))]
+    pub image: String,
+
+    /// How the image's pull policy is decided: Always, IfNotPresent or Never; empty: the
+    /// Kubernetes default for the image's tag.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "pull_policy_schema")]
+    pub image_pull_policy: Option<String>,
+
+    /// The server's command, e.g. [npx, -y, @modelcontextprotocol/server-memory]: run as
+    /// given, through no shell. `$(VAR)` names a variable of env, as in a container's command.
+    #[schemars(schema_with = "command_schema")]
+    pub command: Vec<String>,
+
+    /// Arguments after the command.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "args_schema")]
+    pub args: Vec<String>,
+
+    /// Environment variables of the server: each a literal value or a key of a Secret in
+    /// this namespace (read by the kubelet; the operator never reads it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(
+        length(max = 128),
+        extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"])
+    )]
+    pub env: Vec<StdioEnv>,
+
+    /// CPU and memory for the server's container (the bridge runs in it too), as in a
+    /// container's resources.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<Resources>,
+
+    /// Pods of the Deployment (1 to 50). The Service keeps each client on one pod (session
+    /// affinity), so sessions survive more than one.
+    #[serde(default = "default_replicas")]
+    #[schemars(range(min = 1, max = 50))]
+    pub replicas: u32,
+
+    /// One server process per MCP session, for servers that keep state per client (a memory,
+    /// a browser): one client's state is never another's. Off: one process serves every
+    /// client.
+    #[serde(default)]
+    pub per_session: bool,
+}
+
+fn default_replicas() -> u32 {
+    1
+}
+
+fn pull_policy_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "string",
+        "enum": ["Always", "IfNotPresent", "Never"],
+    })
+}
+
+fn command_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "array",
+        "minItems": 1,
+        "maxItems": 64,
+        "items": {"type": "string", "minLength": 1, "maxLength": STDIO_ARG_MAX_LENGTH},
+    })
+}
+
+fn args_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "array",
+        "maxItems": 256,
+        "items": {"type": "string", "maxLength": STDIO_ARG_MAX_LENGTH},
+    })
+}
+
+/// One environment variable of a stdio server.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "has(self.value) != has(self.valueFrom)",
+        "message": "stdio.env entries take exactly one of value or valueFrom.secretKeyRef",
+    },
+]))]
+pub struct StdioEnv {
+    /// The variable's name.
+    #[schemars(
+        length(min = 1, max = 256),
+        regex(pattern = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+    )]
+    pub name: String,
+
+    /// A literal value. Put anything secret in a Secret and use valueFrom instead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32768))]
+    pub value: Option<String>,
+
+    /// The value read from a Secret key in this namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value_from: Option<EnvValueSource>,
+}
+
+/// Where an environment variable's value comes from.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EnvValueSource {
+    /// The Secret key holding the value.
+    pub secret_key_ref: SecretKeySelector,
+}
+
+/// Compute resources of a stdio server's container: quantities such as 500m or 256Mi by
+/// resource name (cpu, memory, ephemeral-storage).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Resources {
+    /// What the scheduler reserves for the container.
+    #[serde(
+        default,
+        skip_serializing_if = "BTreeMap::is_empty",
+        deserialize_with = "quantities"
+    )]
+    #[schemars(schema_with = "quantities_schema")]
+    pub requests: BTreeMap<String, Quantity>,
+
+    /// The most the container may use.
+    #[serde(
+        default,
+        skip_serializing_if = "BTreeMap::is_empty",
+        deserialize_with = "quantities"
+    )]
+    #[schemars(schema_with = "quantities_schema")]
+    pub limits: BTreeMap<String, Quantity>,
+}
+
+/// Quantities as a container's resources take them: a number (`cpu: 1`) or a string (`500m`).
+/// The apiserver keeps a number as written, so it is read back as one.
+fn quantities<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<BTreeMap<String, Quantity>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Written {
+        Text(String),
+        Number(serde_json::Number),
+    }
+    let written = BTreeMap::<String, Written>::deserialize(deserializer)?;
+    Ok(written
+        .into_iter()
+        .map(|(name, value)| {
+            let text = match value {
+                Written::Text(text) => text,
+                Written::Number(number) => number.to_string(),
+            };
+            (name, Quantity(text))
+        })
+        .collect())
+}
+
+/// A Kubernetes quantity, as the apiserver validates one.
+pub const QUANTITY_PATTERN: &str = r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$";
+
+fn quantities_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "maxProperties": 8,
+        "additionalProperties": {
+            "x-kubernetes-int-or-string": true,
+            "anyOf": [{"type": "integer"}, {"type": "string"}],
+            "maxLength": 64,
+            "pattern": QUANTITY_PATTERN,
+        },
+    })
 }
 
 fn default_retry() -> u32 {
@@ -448,6 +669,11 @@ pub struct McpServerStatus {
     /// The metadata.generation of the spec this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+
+    /// Where a stdio server is reached: its Service's URL (http://<clusterIP>:<port>/mcp).
+    /// The operator and the agents' sidecars connect here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
 
     /// The server's own name and version, as it reported them.
     #[serde(default, skip_serializing_if = "Option::is_none")]

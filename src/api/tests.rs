@@ -251,7 +251,10 @@ fn descriptions_are_unwrapped() {
         .unwrap()
         .to_owned();
     assert!(!url.contains('\n'), "{url:?}");
-    assert!(url.starts_with("Endpoint of the MCP server"), "{url:?}");
+    assert!(
+        url.starts_with("Endpoint of a remote MCP server"),
+        "{url:?}"
+    );
 }
 
 /// Every CEL rule, where it sits, and a piece of its message. A rule removed or moved fails here.
@@ -343,6 +346,30 @@ fn cel_rules_sit_where_they_belong() {
             "duration(self) >= duration('30s')",
             "at least 30s",
         ),
+        (
+            "McpServer",
+            "spec",
+            "has(self.url) != has(self.stdio)",
+            "exactly one of spec.url",
+        ),
+        (
+            "McpServer",
+            "spec",
+            "self.transport == 'streamable-http'",
+            "served over streamable-http",
+        ),
+        (
+            "McpServer",
+            "spec.stdio.env[]",
+            "has(self.value) != has(self.valueFrom)",
+            "exactly one of value or valueFrom",
+        ),
+        (
+            "McpServer",
+            "",
+            "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",
+            "Deployment and Service are named <name>-mcp",
+        ),
         // AgentSpec
         (
             "AgentSpec",
@@ -410,9 +437,18 @@ fn patterns_and_lengths_sit_where_they_belong() {
         "spec.credentials.headers[].valueFrom.secretKeyRef",
         "spec.tls.caBundle.secretKeyRef",
         "spec.tls.caBundle.configMapKeyRef",
+        "spec.stdio.env[].valueFrom.secretKeyRef",
     ];
     let mut expected: Vec<(&str, String, &str, u64)> = vec![
         ("McpServer", "spec.url".into(), "", 2048),
+        ("McpServer", "spec.stdio.image".into(), "", 1024),
+        ("McpServer", "spec.stdio.command[]".into(), "", 4096),
+        (
+            "McpServer",
+            "spec.stdio.env[].name".into(),
+            r"^[-._a-zA-Z][-._a-zA-Z0-9]*$",
+            256,
+        ),
         (
             "McpServer",
             "spec.credentials.headers[].name".into(),
@@ -548,6 +584,57 @@ fn enums_and_ranges() {
         (65536.0, 67108864.0)
     );
     assert_eq!(range("spec.retry"), (0.0, 10.0));
+    assert_eq!(range("spec.stdio.replicas"), (1.0, 50.0));
+    assert_eq!(
+        values(&at(&server, "spec.stdio.imagePullPolicy")),
+        serde_json::json!(["Always", "IfNotPresent", "Never"])
+    );
+}
+
+/// spec.stdio's lists are bounded and env is a list-map keyed by name (the apiserver refuses a
+/// name twice); quantities take numbers and strings, as a container's resources do, and read
+/// back in Rust either way.
+#[test]
+fn stdio_lists_and_quantities() {
+    let server = schema("McpServer");
+    let command = at(&server, "spec.stdio.command");
+    assert_eq!(
+        (command["minItems"].as_u64(), command["maxItems"].as_u64()),
+        (Some(1), Some(64))
+    );
+    assert_eq!(at(&server, "spec.stdio.args")["maxItems"], 256);
+    let env = at(&server, "spec.stdio.env");
+    assert_eq!(env["maxItems"], 128);
+    assert_eq!(env["x-kubernetes-list-type"], "map");
+    assert_eq!(
+        env["x-kubernetes-list-map-keys"],
+        serde_json::json!(["name"])
+    );
+    for which in ["requests", "limits"] {
+        let quantities = at(&server, &format!("spec.stdio.resources.{which}"));
+        assert_eq!(quantities["maxProperties"], 8);
+        assert_eq!(
+            quantities["additionalProperties"]["x-kubernetes-int-or-string"],
+            true
+        );
+        assert_eq!(
+            quantities["additionalProperties"]["pattern"],
+            mcp_server::QUANTITY_PATTERN
+        );
+    }
+    let spec: McpServerSpec = serde_json::from_value(serde_json::json!({"stdio": {
+        "image": "node:22-slim",
+        "command": ["npx"],
+        "resources": {"limits": {"cpu": 1, "memory": "1Gi"}, "requests": {"cpu": 0.5}},
+    }}))
+    .unwrap();
+    let stdio = spec.stdio.unwrap();
+    let resources = stdio.resources.unwrap();
+    assert_eq!(resources.limits["cpu"].0, "1");
+    assert_eq!(resources.limits["memory"].0, "1Gi");
+    assert_eq!(resources.requests["cpu"].0, "0.5");
+    assert_eq!((stdio.replicas, stdio.per_session), (1, false));
+    assert!(spec.url.is_none());
 }
 
 /// The apiserver applies these defaults; the Rust defaults are the same.
@@ -575,6 +662,8 @@ fn defaults_sit_where_they_belong() {
         ),
         ("spec.discovery.refreshInterval", serde_json::json!("5m")),
         ("spec.tls.insecureSkipVerify", serde_json::json!(false)),
+        ("spec.stdio.replicas", serde_json::json!(1)),
+        ("spec.stdio.perSession", serde_json::json!(false)),
     ];
     for (path, default) in &expected {
         assert_eq!(&at(&server, path)["default"], default, "McpServer {path}");
@@ -589,7 +678,10 @@ fn defaults_sit_where_they_belong() {
         serde_json::from_value(serde_json::json!({"url": "http://127.0.0.1:18080/mcp"})).unwrap();
     let written = serde_json::to_value(&spec).unwrap();
     for (path, default) in &expected {
-        if let Some(field) = path.strip_prefix("spec.").filter(|p| !p.starts_with("tls")) {
+        if let Some(field) = path
+            .strip_prefix("spec.")
+            .filter(|p| !p.starts_with("tls") && !p.starts_with("stdio"))
+        {
             let pointer = format!("/{}", field.replace('.', "/"));
             assert_eq!(
                 written.pointer(&pointer),

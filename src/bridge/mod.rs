@@ -80,6 +80,17 @@ pub struct BridgeArgs {
     pub command: Vec<String>,
 }
 
+/// Copies the running binary to `to`, executable by everyone (the server container may run as
+/// any user): written beside `to` and renamed, so a half-written file is never run.
+pub fn copy_self(to: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let me = std::env::current_exe()?;
+    let partial = to.with_extension("partial");
+    std::fs::copy(&me, &partial)?;
+    std::fs::set_permissions(&partial, std::fs::Permissions::from_mode(0o755))?;
+    std::fs::rename(&partial, to)
+}
+
 /// Why the bridge could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum BridgeError {

@@ -52,6 +52,10 @@ pub enum ReconcileError {
     /// Reading back the companion ConfigMap that holds a pinned catalogue's pins.
     #[error("reading the catalogue ConfigMap failed: {0}")]
     CatalogSpillRead(#[source] kube::Error),
+    /// Reading, applying or removing a stdio McpServer's Deployment or Service (or reading its
+    /// pods).
+    #[error("reconciling the stdio server's Deployment or Service failed: {0}")]
+    Workload(#[source] kube::Error),
 }
 
 impl ReconcileError {
@@ -63,6 +67,7 @@ impl ReconcileError {
             ReconcileError::CatalogSpillWrite(_) => "CatalogSpillWrite",
             ReconcileError::CatalogSpillRemove(_) => "CatalogSpillRemove",
             ReconcileError::CatalogSpillRead(_) => "CatalogSpillRead",
+            ReconcileError::Workload(_) => "Workload",
         }
     }
 }
@@ -86,6 +91,7 @@ mod tests {
             ReconcileError::CatalogSpillWrite(refused()),
             ReconcileError::CatalogSpillRemove(refused()),
             ReconcileError::CatalogSpillRead(refused()),
+            ReconcileError::Workload(refused()),
         ]
         .iter()
         .map(ReconcileError::reason)
@@ -97,7 +103,8 @@ mod tests {
                 "GrantsConfigMap",
                 "CatalogSpillWrite",
                 "CatalogSpillRemove",
-                "CatalogSpillRead"
+                "CatalogSpillRead",
+                "Workload"
             ]
         );
     }

@@ -8,6 +8,7 @@
 //!  McpServer (deletions) ─── forget schedule ──┤
 //!  Secret (metadata) ─── McpServers naming it ─┼─► mcp_server/ ──────────► McpServer status (SSA)
 //!  ConfigMap (metadata) ─ McpServers naming it ┤     │ mcp::read_server      ConfigMap <s>-mcp-catalog
+//!  Deployment (metadata, label) ─ its owner ───┤     │                       Deployment, Service <s>-mcp (stdio)
 //!  tools/list_changed (pushed by the server) ──┤     ▼ remote MCP server     Events (Probe, Pin)
 //!  McpTenantPolicy, Namespace ─ reflect ─ those┘       core::pinning (pure)
 //!    whose pinning requirement changed
@@ -106,6 +107,11 @@ pub struct ControllerArgs {
     /// Watch only this namespace (default: every namespace).
     #[arg(long)]
     pub watch_namespace: Option<String>,
+    /// The operator's own image: a stdio McpServer's pods copy the `mcp-operator` binary from
+    /// it and run it as their bridge. Without it stdio McpServers are not run (their status
+    /// says so). The Helm chart sets it to the image it deploys.
+    #[arg(long, env = "MCP_OPERATOR_BRIDGE_IMAGE")]
+    pub bridge_image: Option<String>,
     /// Longest wait before re-probing a server that failed.
     #[arg(long, default_value = "60s", value_parser = crate::probe::parse_duration)]
     pub max_failure_backoff: Duration,
@@ -188,6 +194,7 @@ pub async fn run(args: ControllerArgs) -> Result<(), StartError> {
     let settings = Settings {
         allow_loopback: args.allow_loopback,
         max_failure_backoff: args.max_failure_backoff,
+        bridge_image: args.bridge_image.clone(),
         ..Settings::default()
     };
     let recorder = Recorder::new(

@@ -12,6 +12,7 @@
 //!  ConfigMap (metadata) ────────────► servers naming it ──► owner AgentSpec (store: its grants ConfigMaps)
 //!                                     (CA bundles)
 //!  Secret (metadata) ───────────────► servers naming it
+//!  Deployment (metadata, by label) ─► its owner (a stdio server's workload)
 //!  Pod (metadata, opted in) ─────────────────────────────► the AgentSpec it names (status.pods)
 //!  tools/list_changed ──────────────► the server that pushed it
 //!  McpTenantPolicy, Namespace ──────► servers whose pinning requirement changed
@@ -27,6 +28,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures::future::BoxFuture;
 use futures::{FutureExt, Stream, StreamExt};
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret};
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{self, Controller};
@@ -218,6 +220,15 @@ fn run_servers(
     )
     .backoff(Reconnect::new())
     .touched_objects();
+    // A stdio server's Deployment: its availability decides whether the server is contacted.
+    // Only the operator's own, by label; as metadata, since the reconcile reads it anyway
+    // (every change, status included, moves its resourceVersion).
+    let deployments = watcher(
+        scoped::<PartialObjectMeta<Deployment>>(&client, args.watch_namespace.as_deref()),
+        watcher::Config::default().labels(mcp_server::WORKLOAD_SELECTOR),
+    )
+    .backoff(Reconnect::new())
+    .touched_objects();
     // Servers that push tools/list_changed trigger their own reconcile through this channel.
     let (trigger_tx, trigger_rx) = tokio::sync::mpsc::channel(1024);
     ctx.attach(trigger_tx);
@@ -238,6 +249,9 @@ fn run_servers(
     let run = controller
         .watches_stream(secrets, move |secret| {
             referencing(&secret_store, &secret, mcp_server::referenced_secrets)
+        })
+        .watches_stream(deployments, |deployment| {
+            mcp_server::workload_owner(&deployment)
         })
         .watches_shared_stream(w.config_maps.touched(), move |cm| {
             referencing(&cm_store, cm.as_ref(), mcp_server::referenced_config_maps)

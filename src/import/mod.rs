@@ -64,8 +64,9 @@ const KNOWN_FIELDS: [&str; 7] = [
     "transport",
 ];
 
-/// Largest DNS label.
-const MAX_NAME: usize = 63;
+/// Longest name printed: a stdio McpServer's Deployment and Service are named `<name>-mcp`,
+/// which must stay a DNS label (63).
+const MAX_NAME: usize = 59;
 
 /// A DNS label (RFC 1123) from any text: lowercase, runs of other characters as one `-`,
 /// trimmed, at most `max` characters; "server" when nothing is left.
@@ -97,7 +98,11 @@ pub fn names_for(keys: &[String], prefix: &str) -> BTreeMap<String, String> {
     let mut sorted: Vec<&String> = keys.iter().collect();
     sorted.sort();
     for key in sorted {
-        let base = dns_label(&format!("{prefix}{key}"), MAX_NAME);
+        let mut base = dns_label(&format!("{prefix}{key}"), MAX_NAME);
+        // A Service name (a stdio server's) starts with a letter.
+        if !base.starts_with(|c: char| c.is_ascii_lowercase()) {
+            base = dns_label(&format!("mcp-{base}"), MAX_NAME);
+        }
         let mut name = base.clone();
         let mut n = 2;
         while taken.contains(&name) {

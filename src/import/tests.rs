@@ -179,7 +179,8 @@ proptest! {
         let unique: BTreeSet<&String> = names.values().collect();
         prop_assert_eq!(unique.len(), names.len());
         for name in names.values() {
-            prop_assert!(!name.is_empty() && name.len() <= 63);
+            prop_assert!(!name.is_empty() && name.len() <= 59);
+            prop_assert!(name.starts_with(|c: char| c.is_ascii_lowercase()), "{name}");
             prop_assert!(name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'));
             prop_assert!(!name.starts_with('-') && !name.ends_with('-'));
         }

@@ -144,6 +144,7 @@ const NOT_TOOL_NAME_KEY: &str = "tools.overrides keys must be exact tool names";
 /// How a server-side apply refuses what it cannot even merge (a value of the wrong type, an
 /// unknown field, a list-map key twice): before validation, with HTTP 500.
 const TYPED_PATCH: &str = "failed to create typed patch object";
+const EXACTLY_ONE_SOURCE: &str = "set exactly one of spec.url (a remote server) or spec.stdio";
 const DNS_NAME: &str = "should match '^[a-z0-9]([-a-z0-9]*[a-z0-9])?";
 
 /// Every rule of the three CRDs, each broken once (several times where the rule has several
@@ -155,7 +156,74 @@ fn refused_cases() -> Vec<Refused> {
     c.server(
         "url-missing",
         json!({"url": null}),
-        &["spec.url", "Required value"],
+        &["spec", EXACTLY_ONE_SOURCE],
+    );
+    // --- McpServer: stdio
+    let stdio = || json!({"image": "node:22-slim", "command": ["npx", "-y", "@modelcontextprotocol/server-memory"]});
+    c.server(
+        "stdio-and-url",
+        json!({"stdio": stdio()}),
+        &["spec", EXACTLY_ONE_SOURCE],
+    );
+    c.server(
+        "stdio-no-command",
+        json!({"url": null, "stdio": {"image": "node:22-slim"}}),
+        &["spec.stdio.command", "Required value"],
+    );
+    c.server(
+        "stdio-empty-command",
+        json!({"url": null, "stdio": {"image": "node:22-slim", "command": []}}),
+        &["spec.stdio.command", "should have at least 1 items"],
+    );
+    c.server(
+        "stdio-no-image",
+        json!({"url": null, "stdio": {"command": ["npx"]}}),
+        &["spec.stdio.image", "Required value"],
+    );
+    c.server(
+        "stdio-env-value-and-secret",
+        json!({"url": null, "stdio": {"image": "i", "command": ["c"], "env": [
+            {"name": "TOKEN", "value": "x", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}},
+        ]}}),
+        &["spec.stdio.env[0]", "exactly one of value or valueFrom"],
+    );
+    c.server(
+        "stdio-env-neither",
+        json!({"url": null, "stdio": {"image": "i", "command": ["c"], "env": [{"name": "TOKEN"}]}}),
+        &["spec.stdio.env[0]", "exactly one of value or valueFrom"],
+    );
+    c.server(
+        "stdio-replicas",
+        json!({"url": null, "stdio": {"image": "i", "command": ["c"], "replicas": 0}}),
+        &[
+            "spec.stdio.replicas",
+            "should be greater than or equal to 1",
+        ],
+    );
+    c.server(
+        "stdio-quantity",
+        json!({"url": null, "stdio": {"image": "i", "command": ["c"], "resources": {"limits": {"memory": "lots"}}}}),
+        &["spec.stdio.resources.limits.memory", "should match"],
+    );
+    c.server(
+        "stdio-over-sse",
+        json!({"url": null, "transport": "sse", "stdio": stdio()}),
+        &["spec.transport", "served over streamable-http"],
+    );
+    c.server(
+        "stdio-tls",
+        json!({"url": null, "stdio": stdio(), "tls": {"insecureSkipVerify": true}}),
+        &["spec.tls", "tls applies only to https://"],
+    );
+    c.raw(
+        "stdio-name-not-a-service-name",
+        json!({
+            "apiVersion": API_VERSION,
+            "kind": "McpServer",
+            "metadata": {"name": "1.memory"},
+            "spec": {"stdio": stdio()},
+        }),
+        &["a stdio McpServer's name is at most 59"],
     );
     c.server(
         "url-empty",

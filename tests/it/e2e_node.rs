@@ -1,7 +1,10 @@
 //! The operator as users run it, in real pods: `helm install --wait` of charts/mcp-operator on
 //! the e2e node (e2e/node.sh: a kubelet, containerd and runc), from the image e2e/image.sh built
-//! out of the release binary. Two replicas elect a leader through their Lease; the leader makes
-//! the McpServer example Ready against an MCP server on the node's address; `kubectl logs` is
+//! out of the release binary. `helm test` passes (its hook pod reaches the operator through the
+//! metrics Service's ClusterIP). Two replicas elect a leader through their Lease; the leader makes
+//! the McpServer example Ready against an MCP server on the node's address, and a stdio
+//! McpServer (server-memory in the Node image, the bridge from the chart's own image) Ready at its
+//! ClusterIP; `kubectl logs` is
 //! JSON; deleting the leader's pod hands the Lease to another replica, which reconciles; a SIGKILLed
 //! leader's container is restarted by the kubelet and reconciling goes on.
 //!
@@ -50,19 +53,24 @@ fn repo() -> &'static Path {
 }
 
 /// The node of the shared control plane (`CLUSTER_DIR/node/env`).
-struct Node {
-    ip: String,
+pub(crate) struct Node {
+    pub(crate) ip: String,
     containerd: String,
     crictl: PathBuf,
+    /// kube-proxy's mode when ClusterIP Services answer on this node, else why they do not.
+    pub(crate) kube_proxy: Result<String, String>,
 }
 
 /// The node scripts/test.sh started, or one started here for this test binary (its watchdog
 /// takes it down when this process exits). Any reason it cannot run becomes the failure.
-fn node(cluster_dir: &Path) -> Node {
+pub(crate) fn node(cluster_dir: &Path) -> Node {
     if let Ok(reason) = std::env::var("MCP_E2E_NODE_UNAVAILABLE") {
         panic!("no e2e node, so no real pods: {reason}");
     }
     let env_file = cluster_dir.join("node/env");
+    // Tests of several modules ask at once: one starts the node, the others wait for it.
+    static STARTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _starting = STARTING.lock().unwrap_or_else(|e| e.into_inner());
     if !env_file.exists() {
         let out = Command::new("bash")
             .arg(repo().join("e2e/node.sh"))
@@ -89,10 +97,18 @@ fn node(cluster_dir: &Path) -> Node {
         .lines()
         .find_map(|l| l.strip_prefix("CRICTL="))
         .expect("node.sh paths names crictl");
+    let kube_proxy = match vars.get("E2E_NODE_KUBE_PROXY") {
+        Some(mode) => Ok(mode.clone()),
+        None => Err(vars
+            .get("E2E_NODE_KUBE_PROXY_UNAVAILABLE")
+            .cloned()
+            .unwrap_or_else(|| format!("{} names no kube-proxy", env_file.display()))),
+    };
     Node {
         ip: vars["E2E_NODE_IP"].clone(),
         containerd: vars["E2E_NODE_CONTAINERD"].clone(),
         crictl: PathBuf::from(crictl),
+        kube_proxy,
     }
 }
 
@@ -107,7 +123,7 @@ fn read_env(path: &Path) -> BTreeMap<String, String> {
 
 /// The operator image in the node's containerd: the tarball scripts/test.sh built from the
 /// release binary, else one packed here from this test's own build. Returns (repository, tag).
-fn operator_image(cluster_dir: &Path, scratch: &Path) -> (String, String) {
+pub(crate) fn operator_image(cluster_dir: &Path, scratch: &Path) -> (String, String) {
     let tarball = match std::env::var_os("MCP_E2E_OPERATOR_IMAGE").filter(|v| !v.is_empty()) {
         Some(path) => PathBuf::from(path),
         None => {
@@ -120,9 +136,25 @@ fn operator_image(cluster_dir: &Path, scratch: &Path) -> (String, String) {
             tarball
         }
     };
+    import_image(cluster_dir, &tarball)
+}
+
+/// The Node image of `e2e/image.sh node` (Node 22, the pinned stdio servers, the TypeScript SDK
+/// client), packed here and loaded into the node's containerd. Returns (repository, tag).
+pub(crate) fn node_image(cluster_dir: &Path, scratch: &Path) -> (String, String) {
+    let tarball = scratch.join("node-image.tar");
+    run(Command::new("bash")
+        .arg(repo().join("e2e/image.sh"))
+        .arg("node")
+        .arg(&tarball));
+    import_image(cluster_dir, &tarball)
+}
+
+/// Loads a docker-save tarball into the node's containerd; returns its (repository, tag).
+fn import_image(cluster_dir: &Path, tarball: &Path) -> (String, String) {
     let manifest = run(Command::new("tar")
         .arg("-xOf")
-        .arg(&tarball)
+        .arg(tarball)
         .arg("manifest.json"));
     let manifest: Value = serde_json::from_str(&manifest).expect("manifest.json");
     let reference = manifest[0]["RepoTags"][0]
@@ -133,13 +165,13 @@ fn operator_image(cluster_dir: &Path, scratch: &Path) -> (String, String) {
         .arg(repo().join("e2e/node.sh"))
         .arg("import")
         .arg(cluster_dir)
-        .arg(&tarball));
+        .arg(tarball));
     let (repository, tag) = reference.rsplit_once(':').expect("repository:tag");
     (repository.to_owned(), tag.to_owned())
 }
 
 /// Runs a command, panicking with its output when it fails; returns its stdout.
-fn run(command: &mut Command) -> String {
+pub(crate) fn run(command: &mut Command) -> String {
     let out = command
         .stdin(Stdio::null())
         .output()
@@ -154,7 +186,7 @@ fn run(command: &mut Command) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-fn kubectl(cluster_dir: &Path) -> Command {
+pub(crate) fn kubectl(cluster_dir: &Path) -> Command {
     let mut command = Command::new(cluster_dir.join("bin/kubectl"));
     command
         .arg("--kubeconfig")
@@ -281,6 +313,19 @@ async fn the_chart_runs_on_a_real_node_and_fails_over() {
         );
     }
 
+    // --- `helm test`: its hook pod reaches the operator through the chart's metrics Service
+    // (a ClusterIP, so kube-proxy on the node), /readyz and /metrics both 2xx.
+    if let Err(reason) = &node.kube_proxy {
+        panic!("helm test needs ClusterIP Services, which this node has not: {reason}");
+    }
+    let tested = Instant::now();
+    let (passed, out) = helm_test(ns.name(), &kubeconfig);
+    assert!(passed && out.contains("Phase:          Succeeded"), "{out}");
+    eprintln!(
+        "e2e_node: helm test passed in {:.1}s",
+        tested.elapsed().as_secs_f64()
+    );
+
     // --- one leads.
     let leases: Api<Lease> = Api::namespaced(client.clone(), ns.name());
     let names: Vec<String> = ready.iter().map(|p| p.name_any()).collect();
@@ -327,6 +372,52 @@ async fn the_chart_runs_on_a_real_node_and_fails_over() {
     let message =
         operator::condition(&refused, "Ready").expect("a Ready condition")["message"].to_string();
     assert!(message.contains("loopback"), "refused for: {message}");
+
+    // --- a stdio McpServer under the chart: its pods take the bridge from the image the chart
+    // deploys (--bridge-image), and the in-cluster controller reaches it at its ClusterIP.
+    let (node_repository, node_tag) = node_image(&cluster_dir, scratch.path());
+    apply_server(
+        &client,
+        ns.name(),
+        serde_json::json!({
+            "apiVersion": "mcp-operator.dev/v1alpha1", "kind": "McpServer",
+            "metadata": {"name": "memory"},
+            "spec": {"stdio": {
+                "image": format!("{node_repository}:{node_tag}"),
+                "imagePullPolicy": "Never",
+                "command": ["node", "/opt/mcp/servers/node_modules/@modelcontextprotocol/server-memory/dist/index.js"],
+            }},
+        }),
+    )
+    .await;
+    let memory = wait_condition(
+        &servers,
+        "memory",
+        "Ready",
+        "True",
+        Some("Ready"),
+        Duration::from_secs(120),
+    )
+    .await;
+    let memory_status = memory.status.expect("a status");
+    assert_eq!(
+        memory_status
+            .catalog
+            .expect("a catalogue")
+            .catalog
+            .tool_count,
+        9,
+        "server-memory's nine tools"
+    );
+    let bridge_image = deployments
+        .get("memory-mcp")
+        .await
+        .expect("the stdio server's Deployment")
+        .spec
+        .and_then(|s| s.template.spec)
+        .and_then(|p| p.init_containers)
+        .and_then(|c| c.first().and_then(|c| c.image.clone()));
+    assert_eq!(bridge_image, Some(format!("{repository}:{tag}")));
 
     // --- kubectl logs: JSON lines, the leader saying it leads.
     let logs = run(kubectl(&cluster_dir).args(["logs", "-n", ns.name(), &leader]));
@@ -452,6 +543,50 @@ async fn the_chart_runs_on_a_real_node_and_fails_over() {
         "e2e_node: reconciling again {:.1}s after the leader's SIGKILL",
         killed.elapsed().as_secs_f64()
     );
+
+    // --- with no replica left, `helm test` fails and says so.
+    run(kubectl(&cluster_dir).args([
+        "scale",
+        "deployment",
+        "-n",
+        ns.name(),
+        &fullname,
+        "--replicas=0",
+    ]));
+    eventually(SOON, "no replica left", || async {
+        let left = pods
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .map_err(|e| e.to_string())?
+            .items
+            .len();
+        if left == 0 {
+            Ok(())
+        } else {
+            Err(format!("{left} pods"))
+        }
+    })
+    .await;
+    let (passed, out) = helm_test(ns.name(), &kubeconfig);
+    assert!(!passed && out.contains("Failed"), "{out}");
+}
+
+/// `helm test` of the release: whether it passed, and what helm said.
+fn helm_test(release: &str, kubeconfig: &Path) -> (bool, String) {
+    let out = Command::new("bash")
+        .arg(repo().join("e2e/helm.sh"))
+        .args(["test", release, "--namespace", release, "--timeout", "2m"])
+        .env("KUBECONFIG", kubeconfig)
+        .current_dir(repo())
+        .stdin(Stdio::null())
+        .output()
+        .expect("bash runs e2e/helm.sh");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), said)
 }
 
 /// `helm install --wait` of the chart on the locally built image, as a release named after the

@@ -94,6 +94,19 @@ fn of_kind<'a>(objects: &'a [Value], kind: &str) -> Vec<&'a Value> {
     objects.iter().filter(|o| o["kind"] == kind).collect()
 }
 
+/// The one object of this kind and name.
+fn named<'a>(objects: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    match of_kind(objects, kind)
+        .into_iter()
+        .filter(|o| o["metadata"]["name"] == name)
+        .collect::<Vec<_>>()
+        .as_slice()
+    {
+        [o] => o,
+        other => panic!("expected one {kind} {name}, rendered {}", other.len()),
+    }
+}
+
 fn one<'a>(objects: &'a [Value], kind: &str) -> &'a Value {
     match of_kind(objects, kind).as_slice() {
         [o] => o,
@@ -156,7 +169,7 @@ fn the_charts_crds_are_the_repositorys_crds() {
 }
 
 #[test]
-fn the_cluster_role_and_the_lease_role_grant_exactly_the_reviewed_permissions() {
+fn the_cluster_role_and_the_release_namespace_roles_grant_exactly_the_reviewed_permissions() {
     let objects = render("mcp-operator", "mcp-operator", &[]);
     let cluster = permissions(one(&objects, "ClusterRole"));
     let expected_cluster: BTreeSet<String> = [
@@ -172,6 +185,19 @@ fn the_cluster_role_and_the_lease_role_grant_exactly_the_reviewed_permissions() 
         "/configmaps list",
         "/configmaps patch",
         "/configmaps watch",
+        // A stdio McpServer's workload: Deployment and Service (SSA, removed when it turns
+        // remote), Deployments watched by label, pods listed while it does not serve.
+        "apps/deployments create",
+        "apps/deployments delete",
+        "apps/deployments get",
+        "apps/deployments list",
+        "apps/deployments patch",
+        "apps/deployments watch",
+        "/services create",
+        "/services delete",
+        "/services get",
+        "/services patch",
+        "/pods list",
         // Namespaces by metadata: tenant policy selectors.
         "/namespaces list",
         "/namespaces watch",
@@ -212,24 +238,86 @@ fn the_cluster_role_and_the_lease_role_grant_exactly_the_reviewed_permissions() 
         "the ClusterRole changed: review it"
     );
 
-    let lease: Vec<String> = permissions(one(&objects, "Role")).into_iter().collect();
+    // Two Roles in the release namespace, each named for its one job, each bound to the
+    // ServiceAccount by a RoleBinding of the same name.
+    let lease: Vec<String> = permissions(named(&objects, "Role", "mcp-operator-leader-election"))
+        .into_iter()
+        .collect();
     assert_eq!(
         lease,
         [
-            // The webhook's certificate Secret: created by the first replica, renewed in place.
-            "/secrets create",
-            "/secrets update @mcp-operator-webhook-tls",
             "coordination.k8s.io/leases create",
             "coordination.k8s.io/leases get @mcp-operator",
             "coordination.k8s.io/leases patch @mcp-operator",
         ],
-        "the release namespace's Role changed: review it"
+        "the leader election Role changed: review it"
     );
+    let tls: Vec<String> = permissions(named(&objects, "Role", "mcp-operator-webhook-tls"))
+        .into_iter()
+        .collect();
+    assert_eq!(
+        tls,
+        [
+            // The webhook's certificate Secret: created by the first replica, renewed in place.
+            "/secrets create",
+            "/secrets update @mcp-operator-webhook-tls",
+        ],
+        "the webhook TLS Role changed: review it"
+    );
+    assert_eq!(of_kind(&objects, "Role").len(), 2);
+    for role in ["mcp-operator-leader-election", "mcp-operator-webhook-tls"] {
+        let binding = named(&objects, "RoleBinding", role);
+        assert_eq!(binding["roleRef"]["name"], role);
+        assert_eq!(binding["subjects"][0]["name"], "mcp-operator");
+    }
+    assert_eq!(of_kind(&objects, "RoleBinding").len(), 2);
     let args = container_args(&objects);
     assert!(
         args.contains(&"--lease-name=mcp-operator".to_string()),
         "{args:?}"
     );
+}
+
+/// The `helm test` hook: a Pod checking /readyz and /metrics through the metrics Service with
+/// `mcp-operator check-url`, restricted like the controller, with none of the selector labels
+/// (else the Service, the PodDisruptionBudget and the ReplicaSet would count it); none without
+/// the Service.
+#[test]
+fn the_helm_test_hook_checks_the_operator_through_its_metrics_service() {
+    let objects = render("mcp-operator", "mcp-operator", &[]);
+    let pod = one(&objects, "Pod");
+    assert_eq!(pod["metadata"]["annotations"]["helm.sh/hook"], "test");
+    let labels = pod["metadata"]["labels"].as_object().expect("labels");
+    assert!(
+        !labels.contains_key("app.kubernetes.io/name")
+            && !labels.contains_key("app.kubernetes.io/instance"),
+        "{labels:?}"
+    );
+    assert_eq!(pod["spec"]["restartPolicy"], "Never");
+    assert_eq!(pod["spec"]["automountServiceAccountToken"], false);
+    let urls: Vec<&str> = pod["spec"]["containers"]
+        .as_array()
+        .expect("containers")
+        .iter()
+        .map(|c| {
+            assert_eq!(c["args"][0], "check-url", "{c}");
+            assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true, "{c}");
+            c["args"][2].as_str().expect("a URL")
+        })
+        .collect();
+    assert_eq!(
+        urls,
+        [
+            "http://$(MCP_OPERATOR_METRICS_SERVICE_HOST):8080/readyz",
+            "http://$(MCP_OPERATOR_METRICS_SERVICE_HOST):8080/metrics",
+        ]
+    );
+    let without = render(
+        "mcp-operator",
+        "mcp-operator",
+        &["metrics.service.enabled=false"],
+    );
+    assert!(of_kind(&without, "Pod").is_empty());
 }
 
 #[test]
@@ -412,6 +500,14 @@ fn the_chart_lints_and_renders_its_options() {
     );
     let off = render("mcp-operator", "mcp-operator", &["injection.enabled=false"]);
     assert!(of_kind(&off, "MutatingWebhookConfiguration").is_empty());
+    // No webhook, no Secret to write: only the leader election Role and its binding.
+    for kind in ["Role", "RoleBinding"] {
+        let names: Vec<&Value> = of_kind(&off, kind)
+            .into_iter()
+            .map(|o| &o["metadata"]["name"])
+            .collect();
+        assert_eq!(names, [&json!("mcp-operator-leader-election")], "{kind}");
+    }
     assert!(
         !container_args(&off)
             .iter()
@@ -449,7 +545,7 @@ fn the_chart_lints_and_renders_its_options() {
     let binding = one(&changed, "ClusterRoleBinding");
     assert_eq!(binding["subjects"][0]["namespace"], "platform");
     assert_eq!(
-        one(&changed, "Role")["rules"][1]["resourceNames"],
+        named(&changed, "Role", "ops-mcp-operator-leader-election")["rules"][1]["resourceNames"],
         json!(["ops-mcp-operator"])
     );
 }
@@ -938,6 +1034,64 @@ async fn the_controller_does_its_whole_job_with_only_the_charts_rbac() {
     })
     .await;
 
+    // A stdio server: its Deployment and Service applied (get + create/patch), its pods listed
+    // while it does not serve; turned remote, both are deleted.
+    operator::apply_server(
+        &client,
+        tenant,
+        json!({
+            "apiVersion": "mcp-operator.dev/v1alpha1", "kind": "McpServer",
+            "metadata": {"name": "memory"},
+            "spec": {"stdio": {"image": "mcp-e2e.local/not-pulled:1", "imagePullPolicy": "Never",
+                               "command": ["npx", "-y", "@modelcontextprotocol/server-memory"]}},
+        }),
+    )
+    .await;
+    wait_condition(
+        &servers,
+        "memory",
+        "Ready",
+        "False",
+        Some("WorkloadNotReady"),
+        SOON,
+    )
+    .await;
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(client.clone(), tenant);
+    let services: Api<k8s_openapi::api::core::v1::Service> =
+        Api::namespaced(client.clone(), tenant);
+    assert!(deployments.get_opt("memory-mcp").await.unwrap().is_some());
+    assert!(services.get_opt("memory-mcp").await.unwrap().is_some());
+    apply_server(
+        &client,
+        tenant,
+        server_manifest("memory", &small.url, bearer.clone()),
+    )
+    .await;
+    eventually(
+        SOON,
+        "the workload of the server turned remote deleted",
+        || async {
+            let d = deployments
+                .get_opt("memory-mcp")
+                .await
+                .map_err(|e| e2e::describe(&e))?;
+            let s = services
+                .get_opt("memory-mcp")
+                .await
+                .map_err(|e| e2e::describe(&e))?;
+            match (d, s) {
+                (None, None) => Ok(()),
+                (d, s) => Err(format!(
+                    "deployment {}, service {}",
+                    d.is_some(),
+                    s.is_some()
+                )),
+            }
+        },
+    )
+    .await;
+
     // The leader shuts down and releases the Lease; the standby takes it and reconciles.
     assert!(
         leader.terminate(Duration::from_secs(20)).is_some(),
@@ -1136,10 +1290,16 @@ async fn the_service_account_can_do_nothing_else() {
             "",
         ),
         attrs("", "pods", "patch", "tenant-a"),
+        // Pods are only listed and watched (a stdio server's, to say why it does not serve;
+        // opted-in agent pods, to count those out of date): never read one by one, changed or
+        // exec'd into.
         attrs("", "pods", "get", "tenant-a"),
         attrs("", "pods", "delete", "tenant-a"),
+        attrs("", "pods/exec", "create", "tenant-a"),
         // Nothing else at all.
         attrs("", "pods/log", "get", "tenant-a"),
+        attrs("", "services", "list", "tenant-a"),
+        attrs("apps", "deployments", "update", "tenant-a"),
         attrs("", "serviceaccounts/token", "create", release),
         attrs("rbac.authorization.k8s.io", "clusterroles", "escalate", ""),
         attrs(
@@ -1165,7 +1325,8 @@ async fn the_service_account_can_do_nothing_else() {
 
 /// Every object the chart renders with its defaults is accepted by the apiserver as written
 /// (server-side dry run, unknown fields refused): the Deployment, Services,
-/// PodDisruptionBudget, ServiceAccount, roles and bindings, the MutatingWebhookConfiguration.
+/// PodDisruptionBudget, ServiceAccount, roles and bindings, the MutatingWebhookConfiguration,
+/// and the `helm test` hook's Pod.
 #[tokio::test]
 async fn every_rendered_object_is_accepted_by_the_apiserver() {
     let (client, ns) = e2e::setup("chart-objects").await;
@@ -1178,6 +1339,7 @@ async fn every_rendered_object_is_accepted_by_the_apiserver() {
             "ClusterRoleBinding",
             "Deployment",
             "MutatingWebhookConfiguration",
+            "Pod",
             "PodDisruptionBudget",
             "Role",
             "RoleBinding",

@@ -29,7 +29,12 @@ const TENANT_LABEL: &str = "mcp-operator.dev/e2e-tenant";
 
 /// Copies the ConfigMap's `grants.json` into `root` whenever the ConfigMap changes, the way the
 /// kubelet updates a ConfigMap volume.
-fn mirror_config_map(client: Client, namespace: String, name: String, root: std::path::PathBuf) {
+pub(crate) fn mirror_config_map(
+    client: Client,
+    namespace: String,
+    name: String,
+    root: std::path::PathBuf,
+) {
     tokio::spawn(async move {
         let api: Api<ConfigMap> = Api::namespaced(client, &namespace);
         let mut seen = String::new();

@@ -91,3 +91,96 @@ fn a_file_that_is_not_a_config_is_refused_with_the_reason() {
     assert!(!stderr.contains("ghp_abcdef"), "{stderr}");
     assert!(out.stdout.is_empty());
 }
+
+/// Every McpServer `import` prints is one the CRD takes: it reads as the CRD type, names only
+/// fields the CRD's schema knows (the apiserver would prune the rest), and a stdio one has a
+/// spec.stdio the controller can run (an image, a command, each env entry a value or a Secret
+/// key, a name that fits its `<name>-mcp` Service).
+#[test]
+fn printed_servers_are_mcp_servers_the_crd_takes() {
+    fn unknown_fields(node: &Value, value: &Value, path: &str, out: &mut Vec<String>) {
+        match value {
+            Value::Object(fields) => {
+                for (name, child) in fields {
+                    let schema = if node["additionalProperties"].is_object() {
+                        &node["additionalProperties"]
+                    } else {
+                        &node["properties"][name]
+                    };
+                    if schema.is_null() {
+                        out.push(format!("{path}.{name}"));
+                    } else {
+                        unknown_fields(schema, child, &format!("{path}.{name}"), out);
+                    }
+                }
+            }
+            Value::Array(items) => {
+                for (i, item) in items.iter().enumerate() {
+                    unknown_fields(&node["items"], item, &format!("{path}[{i}]"), out);
+                }
+            }
+            _ => {}
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("mcp.json");
+    std::fs::write(
+        &file,
+        serde_json::json!({"mcpServers": {
+            "github": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-github"],
+                       "env": {"GITHUB_PERSONAL_ACCESS_TOKEN": TOKEN, "LOG_LEVEL": "debug"}},
+            "brave": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-brave-search", format!("--api-key={TOKEN}")]},
+            "time": {"command": "uvx", "args": ["mcp-server-time"]},
+            "1password": {"command": "/usr/local/bin/op-mcp"},
+            "remote": {"url": "https://mcp.example.com/mcp", "headers": {"X-Api-Key": TOKEN}},
+        }})
+        .to_string(),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_mcp-operator"))
+        .arg("import")
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let docs: Vec<Value> =
+        serde_saphyr::from_multiple(&String::from_utf8(out.stdout).unwrap()).unwrap();
+    let crd = serde_json::to_value(
+        mcp_operator::api::crds()
+            .into_iter()
+            .find(|c| c.spec.names.kind == "McpServer")
+            .unwrap(),
+    )
+    .unwrap();
+    let spec_schema =
+        &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
+    let mut stdio_servers = 0;
+    for doc in docs.iter().filter(|d| d["kind"] == "McpServer") {
+        let server: mcp_operator::api::McpServer =
+            serde_json::from_value(doc.clone()).unwrap_or_else(|e| panic!("{e}: {doc}"));
+        let mut unknown = vec![];
+        unknown_fields(spec_schema, &doc["spec"], "spec", &mut unknown);
+        assert!(unknown.is_empty(), "{unknown:?} in {doc}");
+        assert_ne!(
+            server.spec.url.is_some(),
+            server.spec.stdio.is_some(),
+            "{doc}"
+        );
+        if let Some(stdio) = &server.spec.stdio {
+            stdio_servers += 1;
+            assert!(
+                !stdio.command.is_empty() && !stdio.image.is_empty(),
+                "{doc}"
+            );
+            for env in &stdio.env {
+                assert_ne!(env.value.is_some(), env.value_from.is_some(), "{env:?}");
+            }
+            let name = server.metadata.name.as_deref().unwrap();
+            assert!(
+                name.len() <= 59 && name.starts_with(|c: char| c.is_ascii_lowercase()),
+                "{name}"
+            );
+        }
+    }
+    assert_eq!(stdio_servers, 4);
+}

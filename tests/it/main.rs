@@ -10,8 +10,9 @@
 //!              probe_real_servers, probe_hostile_servers, watch_tool_changes   real servers, no cluster
 //!              sidecar                                                         real agents ⇄ sidecar ⇄ real servers
 //!              e2e_crd_validation, e2e_rbac, e2e_mcp_server, e2e_grants,
-//!              e2e_sidecar                                                     the real control plane
+//!              e2e_sidecar, e2e_stdio                                          the real control plane
 //!              image_contract, e2e_node                                        the image; real pods on the node
+//!              e2e_services                                                    ClusterIP Services on the node
 //! ```
 //!
 //! Run one group with its module path: `cargo test --test it e2e_grants::`.
@@ -27,7 +28,9 @@ mod e2e_grants;
 mod e2e_mcp_server;
 mod e2e_node;
 mod e2e_rbac;
+mod e2e_services;
 mod e2e_sidecar;
+mod e2e_stdio;
 mod image_contract;
 mod import;
 mod probe_hostile_servers;

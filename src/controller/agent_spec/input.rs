@@ -203,7 +203,9 @@ pub fn endpoint(server: &McpServer) -> Endpoint {
     let status = server.status.as_ref();
     let credentials = spec.credentials.as_ref();
     Endpoint {
-        url: spec.url.clone(),
+        // A stdio server's URL is its Service's, from status; a server without one yet is not
+        // Ready, so nothing is granted from it.
+        url: server.endpoint_url().unwrap_or_default().to_string(),
         transport: spec.transport,
         era: status.and_then(|s| s.era),
         protocol_version: status.and_then(|s| s.protocol_version.clone()),

@@ -7,14 +7,16 @@ use crate::mcp::{EndpointPolicy, ServerConnection};
 
 use super::credentials::Resolved;
 
-/// How to reach the server the spec describes, with the credentials resolved for it.
+/// How to reach the server the spec describes at `url` (spec.url, or a stdio server's Service),
+/// with the credentials resolved for it.
 pub fn connection(
     spec: &McpServerSpec,
+    url: &str,
     resolved: Resolved,
     allow_loopback: bool,
 ) -> ServerConnection {
     ServerConnection {
-        url: spec.url.clone(),
+        url: url.to_string(),
         transport: spec.transport,
         credentials: resolved.credentials,
         tls: resolved.tls,
@@ -29,8 +31,8 @@ pub fn connection(
 
 /// What, when it changes, calls for a new list_changed subscription: URL, transport and the
 /// resolved credential values (as their digest).
-pub fn identity(spec: &McpServerSpec, credentials_digest: &str) -> String {
-    format!("{}\0{:?}\0{credentials_digest}", spec.url, spec.transport)
+pub fn identity(spec: &McpServerSpec, url: &str, credentials_digest: &str) -> String {
+    format!("{url}\0{:?}\0{credentials_digest}", spec.transport)
 }
 
 #[cfg(test)]
@@ -66,7 +68,7 @@ mod tests {
             "discovery": {"maxToolPages": 7, "maxResponseBytes": 65536},
         }))
         .unwrap();
-        let conn = connection(&spec, resolved(), true);
+        let conn = connection(&spec, "https://mcp.example.com/mcp", resolved(), true);
         assert_eq!(conn.url, "https://mcp.example.com/mcp");
         assert_eq!(conn.transport, Transport::Sse);
         assert_eq!(conn.limits.connect_timeout, Duration::from_secs(90));
@@ -82,7 +84,7 @@ mod tests {
     fn defaults_are_the_documented_limits_and_loopback_follows_the_flag() {
         let spec: McpServerSpec =
             serde_json::from_value(json!({"url": "http://mcp.example.com/mcp"})).unwrap();
-        let conn = connection(&spec, resolved(), false);
+        let conn = connection(&spec, "http://mcp.example.com/mcp", resolved(), false);
         let defaults = Limits::default();
         assert_eq!(conn.transport, Transport::StreamableHttp);
         assert_eq!(conn.limits.connect_timeout, defaults.connect_timeout);
@@ -96,14 +98,13 @@ mod tests {
         let spec: McpServerSpec = serde_json::from_value(json!({"url": "http://a/mcp"})).unwrap();
         let mut sse = spec.clone();
         sse.transport = Transport::Sse;
-        let mut moved = spec.clone();
-        moved.url = "http://b/mcp".into();
-        let base = identity(&spec, "d1");
-        assert_eq!(base, identity(&spec, "d1"));
+        let a = "http://a/mcp";
+        let base = identity(&spec, a, "d1");
+        assert_eq!(base, identity(&spec, a, "d1"));
         for other in [
-            identity(&sse, "d1"),
-            identity(&moved, "d1"),
-            identity(&spec, "d2"),
+            identity(&sse, a, "d1"),
+            identity(&spec, "http://b/mcp", "d1"),
+            identity(&spec, a, "d2"),
         ] {
             assert_ne!(base, other);
         }

@@ -17,6 +17,8 @@
 //! - [`catalog_spill`]: the companion ConfigMap of a catalogue too large for status.
 //! - [`pinning`]: whether pinning is on (spec, tenant policies) and the approvals given.
 //! - [`status`]: the pure decision.
+//! - [`workload`]: a stdio server's Deployment and Service (kube calls); [`stdio_workload`]
+//!   builds them and judges their state (pure).
 
 mod catalog_spill;
 mod connection;
@@ -24,7 +26,9 @@ pub(crate) mod credentials;
 mod pinning;
 mod schedule;
 mod status;
+mod stdio_workload;
 mod subscriptions;
+mod workload;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -59,6 +63,8 @@ use subscriptions::Subscriptions;
 pub use catalog_spill::decompress as decompress_spilled_catalog;
 pub(crate) use catalog_spill::read as read_spilled_catalog;
 pub(crate) use credentials::{referenced_config_maps, referenced_secrets};
+pub(crate) use stdio_workload::WATCH_SELECTOR as WORKLOAD_SELECTOR;
+pub(crate) use workload::owner_of as workload_owner;
 
 pub const KIND: &str = "McpServer";
 
@@ -206,14 +212,29 @@ async fn reconcile_inner(
         None => pinning::required_by(server, [], &Default::default()),
     };
     let pinning = pinning::settings(server, required_by);
-    let (finding, next_wait) = match probe_if_due(server, ctx, &key, pinning.as_ref()).await {
-        Probe::NotDue(wait) => return Ok(Action::requeue(wait)),
-        Probe::Done(finding, next_wait) => (finding, next_wait),
+    // A stdio server first gets its Deployment and Service; until they serve, the status says
+    // why, and the server is not contacted.
+    let workload = workload::reconcile(server, &ctx.base).await?;
+    let url = match &workload {
+        Some(observed) => observed.url.clone(),
+        None => server.spec.url.clone(),
+    };
+    let (finding, next_wait) = match workload.as_ref().and_then(|w| w.not_ready.clone()) {
+        Some(not_ready) => {
+            // Probe as soon as it serves; pod states (an image pull failing) change without
+            // the Deployment changing, so look again soon.
+            ctx.schedule.force_probe(&key);
+            (Finding::Workload(not_ready), WORKLOAD_RECHECK)
+        }
+        None => match probe_if_due(server, ctx, &key, pinning.as_ref(), url.as_deref()).await {
+            Probe::NotDue(wait) => return Ok(Action::requeue(wait)),
+            Probe::Done(finding, next_wait) => (finding, next_wait),
+        },
     };
     let previous = previous_status_in_full(server, ctx).await?;
 
     // Decide.
-    let decision = decide(
+    let mut decision = decide(
         server.status.as_ref(),
         previous.as_ref(),
         server.meta().generation,
@@ -227,6 +248,7 @@ async fn reconcile_inner(
         catalog_spill::config_map_name(&key.1),
         Time(k8s_openapi::jiff::Timestamp::now()),
     );
+    decision.status.url = workload.and_then(|w| w.url);
 
     // Apply.
     apply(server, ctx, &decision).await?;
@@ -234,6 +256,9 @@ async fn reconcile_inner(
     announce(server, &ctx.base, &decision.transitions).await;
     Ok(Action::requeue(next_wait))
 }
+
+/// How soon a stdio server whose workload does not serve is looked at again.
+const WORKLOAD_RECHECK: Duration = Duration::from_secs(10);
 
 /// What the gather step found: the server is not due yet (wait this long), or what reading it
 /// found and when it is next due.
@@ -249,6 +274,7 @@ async fn probe_if_due(
     ctx: &ServerContext,
     key: &ServerKey,
     pinning: Option<&pinning::Settings>,
+    url: Option<&str>,
 ) -> Probe {
     let spec = &server.spec;
     let refresh = spec.discovery.refresh_interval.as_std();
@@ -270,8 +296,9 @@ async fn probe_if_due(
         }
         Ok(resolved) => resolved,
     };
-    let identity = connection::identity(spec, &resolved.digest);
-    let conn = connection::connection(spec, resolved, ctx.base.settings.allow_loopback);
+    let url = url.unwrap_or_default();
+    let identity = connection::identity(spec, url, &resolved.digest);
+    let conn = connection::connection(spec, url, resolved, ctx.base.settings.allow_loopback);
     let probe_started = Instant::now();
     let outcome = mcp::read_server(&conn).await;
     ctx.base
@@ -383,7 +410,7 @@ fn record(ctx: &ServerContext, key: &ServerKey, status: &McpServerStatus, findin
 
 /// Whether the finding comes from contacting the server.
 fn probe_ran(finding: &Finding) -> bool {
-    !matches!(finding, Finding::Credentials(_))
+    !matches!(finding, Finding::Credentials(_) | Finding::Workload(_))
 }
 
 /// What, when changed, calls for a new probe: the spec, the refresh and approve annotations,

@@ -15,12 +15,15 @@ use crate::mcp::{ReadFailure, Stage};
 use super::catalog_spill::too_large_for_status;
 use super::credentials::CredentialError;
 use super::pinning::{self, Settings};
+use super::stdio_workload::NotReady;
 use crate::controller::shared::ready::ready_change;
 
 /// What this reconcile found.
 pub enum Finding {
     /// A Secret or ConfigMap the spec refers to could not be read: the server was not contacted.
     Credentials(CredentialError),
+    /// A stdio server's workload does not serve yet: the server was not contacted.
+    Workload(NotReady),
     /// The server could not be read.
     Failed(ReadFailure),
     /// The whole catalogue was read.
@@ -213,6 +216,31 @@ pub fn next_status(
                 ),
             );
             (false, e.reason().to_string(), format!("{e}."))
+        }
+        Finding::Workload(not_ready) => {
+            let stale = stale_note(&status);
+            set_condition(
+                &mut status.conditions,
+                unknown(
+                    REACHABLE,
+                    not_ready.reason,
+                    "The server is not contacted until its workload serves.",
+                ),
+            );
+            set_condition(
+                &mut status.conditions,
+                cond(
+                    CATALOG_SYNCED,
+                    false,
+                    not_ready.reason,
+                    format!("The catalogue cannot be read until the workload serves.{stale}"),
+                ),
+            );
+            (
+                false,
+                not_ready.reason.to_string(),
+                not_ready.message.clone(),
+            )
         }
         Finding::Failed(failure) => {
             let e = &failure.error;
@@ -556,6 +584,44 @@ mod tests {
         assert!(c.message.contains("\"tok\"") && c.message.contains("\"token\""));
         assert_eq!(cond(&s, REACHABLE).status, "Unknown");
         assert_eq!(cond(&s, READY).reason, "SecretKeyNotFound");
+    }
+
+    #[test]
+    fn a_workload_that_does_not_serve_is_said_before_reachability() {
+        let not_ready = || {
+            Finding::Workload(NotReady {
+                reason: "WorkloadNotReady",
+                message: "Deployment memory-mcp has 0 of 1 pods available.".into(),
+            })
+        };
+        let (s, tr) = next_status(None, Some(1), &not_ready(), false, None, t(0));
+        assert_eq!(cond(&s, READY).status, "False");
+        assert_eq!(cond(&s, READY).reason, "WorkloadNotReady");
+        assert_eq!(
+            cond(&s, READY).message,
+            "Deployment memory-mcp has 0 of 1 pods available."
+        );
+        assert_eq!(cond(&s, REACHABLE).status, "Unknown");
+        assert_eq!(cond(&s, REACHABLE).reason, "WorkloadNotReady");
+        assert_eq!(cond(&s, CATALOG_SYNCED).status, "False");
+        assert_eq!(
+            tr.became_unready.as_ref().map(|r| r.0.as_str()),
+            Some("WorkloadNotReady")
+        );
+        // Served and read: Ready; a later rollout that leaves no pod keeps the catalogue.
+        let (up, tr) = next_status(
+            Some(&s),
+            Some(1),
+            &read(&["create_entities"]),
+            false,
+            None,
+            t(30),
+        );
+        assert_eq!(cond(&up, READY).status, "True");
+        assert!(tr.recovered);
+        let (down, _) = next_status(Some(&up), Some(2), &not_ready(), false, None, t(60));
+        assert_eq!(down.catalog, up.catalog);
+        assert!(cond(&down, CATALOG_SYNCED).message.contains("stale"));
     }
 
     #[test]

@@ -1,0 +1,232 @@
+//! The Deployment and Service of a stdio McpServer, against the apiserver: applied with
+//! server-side apply under the operator's field manager, owned by the McpServer (deleting it
+//! deletes them, by garbage collection), written only when what [`stdio_workload`] builds
+//! differs from what they carry; then read back to tell whether the server can be reached and
+//! at which URL. The objects themselves and every judgement about them are
+//! [`stdio_workload`]'s (pure).
+//!
+//! An object of the same name that this McpServer does not control is someone else's: it is
+//! never overwritten, and the status says so.
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Pod, Service};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::runtime::reflector::ObjectRef;
+use kube::{Api, Resource, ResourceExt};
+
+use crate::api::mcp_server::McpServer;
+
+use super::super::context::Context;
+use super::super::error::ReconcileError;
+use super::stdio_workload::{self as build, Inputs, NotReady};
+
+/// What the workload of a stdio server looks like now.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Observed {
+    /// The Service's URL, once it has a ClusterIP.
+    pub url: Option<String>,
+    /// Why the server cannot be reached yet; None when the Deployment is available.
+    pub not_ready: Option<NotReady>,
+}
+
+/// Makes the workload of a stdio server what its spec says and reports its state; None for a
+/// remote server (whose workload, if it had one as a stdio server before, is removed).
+pub async fn reconcile(
+    server: &McpServer,
+    ctx: &Context,
+) -> Result<Option<Observed>, ReconcileError> {
+    let Some(stdio) = server.spec.stdio.as_ref() else {
+        // Only a server that was stdio has a URL in status: only then is there anything to
+        // remove, so remote servers cost no request here.
+        if server.status.as_ref().is_some_and(|s| s.url.is_some()) {
+            remove(server, ctx).await?;
+        }
+        return Ok(None);
+    };
+    let Some(bridge_image) = ctx.settings.bridge_image.as_deref() else {
+        return Ok(Some(Observed {
+            url: None,
+            not_ready: Some(NotReady {
+                reason: "NoBridgeImage",
+                message:
+                    "The operator runs without --bridge-image, so it cannot run stdio servers: \
+                          set it to the operator's own image (the Helm chart does)."
+                        .into(),
+            }),
+        }));
+    };
+    let (Some(owner), Some(uid)) = (server.controller_owner_ref(&()), server.uid()) else {
+        // Every stored object has a uid; one without is not ours to act on.
+        return Ok(None);
+    };
+    let namespace = server.namespace().unwrap_or_default();
+    let server_name = server.name_any();
+    let inputs = Inputs {
+        server: &server_name,
+        namespace: &namespace,
+        owner,
+        stdio,
+        bridge_image,
+    };
+    let name = build::name(&server_name);
+    let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), &namespace);
+    let services: Api<Service> = Api::namespaced(ctx.client.clone(), &namespace);
+    let conflict = |kind: &str| {
+        Ok(Some(Observed {
+            url: None,
+            not_ready: Some(NotReady {
+                reason: "WorkloadConflict",
+                message: format!(
+                    "A {kind} named {name} already exists in namespace {namespace} and does not \
+                     belong to this McpServer; it is left alone. Rename the McpServer or remove \
+                     that {kind}."
+                ),
+            }),
+        }))
+    };
+    let existing = deployments
+        .get_opt(&name)
+        .await
+        .map_err(ReconcileError::Workload)?;
+    let Some(deployment) = apply(
+        &deployments,
+        existing,
+        build::deployment(&inputs),
+        &uid,
+        ctx,
+        "Deployment",
+    )
+    .await?
+    else {
+        return conflict("Deployment");
+    };
+    let existing = services
+        .get_opt(&name)
+        .await
+        .map_err(ReconcileError::Workload)?;
+    let Some(service) = apply(
+        &services,
+        existing,
+        build::service(&inputs),
+        &uid,
+        ctx,
+        "Service",
+    )
+    .await?
+    else {
+        return conflict("Service");
+    };
+    let url = service
+        .spec
+        .as_ref()
+        .and_then(|s| s.cluster_ip.as_deref())
+        .filter(|ip| !ip.is_empty() && *ip != "None")
+        .map(build::url);
+    let not_ready = match build::assess(&deployment, &[]) {
+        Ok(()) => None,
+        Err(_) => {
+            // Only a workload that does not serve costs a look at its pods.
+            let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
+            let selector = build::selector(&server_name)
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(",");
+            let pods = pods
+                .list(&ListParams::default().labels(&selector))
+                .await
+                .map_err(ReconcileError::Workload)?;
+            build::assess(&deployment, &pods.items).err()
+        }
+    };
+    let not_ready = match (not_ready, &url) {
+        (None, None) => Some(NotReady {
+            reason: build::WORKLOAD_NOT_READY,
+            message: format!("Service {name} has no ClusterIP yet."),
+        }),
+        (not_ready, _) => not_ready,
+    };
+    Ok(Some(Observed { url, not_ready }))
+}
+
+/// Applies `desired` unless the object already carries its digest; None when an object of the
+/// name exists that this McpServer (`uid`) does not control.
+async fn apply<K>(
+    api: &Api<K>,
+    existing: Option<K>,
+    desired: K,
+    uid: &str,
+    ctx: &Context,
+    kind: &'static str,
+) -> Result<Option<K>, ReconcileError>
+where
+    K: Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    if let Some(existing) = existing {
+        if !build::controlled_by(existing.meta().owner_references.as_deref(), uid) {
+            return Ok(None);
+        }
+        if build::digest_of(existing.meta()) == build::digest_of(desired.meta()) {
+            return Ok(Some(existing));
+        }
+    }
+    let name = desired.meta().name.clone().unwrap_or_default();
+    let applied = api
+        .patch(
+            &name,
+            &PatchParams::apply(&ctx.settings.field_manager).force(),
+            &Patch::Apply(&desired),
+        )
+        .await
+        .map_err(ReconcileError::Workload)?;
+    ctx.metrics.count_write(kind);
+    Ok(Some(applied))
+}
+
+/// Deletes the Deployment and Service of a server that is no longer stdio (those it controls).
+async fn remove(server: &McpServer, ctx: &Context) -> Result<(), ReconcileError> {
+    let Some(uid) = server.uid() else {
+        return Ok(());
+    };
+    let namespace = server.namespace().unwrap_or_default();
+    let name = build::name(&server.name_any());
+    let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), &namespace);
+    let services: Api<Service> = Api::namespaced(ctx.client.clone(), &namespace);
+    if let Some(d) = deployments
+        .get_metadata_opt(&name)
+        .await
+        .map_err(ReconcileError::Workload)?
+        && build::controlled_by(d.metadata.owner_references.as_deref(), &uid)
+    {
+        delete(&deployments, &name).await?;
+    }
+    if let Some(s) = services
+        .get_metadata_opt(&name)
+        .await
+        .map_err(ReconcileError::Workload)?
+        && build::controlled_by(s.metadata.owner_references.as_deref(), &uid)
+    {
+        delete(&services, &name).await?;
+    }
+    Ok(())
+}
+
+async fn delete<K>(api: &Api<K>, name: &str) -> Result<(), ReconcileError>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api.delete(name, &DeleteParams::background()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(ReconcileError::Workload(e)),
+    }
+}
+
+/// The McpServer a watched Deployment belongs to (the watch's mapper).
+pub fn owner_of(
+    deployment: &kube::core::PartialObjectMeta<Deployment>,
+) -> Option<ObjectRef<McpServer>> {
+    let owners = deployment.metadata.owner_references.as_deref()?;
+    let name = build::owner_name(owners)?;
+    Some(ObjectRef::new(name).within(&deployment.namespace()?))
+}

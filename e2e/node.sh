@@ -536,10 +536,12 @@ start_proxy() {
   ip route add "$SERVICE_CIDR" dev "$BRIDGE" src "$NODE_IP" \
     || { exec 9>&-; log "cannot route $SERVICE_CIDR to $BRIDGE"; return 1; }
   sysctl -qw "net.ipv4.conf.$BRIDGE.forwarding=1"
+  local started; started="$(date +%s%N)"
   start kube-proxy "$PROXY_BIN" --config="$NODE/kube-proxy.yaml" --v=1
   exec 9>&-
   wait_for kube-proxy "kube-proxy /healthz" proxy_healthy || return
   PROXY_MODE="$mode"
+  log "kube-proxy ($mode) healthy $((($(date +%s%N) - started) / 1000000)) ms after its start"
 }
 
 # remove_proxy_rules: kube-proxy's own tables or chains, when it ran for this node and no other

@@ -865,6 +865,12 @@ cmd_down() {
   rm -f "$NODE/watchdog.pid"
   local start_s=$SECONDS
   load_slot || true
+  # The Node object goes too: a node brought up again for this control plane may take another
+  # slot (another name), and the scheduler would keep binding pods to the dead one.
+  if [[ -n ${SLOT:-} && -x $CLUSTER_DIR/bin/kubectl && -f $CLUSTER_DIR/kubeconfig ]]; then
+    timeout 15 "$CLUSTER_DIR/bin/kubectl" --kubeconfig "$CLUSTER_DIR/kubeconfig" delete node "$NODE_IP" \
+      --ignore-not-found --wait=false >/dev/null 2>&1 || true
+  fi
   # The kubelet, the scheduler and kube-proxy first, so nothing restarts what is removed next.
   terminate $(pid_of kubelet) $(pid_of kube-scheduler) $(pid_of kube-proxy)
   # Pod sandboxes through CRI (CNI DEL for each pod), then whatever task is left: the shims

@@ -536,10 +536,12 @@ start_proxy() {
   ip route add "$SERVICE_CIDR" dev "$BRIDGE" src "$NODE_IP" \
     || { exec 9>&-; log "cannot route $SERVICE_CIDR to $BRIDGE"; return 1; }
   sysctl -qw "net.ipv4.conf.$BRIDGE.forwarding=1"
+  local started; started="$(date +%s%N)"
   start kube-proxy "$PROXY_BIN" --config="$NODE/kube-proxy.yaml" --v=1
   exec 9>&-
   wait_for kube-proxy "kube-proxy /healthz" proxy_healthy || return
   PROXY_MODE="$mode"
+  log "kube-proxy ($mode) healthy $((($(date +%s%N) - started) / 1000000)) ms after its start"
 }
 
 # remove_proxy_rules: kube-proxy's own tables or chains, when it ran for this node and no other
@@ -863,6 +865,12 @@ cmd_down() {
   rm -f "$NODE/watchdog.pid"
   local start_s=$SECONDS
   load_slot || true
+  # The Node object goes too: a node brought up again for this control plane may take another
+  # slot (another name), and the scheduler would keep binding pods to the dead one.
+  if [[ -n ${SLOT:-} && -x $CLUSTER_DIR/bin/kubectl && -f $CLUSTER_DIR/kubeconfig ]]; then
+    timeout 15 "$CLUSTER_DIR/bin/kubectl" --kubeconfig "$CLUSTER_DIR/kubeconfig" delete node "$NODE_IP" \
+      --ignore-not-found --wait=false >/dev/null 2>&1 || true
+  fi
   # The kubelet, the scheduler and kube-proxy first, so nothing restarts what is removed next.
   terminate $(pid_of kubelet) $(pid_of kube-scheduler) $(pid_of kube-proxy)
   # Pod sandboxes through CRI (CNI DEL for each pod), then whatever task is left: the shims

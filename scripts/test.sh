@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs every test of mcp-operator on a fresh machine: installs the test MCP servers (Python SDK,
 # server-everything), builds the Kubernetes control plane, the node (kubelet, kube-scheduler,
-# containerd from Debian) and helm (cached), starts one control plane and one node for the whole
-# run, builds the operator image from the release binary, then unit, integration and e2e tests
-# (tests/it/e2e_node.rs installs the chart in real pods), then checks the node leaves nothing behind
+# kube-proxy, containerd from Debian), helm and promtool (cached), starts one control plane and
+# one node for the whole run, builds the operator image from the release binary, then unit,
+# integration and e2e tests (tests/it/e2e_node.rs installs the chart in real pods and runs
+# `helm test`), then checks the node leaves nothing behind
 # and runs the control-plane smoke test and the fault suite (on a control plane of its own).
 # Nothing is left running afterwards.
 #
@@ -23,11 +24,12 @@ say() { printf '[test %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 say "installing the test MCP servers (cached in $CACHE)"
 bash tests/fixtures/install.sh >/dev/null
 
-say "building the control plane, the node and helm (cached in $CACHE/bin)"
+say "building the control plane, the node, helm and promtool (cached in $CACHE/bin)"
 bash e2e/cluster.sh build >/dev/null
 node_unavailable="$(bash e2e/node.sh check)" && node_unavailable="" || true
 [[ -n $node_unavailable ]] || bash e2e/node.sh build >/dev/null
 bash e2e/helm.sh build >/dev/null
+bash e2e/promtool.sh build >/dev/null
 if [[ -z $node_unavailable ]]; then
   say "building the operator image from the release binary"
   OPERATOR_IMAGE="$(mktemp -d "${TMPDIR:-/tmp}/mcp-operator-image.XXXXXX")"

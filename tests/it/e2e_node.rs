@@ -1,10 +1,10 @@
 //! The operator as users run it, in real pods: `helm install --wait` of charts/mcp-operator on
 //! the e2e node (e2e/node.sh: a kubelet, containerd and runc), from the image e2e/image.sh built
 //! out of the release binary. `helm test` passes (its hook pod reaches the operator through the
-//! metrics Service's ClusterIP). Two replicas elect a leader through their Lease; the leader makes
-//! the McpServer example Ready against an MCP server on the node's address, and a stdio
-//! McpServer (server-memory in the Node image, the bridge from the chart's own image) Ready at its
-//! ClusterIP; `kubectl logs` is
+//! metrics Service's ClusterIP, so it needs the node's kube-proxy), and fails once no replica is
+//! left. Two replicas elect a leader through their Lease; the leader makes the McpServer example
+//! Ready against an MCP server on the node's address, and a stdio McpServer (server-memory in the
+//! Node image, the bridge from the chart's own image) Ready at its ClusterIP; `kubectl logs` is
 //! JSON; deleting the leader's pod hands the Lease to another replica, which reconciles; a SIGKILLed
 //! leader's container is restarted by the kubelet and reconciling goes on.
 //!
@@ -313,19 +313,6 @@ async fn the_chart_runs_on_a_real_node_and_fails_over() {
         );
     }
 
-    // --- `helm test`: its hook pod reaches the operator through the chart's metrics Service
-    // (a ClusterIP, so kube-proxy on the node), /readyz and /metrics both 2xx.
-    if let Err(reason) = &node.kube_proxy {
-        panic!("helm test needs ClusterIP Services, which this node has not: {reason}");
-    }
-    let tested = Instant::now();
-    let (passed, out) = helm_test(ns.name(), &kubeconfig);
-    assert!(passed && out.contains("Phase:          Succeeded"), "{out}");
-    eprintln!(
-        "e2e_node: helm test passed in {:.1}s",
-        tested.elapsed().as_secs_f64()
-    );
-
     // --- one leads.
     let leases: Api<Lease> = Api::namespaced(client.clone(), ns.name());
     let names: Vec<String> = ready.iter().map(|p| p.name_any()).collect();
@@ -542,6 +529,34 @@ async fn the_chart_runs_on_a_real_node_and_fails_over() {
     eprintln!(
         "e2e_node: reconciling again {:.1}s after the leader's SIGKILL",
         killed.elapsed().as_secs_f64()
+    );
+}
+
+/// `helm test` of the chart: its hook pod reaches the operator through the metrics Service's
+/// ClusterIP (kube-proxy on the node) and finds /readyz and /metrics answering; once no replica
+/// is left, it fails and says so.
+#[tokio::test]
+async fn helm_test_passes_while_the_operator_answers_and_fails_once_it_does_not() {
+    let _one = ONE_RELEASE.lock().await;
+    let (client, ns) = e2e::setup("node-helm-test").await;
+    let kubeconfig = e2e::kubeconfig_path().await;
+    let cluster_dir = kubeconfig.parent().expect("the cluster dir").to_path_buf();
+    let node = node(&cluster_dir);
+    if let Err(reason) = &node.kube_proxy {
+        panic!("helm test needs ClusterIP Services, which this node has not: {reason}");
+    }
+    let scratch = tempfile::tempdir().expect("a temp dir");
+    let (repository, tag) = operator_image(&cluster_dir, scratch.path());
+    let (_uninstall, fullname) = install_chart(&ns, &repository, &tag, &kubeconfig);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
+    let selector = format!("app.kubernetes.io/instance={}", ns.name());
+
+    let tested = Instant::now();
+    let (passed, out) = helm_test(ns.name(), &kubeconfig);
+    assert!(passed && out.contains("Phase:          Succeeded"), "{out}");
+    eprintln!(
+        "e2e_node: helm test passed in {:.1}s",
+        tested.elapsed().as_secs_f64()
     );
 
     // --- with no replica left, `helm test` fails and says so.

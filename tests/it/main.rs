@@ -11,6 +11,7 @@
 //!              sidecar                                                         real agents ⇄ sidecar ⇄ real servers
 //!              e2e_crd_validation, e2e_rbac, e2e_mcp_server, e2e_grants,
 //!              e2e_sidecar, e2e_stdio                                          the real control plane
+//!              chart_alerts                                                    the chart's PrometheusRule, by promtool
 //!              image_contract, e2e_node                                        the image; real pods on the node
 //!              e2e_services                                                    ClusterIP Services on the node
 //! ```
@@ -23,6 +24,7 @@ mod sidecar_support;
 mod support;
 
 mod bridge;
+mod chart_alerts;
 mod e2e_crd_validation;
 mod e2e_grants;
 mod e2e_mcp_server;

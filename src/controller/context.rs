@@ -19,6 +19,8 @@ pub struct Settings {
     pub field_manager: String,
     /// The longest wait before re-probing a failing server.
     pub max_failure_backoff: Duration,
+    /// Probes running at once (each waits on a socket far more than it works).
+    pub probe_concurrency: usize,
 }
 
 impl Default for Settings {
@@ -27,6 +29,7 @@ impl Default for Settings {
             allow_loopback: false,
             field_manager: "mcp-operator".into(),
             max_failure_backoff: Duration::from_secs(60),
+            probe_concurrency: 512,
         }
     }
 }

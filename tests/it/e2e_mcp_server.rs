@@ -557,6 +557,80 @@ async fn sigterm_stops_cleanly_and_releases_the_lease() {
     wait_condition(&api, "after", "Ready", "True", None, SOON).await;
 }
 
+#[tokio::test]
+async fn a_healthy_server_is_ready_while_hanging_servers_outnumber_the_reconcile_slots() {
+    let (client, ns) = e2e::setup("starve").await;
+    let fixtures = Fixtures::load();
+    let hostile = fixtures.hostile_server();
+    let healthy = fixtures.sdk_server(&["--tools", "2"]);
+    // Two reconcile slots, six times as many servers that never answer (for up to 5 minutes).
+    const HANGING: usize = 12;
+    let op = Operator::start_with(
+        &e2e::kubeconfig_path().await,
+        ns.name(),
+        "op-starve",
+        &["--concurrency", "2"],
+    );
+    let hang_url = format!("{}/hang/mcp", hostile.url);
+    for i in 0..HANGING {
+        apply_server(
+            &client,
+            ns.name(),
+            server_manifest(
+                &format!("hang-{i:02}"),
+                &hang_url,
+                json!({"timeouts": {"connect": "5m"}}),
+            ),
+        )
+        .await;
+    }
+    let running = |op: &Operator| op.metric("mcp_operator_probes_running");
+    eventually(
+        SOON,
+        "every hanging server's probe to be running",
+        || async {
+            match running(&op) {
+                n if n >= HANGING as f64 => Ok(()),
+                n => Err(format!("{n} probes running")),
+            }
+        },
+    )
+    .await;
+
+    apply_server(
+        &client,
+        ns.name(),
+        server_manifest("healthy", &healthy.url, json!({})),
+    )
+    .await;
+    let api: Api<McpServer> = Api::namespaced(client.clone(), ns.name());
+    let s = wait_condition(&api, "healthy", "Ready", "True", Some("Ready"), SOON).await;
+    assert_eq!(tool_count(&s), 2 + 4, "2 generated + 4 named tools");
+    // Ready while every hanging probe is still outstanding: none of them held a slot.
+    assert!(
+        running(&op) >= HANGING as f64,
+        "the hanging probes are still running: {}",
+        op.metrics()
+    );
+    for i in 0..HANGING {
+        let hanging = api.get(&format!("hang-{i:02}")).await.unwrap();
+        assert!(
+            condition(&hanging, "Ready").is_none(),
+            "hang-{i:02} has no verdict yet: {:?}",
+            hanging.status
+        );
+    }
+    // Deleting a hanging server stops its probe.
+    api.delete("hang-00", &Default::default()).await.unwrap();
+    eventually(SOON, "the deleted server's probe to stop", || async {
+        match running(&op) {
+            n if n < HANGING as f64 => Ok(()),
+            n => Err(format!("{n} probes running")),
+        }
+    })
+    .await;
+}
+
 fn tail(text: &str, lines: usize) -> String {
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")

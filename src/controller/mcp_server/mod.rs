@@ -1,17 +1,21 @@
-//! The McpServer reconciler: resolve credentials, probe the server through `mcp::read_server`
-//! when its inputs changed or it is due, decide the status in one pure step
-//! ([`status::decide`]: conditions, catalogue, under pinning which tools wait for approval, and
-//! whether a large catalogue moves to its companion ConfigMap), then apply: the ConfigMap, the
-//! status (only when its content changed), metrics and one event per transition.
+//! The McpServer reconciler: resolve credentials; when the server's inputs changed or it is
+//! due, start a probe (`mcp::read_server` in its own task, outside the reconcile slots) and
+//! return; the finished probe triggers the next reconcile, which takes its result, decides the
+//! status in one pure step ([`status::decide`]: conditions, catalogue, under pinning which tools
+//! wait for approval, and whether a large catalogue moves to its companion ConfigMap), then
+//! applies: the ConfigMap, one event per transition, the status (only when its content
+//! changed), metrics.
 //!
 //! ```text
-//!  gather   pinning on? (spec, policies) ─► credentials::resolve ─► schedule says probe? ─► read_server
+//!  gather   pinning on? (spec, policies) ─► credentials::resolve ─► a finished probe with these inputs?
+//!             no: one running? wait │ schedule says probe? probes::start (lane: first read / retry) ─► wait
 //!  decide   status::decide(stored, previous in full, finding, pinning) ─► Decision { status, spill }
-//!  apply    catalog_spill (write / remove) ─► status (SSA) ─► metrics ─► Events
+//!  apply    catalog_spill (write / remove) ─► Events ─► status (SSA) ─► metrics
 //! ```
 //!
 //! - [`connection`]: the McpServer → `ServerConnection` mapping (pure).
 //! - [`credentials`]: Secrets and ConfigMaps → credentials and TLS settings.
+//! - [`probes`]: the probe tasks, their lanes, and which result a reconcile may use.
 //! - [`schedule`]: when each server is next due for a probe.
 //! - [`subscriptions`]: one `tools/list_changed` subscription per server that pushes.
 //! - [`catalog_spill`]: the companion ConfigMap of a catalogue too large for status.
@@ -22,6 +26,7 @@ mod catalog_spill;
 mod connection;
 pub(crate) mod credentials;
 mod pinning;
+mod probes;
 mod schedule;
 mod status;
 mod subscriptions;
@@ -45,13 +50,13 @@ use tracing::{info, warn};
 use crate::api::conditions::{READY, find};
 use crate::api::mcp_server::{APPROVE_ANNOTATION, McpServer, McpServerStatus, REFRESH_ANNOTATION};
 use crate::api::tenant_policy::McpTenantPolicy;
-use crate::mcp;
 
 use super::context::Context;
 use super::error::ReconcileError;
 use super::metrics::ReasonLabels;
 use super::readiness::Readiness;
 use super::shared::{events, status::apply_status};
+use probes::{Claim, Prober};
 use schedule::{ProbeSchedule, ServerKey};
 use status::{Decision, Finding, Spill, Transitions, decide};
 use subscriptions::Subscriptions;
@@ -63,11 +68,12 @@ pub(crate) use credentials::{referenced_config_maps, referenced_secrets};
 pub const KIND: &str = "McpServer";
 
 /// What the McpServer reconciler holds besides the shared context: when each server was last
-/// probed, the open list_changed subscriptions, and this term's stores of the tenant policies
-/// and namespaces (a policy may require pinning).
+/// probed, the probes running, the open list_changed subscriptions, and this term's stores of
+/// the tenant policies and namespaces (a policy may require pinning).
 pub struct ServerContext {
     pub base: Arc<Context>,
     schedule: Arc<ProbeSchedule>,
+    prober: Arc<Prober>,
     subscriptions: Subscriptions,
     tenancy: Mutex<Option<Tenancy>>,
 }
@@ -116,9 +122,14 @@ impl Tenancy {
 impl ServerContext {
     pub fn new(base: Arc<Context>) -> Self {
         let schedule = Arc::new(ProbeSchedule::new(base.settings.max_failure_backoff));
+        let prober = Arc::new(Prober::new(
+            base.settings.probe_concurrency,
+            base.metrics.clone(),
+        ));
         ServerContext {
             base,
             schedule,
+            prober,
             subscriptions: Subscriptions::default(),
             tenancy: Mutex::new(None),
         }
@@ -133,13 +144,16 @@ impl ServerContext {
         self.tenancy.lock().expect("tenancy lock").clone()
     }
 
-    /// Starts delivering pushed changes to a (new) controller run as reconcile triggers.
+    /// Starts delivering pushed changes and finished probes to a (new) controller run as
+    /// reconcile triggers.
     pub fn attach(&self, trigger: mpsc::Sender<ObjectRef<McpServer>>) {
+        self.prober.attach(trigger.clone());
         self.subscriptions.attach(trigger);
     }
 
-    /// Closes every subscription (leadership lost, shutdown).
+    /// Stops every probe and closes every subscription (leadership lost, shutdown).
     pub fn detach(&self) {
+        self.prober.detach();
         self.subscriptions.detach();
     }
 
@@ -151,6 +165,7 @@ impl ServerContext {
     /// Drops everything the reconciler holds for a server that is gone.
     pub fn forget(&self, key: &ServerKey) {
         self.schedule.forget(key);
+        self.prober.forget(key);
         self.subscriptions.remove(key);
         self.base.metrics.set_server(&key.0, &key.1, None);
         self.base
@@ -208,6 +223,8 @@ async fn reconcile_inner(
     let pinning = pinning::settings(server, required_by);
     let (finding, next_wait) = match probe_if_due(server, ctx, &key, pinning.as_ref()).await {
         Probe::NotDue(wait) => return Ok(Action::requeue(wait)),
+        // The finished probe triggers the next reconcile; the requeue is only a safety net.
+        Probe::Running => return Ok(Action::requeue(PROBE_RECHECK)),
         Probe::Done(finding, next_wait) => (finding, next_wait),
     };
     let previous = previous_status_in_full(server, ctx).await?;
@@ -231,19 +248,23 @@ async fn reconcile_inner(
     // Apply.
     apply(server, ctx, &decision).await?;
     record(ctx, &key, &decision.status, &finding);
-    announce(server, &ctx.base, &decision.transitions).await;
     Ok(Action::requeue(next_wait))
 }
 
-/// What the gather step found: the server is not due yet (wait this long), or what reading it
-/// found and when it is next due.
+/// How long a reconcile waiting for its server's probe sleeps at most: the probe's own
+/// trigger normally comes first.
+const PROBE_RECHECK: Duration = Duration::from_secs(60);
+
+/// What the gather step found: the server is not due yet (wait this long), its probe is
+/// running, or what reading it found and when it is next due.
 enum Probe {
     NotDue(Duration),
+    Running,
     Done(Finding, Duration),
 }
 
 /// Resolves the credentials and, when the server is due (new inputs, the refresh interval
-/// passed, or a pushed change), reads it.
+/// passed, or a pushed change), starts a probe, or takes the result of the one that finished.
 async fn probe_if_due(
     server: &McpServer,
     ctx: &ServerContext,
@@ -260,25 +281,36 @@ async fn probe_if_due(
             .map(|p| p.required_by.as_slice())
             .unwrap_or_default(),
     );
-    if let Some(wait) = ctx.schedule.wait_before_probe(key, &inputs) {
-        return Probe::NotDue(wait);
-    }
-    let resolved = match resolved {
-        Err(e) => {
-            let wait = ctx.schedule.probed(key, inputs, false, refresh);
-            return Probe::Done(Finding::Credentials(e), wait);
+    let (outcome, started) = match ctx.prober.claim(key, &inputs) {
+        Claim::Finished(outcome, started) => (outcome, started),
+        Claim::Running => return Probe::Running,
+        Claim::Nothing => {
+            if let Some(wait) = ctx.schedule.wait_before_probe(key, &inputs) {
+                return Probe::NotDue(wait);
+            }
+            let resolved = match resolved {
+                // Nothing to contact: decided here, in the slot.
+                Err(e) => {
+                    let wait = ctx
+                        .schedule
+                        .probed(key, inputs, false, refresh, Instant::now());
+                    return Probe::Done(Finding::Credentials(e), wait);
+                }
+                Ok(resolved) => resolved,
+            };
+            let identity = connection::identity(spec, &resolved.digest);
+            let conn = connection::connection(spec, resolved, ctx.base.settings.allow_loopback);
+            let lane = ctx.schedule.lane(key, &inputs);
+            ctx.prober.start(key, inputs, lane, conn, identity);
+            return Probe::Running;
         }
-        Ok(resolved) => resolved,
     };
-    let identity = connection::identity(spec, &resolved.digest);
-    let conn = connection::connection(spec, resolved, ctx.base.settings.allow_loopback);
-    let probe_started = Instant::now();
-    let outcome = mcp::read_server(&conn).await;
-    ctx.base
-        .metrics
-        .probe_duration
-        .observe(probe_started.elapsed().as_secs_f64());
-    match outcome {
+    let probes::Outcome {
+        report,
+        conn,
+        identity,
+    } = outcome;
+    match report {
         Ok(report) => {
             // A modern server says how long its list stays fresh: honour it, within
             // [30s, refreshInterval].
@@ -286,7 +318,7 @@ async fn probe_if_due(
                 .ttl_ms
                 .map(|ttl| Duration::from_millis(ttl).clamp(Duration::from_secs(30), refresh))
                 .unwrap_or(refresh);
-            let wait = ctx.schedule.probed(key, inputs, true, refresh);
+            let wait = ctx.schedule.probed(key, inputs, true, refresh, started);
             if report.pushes_tool_changes {
                 ctx.subscriptions.ensure(
                     key,
@@ -312,13 +344,16 @@ async fn probe_if_due(
             Probe::Done(finding, wait)
         }
         Err(failure) => {
-            let wait = ctx.schedule.probed(key, inputs, false, refresh);
+            let wait = ctx.schedule.probed(key, inputs, false, refresh, started);
             Probe::Done(Finding::Failed(failure), wait)
         }
     }
 }
 
-/// Writes what the decision says: the companion ConfigMap, then the status when it changed.
+/// Writes what the decision says: the companion ConfigMap, the events of its transitions,
+/// then the status when it changed. The events go first: a crash before the status write
+/// leaves the old status, so the next reconcile sees the transition again and repeats its
+/// event (the Event series counts it) rather than losing it.
 async fn apply(
     server: &McpServer,
     ctx: &ServerContext,
@@ -339,6 +374,7 @@ async fn apply(
             .map_err(ReconcileError::CatalogSpillRemove)?,
         Spill::Nothing => {}
     }
+    announce(server, base, &decision.transitions).await;
     if server.status.as_ref() != Some(&decision.status) {
         apply_status(
             &base.client,

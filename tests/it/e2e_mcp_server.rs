@@ -631,6 +631,119 @@ async fn a_healthy_server_is_ready_while_hanging_servers_outnumber_the_reconcile
     .await;
 }
 
+#[tokio::test]
+async fn a_restarted_controller_schedules_ready_servers_from_their_last_read() {
+    let (client, ns) = e2e::setup("resume").await;
+    let fixtures = Fixtures::load();
+    let server = fixtures.sdk_server(&["--tools", "2"]);
+    let kubeconfig = e2e::kubeconfig_path().await;
+    let api: Api<McpServer> = Api::namespaced(client.clone(), ns.name());
+    let mut first = Operator::start(&kubeconfig, ns.name(), "op-resume-first");
+    for name in ["steady", "edited"] {
+        apply_server(
+            &client,
+            ns.name(),
+            server_manifest(name, &server.url, json!({})),
+        )
+        .await;
+    }
+    let closed = format!("http://127.0.0.1:{}/mcp", support::free_port());
+    apply_server(
+        &client,
+        ns.name(),
+        server_manifest("down", &closed, json!({})),
+    )
+    .await;
+    for name in ["steady", "edited"] {
+        wait_condition(&api, name, "Ready", "True", None, SOON).await;
+    }
+    wait_condition(&api, "down", "Ready", "False", None, SOON).await;
+    // A later read that changes the catalogue, so the last status write is seconds after
+    // anything else touched the objects (managedFields times have whole seconds).
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    support::sdk_control(&server.url, "add-tool", "later_tool").await;
+    for name in ["steady", "edited"] {
+        eventually(SOON, &format!("{name} to list later_tool"), || async {
+            let s = api.get(name).await.map_err(|e| e.to_string())?;
+            if tool_count(&s) == 7 {
+                Ok(())
+            } else {
+                Err(format!("{} tools", tool_count(&s)))
+            }
+        })
+        .await;
+    }
+    first.kill();
+    // While no controller runs, one spec changes.
+    apply_server(
+        &client,
+        ns.name(),
+        server_manifest(
+            "edited",
+            &server.url,
+            json!({"discovery": {"refreshInterval": "10m"}}),
+        ),
+    )
+    .await;
+
+    let second = Operator::start(&kubeconfig, ns.name(), "op-resume-second");
+    let s = eventually(
+        SOON,
+        "the edited server to be read for its new generation",
+        || async {
+            let s = api.get("edited").await.map_err(|e| e.to_string())?;
+            match s.status.as_ref().and_then(|st| st.observed_generation) {
+                Some(2) => Ok(s),
+                other => Err(format!("observedGeneration {other:?}")),
+            }
+        },
+    )
+    .await;
+    assert_eq!(condition(&s, "Ready").unwrap()["status"], "True");
+    eventually(SOON, "the failing server to be probed at once", || async {
+        let m = second.metrics();
+        if m.contains("mcp_operator_probes_total{reason=\"ConnectionRefused\"}") {
+            Ok(())
+        } else {
+            Err(m)
+        }
+    })
+    .await;
+    // The steady server is resumed from its status: gauges from status, subscription reopened,
+    // no probe (its next one is due a refresh interval after its last read).
+    eventually(
+        SOON,
+        "both Ready servers in the gauges and subscribed",
+        || async {
+            let m = second.metrics();
+            if m.contains("mcp_operator_mcpservers{reason=\"Ready\"} 2")
+                && m.contains("mcp_operator_subscriptions_open 2")
+            {
+                Ok(())
+            } else {
+                Err(m)
+            }
+        },
+    )
+    .await;
+    let m = second.metrics();
+    assert!(
+        m.contains("mcp_operator_probes_total{reason=\"Ready\"} 1\n"),
+        "only the edited server was read: {m}"
+    );
+    // The reopened subscription delivers pushes as before.
+    support::sdk_control(&server.url, "add-tool", "after_restart").await;
+    eventually(SOON, "steady to list after_restart", || async {
+        let s = api.get("steady").await.map_err(|e| e.to_string())?;
+        if tool_count(&s) == 8 {
+            Ok(())
+        } else {
+            Err(format!("{} tools", tool_count(&s)))
+        }
+    })
+    .await;
+}
+
 fn tail(text: &str, lines: usize) -> String {
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")

@@ -54,6 +54,7 @@ mod tests {
                 insecure_skip_verify: false,
             },
             digest: "d1".into(),
+            references_changed: Vec::new(),
         }
     }
 

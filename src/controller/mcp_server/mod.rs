@@ -17,6 +17,7 @@
 //! - [`credentials`]: Secrets and ConfigMaps → credentials and TLS settings.
 //! - [`probes`]: the probe tasks, their lanes, and which result a reconcile may use.
 //! - [`schedule`]: when each server is next due for a probe.
+//! - [`resume`]: after a restart, when the status says a server was last read (pure).
 //! - [`subscriptions`]: one `tools/list_changed` subscription per server that pushes.
 //! - [`catalog_spill`]: the companion ConfigMap of a catalogue too large for status.
 //! - [`pinning`]: whether pinning is on (spec, tenant policies) and the approvals given.
@@ -27,6 +28,7 @@ mod connection;
 pub(crate) mod credentials;
 mod pinning;
 mod probes;
+mod resume;
 mod schedule;
 mod status;
 mod subscriptions;
@@ -45,7 +47,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::api::conditions::{READY, find};
 use crate::api::mcp_server::{APPROVE_ANNOTATION, McpServer, McpServerStatus, REFRESH_ANNOTATION};
@@ -285,6 +287,22 @@ async fn probe_if_due(
         Claim::Finished(outcome, started) => (outcome, started),
         Claim::Running => return Probe::Running,
         Claim::Nothing => {
+            if !ctx.schedule.remembers(key)
+                && let Ok(r) = &resolved
+                && let Some(read) = resume::last_read(
+                    server,
+                    &ctx.base.settings.field_manager,
+                    pinning
+                        .map(|p| p.required_by.as_slice())
+                        .unwrap_or_default(),
+                    &r.references_changed,
+                )
+                && let Ok(resolved) = resolved
+            {
+                return Probe::NotDue(resume_after_restart(
+                    server, ctx, key, inputs, read, refresh, resolved,
+                ));
+            }
             if let Some(wait) = ctx.schedule.wait_before_probe(key, &inputs) {
                 return Probe::NotDue(wait);
             }
@@ -326,6 +344,7 @@ async fn probe_if_due(
                     conn,
                     ctx.schedule.clone(),
                     ctx.base.metrics.clone(),
+                    Duration::ZERO,
                 );
             } else {
                 ctx.subscriptions.remove(key);
@@ -348,6 +367,42 @@ async fn probe_if_due(
             Probe::Done(Finding::Failed(failure), wait)
         }
     }
+}
+
+/// A restarted controller's first reconcile of a server whose status it may trust (see
+/// [`resume`]): the next probe is scheduled from the last read instead of at once, the gauges
+/// come from status, and the subscription of a server that pushes changes opens again, spread
+/// out like the probes. Returns the wait until the probe.
+fn resume_after_restart(
+    server: &McpServer,
+    ctx: &ServerContext,
+    key: &ServerKey,
+    inputs: String,
+    read: k8s_openapi::jiff::Timestamp,
+    refresh: Duration,
+    resolved: credentials::Resolved,
+) -> Duration {
+    // A read "in the future" (clock skew) counts as just now.
+    let since = Duration::try_from(k8s_openapi::jiff::Timestamp::now().duration_since(read))
+        .unwrap_or(Duration::ZERO);
+    let wait = resume::wait_after_restart(since, refresh, key);
+    ctx.schedule.resume(key, inputs, wait);
+    if let Some(status) = &server.status {
+        record_gauges(ctx, key, status);
+    }
+    let identity = connection::identity(&server.spec, &resolved.digest);
+    let conn = connection::connection(&server.spec, resolved, ctx.base.settings.allow_loopback);
+    ctx.subscriptions.ensure(
+        key,
+        &identity,
+        conn,
+        ctx.schedule.clone(),
+        ctx.base.metrics.clone(),
+        resume::spread(key, refresh.min(resume::SUBSCRIBE_SPREAD)),
+    );
+    debug!(namespace = %key.0, mcpserver = %key.1, ?wait,
+        "resumed from status after a restart: next probe scheduled from the last read");
+    wait
 }
 
 /// Writes what the decision says: the companion ConfigMap, the events of its transitions,
@@ -392,6 +447,20 @@ async fn apply(
 /// The server gauges, and one probe counted by its outcome when a probe ran (a credential
 /// failure means the server was never contacted, so it is no probe).
 fn record(ctx: &ServerContext, key: &ServerKey, status: &McpServerStatus, finding: &Finding) {
+    let reason = record_gauges(ctx, key, status);
+    if probe_ran(finding) {
+        ctx.base
+            .metrics
+            .probes
+            .get_or_create(&ReasonLabels {
+                reason: reason.to_string(),
+            })
+            .inc();
+    }
+}
+
+/// The server gauges from its status; returns the Ready reason.
+fn record_gauges<'s>(ctx: &ServerContext, key: &ServerKey, status: &'s McpServerStatus) -> &'s str {
     let metrics = &ctx.base.metrics;
     let reason = find(&status.conditions, READY).map_or("Unknown", |c| c.reason.as_str());
     metrics.set_server(
@@ -407,14 +476,7 @@ fn record(ctx: &ServerContext, key: &ServerKey, status: &McpServerStatus, findin
         &key.1,
         status.pinning.as_ref().map(|p| p.waiting_count),
     );
-    if probe_ran(finding) {
-        metrics
-            .probes
-            .get_or_create(&ReasonLabels {
-                reason: reason.to_string(),
-            })
-            .inc();
-    }
+    reason
 }
 
 /// Whether the finding comes from contacting the server.

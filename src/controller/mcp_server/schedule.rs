@@ -99,6 +99,26 @@ impl ProbeSchedule {
         }
     }
 
+    /// Whether the server has a schedule (a restarted controller remembers none).
+    pub fn remembers(&self, key: &ServerKey) -> bool {
+        self.memory.lock().expect("memory lock").contains_key(key)
+    }
+
+    /// A restarted controller's first memory of a server its status shows read: the next probe
+    /// with `inputs` is due after `wait`.
+    pub fn resume(&self, key: &ServerKey, inputs: String, wait: Duration) {
+        self.memory
+            .lock()
+            .expect("memory lock")
+            .entry(key.clone())
+            .or_insert(ProbeMemory {
+                inputs,
+                next_due: Instant::now() + wait,
+                failures: 0,
+                forced_at: None,
+            });
+    }
+
     /// Makes the next reconcile of the server probe, whatever its inputs (a pushed change).
     pub fn force_probe(&self, key: &ServerKey) {
         if let Some(m) = self.memory.lock().expect("memory lock").get_mut(key) {
@@ -185,6 +205,23 @@ mod tests {
         assert!(
             s.probed(&key, "a".into(), true, refresh, Instant::now()) > Duration::from_secs(260)
         );
+    }
+
+    #[test]
+    fn a_resumed_server_is_due_after_its_wait_unless_its_inputs_changed() {
+        let s = ProbeSchedule::new(Duration::from_secs(60));
+        let key = ("ns".to_string(), "s".to_string());
+        assert!(!s.remembers(&key));
+        s.resume(&key, "a".into(), Duration::from_secs(120));
+        assert!(s.remembers(&key));
+        let wait = s.wait_before_probe(&key, "a").expect("not due yet");
+        assert!(wait > Duration::from_secs(110) && wait <= Duration::from_secs(120));
+        assert_eq!(
+            s.wait_before_probe(&key, "b"),
+            None,
+            "new inputs: probe now"
+        );
+        assert_eq!(s.lane(&key, "a"), Lane::FirstRead);
     }
 
     #[test]

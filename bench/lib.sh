@@ -14,8 +14,13 @@ bash tests/fixtures/install.sh >/dev/null
 # shellcheck disable=SC1091
 . tests/fixtures/installed.env
 bash e2e/cluster.sh build >/dev/null
-cargo build --release --quiet
-BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/mcp-operator
+# BENCH_BIN: a release binary built earlier (e.g. of another commit), instead of building one.
+if [ -n "${BENCH_BIN:-}" ]; then
+  BIN=$BENCH_BIN
+else
+  cargo build --release --quiet
+  BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/mcp-operator
+fi
 
 DIR=$(mktemp -d "${TMPDIR:-/tmp}/mcp-bench.XXXXXX")
 PIDS=()

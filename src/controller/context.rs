@@ -21,6 +21,8 @@ pub struct Settings {
     pub max_failure_backoff: Duration,
     /// The operator's own image, whose binary a stdio McpServer's pods run as their bridge.
     pub bridge_image: Option<String>,
+    /// Probes running at once (each waits on a socket far more than it works).
+    pub probe_concurrency: usize,
 }
 
 impl Default for Settings {
@@ -30,6 +32,7 @@ impl Default for Settings {
             field_manager: "mcp-operator".into(),
             max_failure_backoff: Duration::from_secs(60),
             bridge_image: None,
+            probe_concurrency: 512,
         }
     }
 }

@@ -50,6 +50,10 @@ pub struct Metrics {
     tools: Family<ServerLabels, Gauge>,
     awaiting_approval: Family<ServerLabels, Gauge>,
     pub subscriptions_open: Gauge,
+    /// Probes contacting their server now, outside the reconcile slots.
+    pub probes_running: Gauge,
+    /// Probes waiting for a probe slot.
+    pub probes_waiting: Gauge,
     /// Admission reviews of the sidecar-injection webhook by result.
     admissions: Family<ResultLabels, Counter>,
     /// (namespace, name) → Ready reason, from which `servers_by_reason` is derived.
@@ -115,6 +119,18 @@ impl Default for Metrics {
             "Open tools/list_changed subscriptions to MCP servers",
             subscriptions_open.clone(),
         );
+        let probes_running = Gauge::default();
+        registry.register(
+            "probes_running",
+            "Probes contacting their MCP server now (each its own task, outside the reconcile slots)",
+            probes_running.clone(),
+        );
+        let probes_waiting = Gauge::default();
+        registry.register(
+            "probes_waiting",
+            "Probes waiting for a probe slot (first reads start before retries)",
+            probes_waiting.clone(),
+        );
         let admissions = Family::<ResultLabels, Counter>::default();
         registry.register(
             "admissions",
@@ -133,6 +149,8 @@ impl Default for Metrics {
             tools,
             awaiting_approval,
             subscriptions_open,
+            probes_running,
+            probes_waiting,
             reasons: Mutex::new(HashMap::new()),
         }
     }

@@ -10,6 +10,7 @@
 //!  ConfigMap (metadata) ─ McpServers naming it ┤     │ mcp::read_server      ConfigMap <s>-mcp-catalog
 //!  Deployment (metadata, label) ─ its owner ───┤     │                       Deployment, Service <s>-mcp (stdio)
 //!  tools/list_changed (pushed by the server) ──┤     ▼ remote MCP server     Events (Probe, Pin)
+//!  a finished probe (its own task) ────────────┤       (probes run outside the reconcile slots)
 //!  McpTenantPolicy, Namespace ─ reflect ─ those┘       core::pinning (pure)
 //!    whose pinning requirement changed
 //!
@@ -101,9 +102,15 @@ pub struct ControllerArgs {
     /// lease could be taken, so a crashed leader is replaced within this time plus a second.
     #[arg(long, default_value = "4s", value_parser = parse_lease_duration)]
     pub lease_duration: Duration,
-    /// Reconciles running at once: a hanging server occupies one slot, never the others.
+    /// Reconciles running at once, per kind. An McpServer's probe runs outside these slots.
     #[arg(long, default_value_t = 32)]
     pub concurrency: u16,
+    /// McpServer probes running at once: a probe mostly waits on its server (a hanging one
+    /// for its whole timeout), so this is far above --concurrency. A quarter of it at most
+    /// goes to retries of failing servers; first reads start before retries. Each probe
+    /// buffers at most its server's maxResponseBytes.
+    #[arg(long, default_value_t = 512, value_parser = clap::value_parser!(u16).range(1..))]
+    pub probe_concurrency: u16,
     /// Watch only this namespace (default: every namespace).
     #[arg(long)]
     pub watch_namespace: Option<String>,
@@ -195,6 +202,7 @@ pub async fn run(args: ControllerArgs) -> Result<(), StartError> {
         allow_loopback: args.allow_loopback,
         max_failure_backoff: args.max_failure_backoff,
         bridge_image: args.bridge_image.clone(),
+        probe_concurrency: usize::from(args.probe_concurrency),
         ..Settings::default()
     };
     let recorder = Recorder::new(

@@ -1090,8 +1090,19 @@ async fn pins_of_a_spilled_catalogue_survive_an_operator_restart() {
     assert_eq!(held["waiting"][0]["changed"], json!(["description"]));
 
     // A new operator process reads the pins back from the ConfigMap: the tool still waits.
+    // (It schedules a Ready server's next read from its status, so a refresh asks for it now.)
     op.kill();
     let op = Operator::start(&kubeconfig, ns.name(), "op-grants-pin-spill-2");
+    kubectl(&[
+        "-n",
+        ns.name(),
+        "annotate",
+        "mcpserver",
+        "big",
+        "mcp-operator.dev/refresh=after-restart",
+        "--overwrite",
+    ])
+    .await;
     eventually(SOON, "the new operator to read the server", || async {
         let m = op.metrics();
         if m.contains("mcp_operator_probes_total{reason=\"Ready\"}") {

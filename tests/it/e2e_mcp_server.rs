@@ -557,6 +557,193 @@ async fn sigterm_stops_cleanly_and_releases_the_lease() {
     wait_condition(&api, "after", "Ready", "True", None, SOON).await;
 }
 
+#[tokio::test]
+async fn a_healthy_server_is_ready_while_hanging_servers_outnumber_the_reconcile_slots() {
+    let (client, ns) = e2e::setup("starve").await;
+    let fixtures = Fixtures::load();
+    let hostile = fixtures.hostile_server();
+    let healthy = fixtures.sdk_server(&["--tools", "2"]);
+    // Two reconcile slots, six times as many servers that never answer (for up to 5 minutes).
+    const HANGING: usize = 12;
+    let op = Operator::start_with(
+        &e2e::kubeconfig_path().await,
+        ns.name(),
+        "op-starve",
+        &["--concurrency", "2"],
+    );
+    let hang_url = format!("{}/hang/mcp", hostile.url);
+    for i in 0..HANGING {
+        apply_server(
+            &client,
+            ns.name(),
+            server_manifest(
+                &format!("hang-{i:02}"),
+                &hang_url,
+                json!({"timeouts": {"connect": "5m"}}),
+            ),
+        )
+        .await;
+    }
+    let running = |op: &Operator| op.metric("mcp_operator_probes_running");
+    eventually(
+        SOON,
+        "every hanging server's probe to be running",
+        || async {
+            match running(&op) {
+                n if n >= HANGING as f64 => Ok(()),
+                n => Err(format!("{n} probes running")),
+            }
+        },
+    )
+    .await;
+
+    apply_server(
+        &client,
+        ns.name(),
+        server_manifest("healthy", &healthy.url, json!({})),
+    )
+    .await;
+    let api: Api<McpServer> = Api::namespaced(client.clone(), ns.name());
+    let s = wait_condition(&api, "healthy", "Ready", "True", Some("Ready"), SOON).await;
+    assert_eq!(tool_count(&s), 2 + 4, "2 generated + 4 named tools");
+    // Ready while every hanging probe is still outstanding: none of them held a slot.
+    assert!(
+        running(&op) >= HANGING as f64,
+        "the hanging probes are still running: {}",
+        op.metrics()
+    );
+    for i in 0..HANGING {
+        let hanging = api.get(&format!("hang-{i:02}")).await.unwrap();
+        assert!(
+            condition(&hanging, "Ready").is_none(),
+            "hang-{i:02} has no verdict yet: {:?}",
+            hanging.status
+        );
+    }
+    // Deleting a hanging server stops its probe.
+    api.delete("hang-00", &Default::default()).await.unwrap();
+    eventually(SOON, "the deleted server's probe to stop", || async {
+        match running(&op) {
+            n if n < HANGING as f64 => Ok(()),
+            n => Err(format!("{n} probes running")),
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_restarted_controller_schedules_ready_servers_from_their_last_read() {
+    let (client, ns) = e2e::setup("resume").await;
+    let fixtures = Fixtures::load();
+    let server = fixtures.sdk_server(&["--tools", "2"]);
+    let kubeconfig = e2e::kubeconfig_path().await;
+    let api: Api<McpServer> = Api::namespaced(client.clone(), ns.name());
+    let mut first = Operator::start(&kubeconfig, ns.name(), "op-resume-first");
+    for name in ["steady", "edited"] {
+        apply_server(
+            &client,
+            ns.name(),
+            server_manifest(name, &server.url, json!({})),
+        )
+        .await;
+    }
+    let closed = format!("http://127.0.0.1:{}/mcp", support::free_port());
+    apply_server(
+        &client,
+        ns.name(),
+        server_manifest("down", &closed, json!({})),
+    )
+    .await;
+    for name in ["steady", "edited"] {
+        wait_condition(&api, name, "Ready", "True", None, SOON).await;
+    }
+    wait_condition(&api, "down", "Ready", "False", None, SOON).await;
+    // A later read that changes the catalogue, so the last status write is seconds after
+    // anything else touched the objects (managedFields times have whole seconds).
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    support::sdk_control(&server.url, "add-tool", "later_tool").await;
+    for name in ["steady", "edited"] {
+        eventually(SOON, &format!("{name} to list later_tool"), || async {
+            let s = api.get(name).await.map_err(|e| e.to_string())?;
+            if tool_count(&s) == 7 {
+                Ok(())
+            } else {
+                Err(format!("{} tools", tool_count(&s)))
+            }
+        })
+        .await;
+    }
+    first.kill();
+    // While no controller runs, one spec changes.
+    apply_server(
+        &client,
+        ns.name(),
+        server_manifest(
+            "edited",
+            &server.url,
+            json!({"discovery": {"refreshInterval": "10m"}}),
+        ),
+    )
+    .await;
+
+    let second = Operator::start(&kubeconfig, ns.name(), "op-resume-second");
+    let s = eventually(
+        SOON,
+        "the edited server to be read for its new generation",
+        || async {
+            let s = api.get("edited").await.map_err(|e| e.to_string())?;
+            match s.status.as_ref().and_then(|st| st.observed_generation) {
+                Some(2) => Ok(s),
+                other => Err(format!("observedGeneration {other:?}")),
+            }
+        },
+    )
+    .await;
+    assert_eq!(condition(&s, "Ready").unwrap()["status"], "True");
+    eventually(SOON, "the failing server to be probed at once", || async {
+        let m = second.metrics();
+        if m.contains("mcp_operator_probes_total{reason=\"ConnectionRefused\"}") {
+            Ok(())
+        } else {
+            Err(m)
+        }
+    })
+    .await;
+    // The steady server is resumed from its status: gauges from status, subscription reopened,
+    // no probe (its next one is due a refresh interval after its last read).
+    eventually(
+        SOON,
+        "both Ready servers in the gauges and subscribed",
+        || async {
+            let m = second.metrics();
+            if m.contains("mcp_operator_mcpservers{reason=\"Ready\"} 2")
+                && m.contains("mcp_operator_subscriptions_open 2")
+            {
+                Ok(())
+            } else {
+                Err(m)
+            }
+        },
+    )
+    .await;
+    let m = second.metrics();
+    assert!(
+        m.contains("mcp_operator_probes_total{reason=\"Ready\"} 1\n"),
+        "only the edited server was read: {m}"
+    );
+    // The reopened subscription delivers pushes as before.
+    support::sdk_control(&server.url, "add-tool", "after_restart").await;
+    eventually(SOON, "steady to list after_restart", || async {
+        let s = api.get("steady").await.map_err(|e| e.to_string())?;
+        if tool_count(&s) == 8 {
+            Ok(())
+        } else {
+            Err(format!("{} tools", tool_count(&s)))
+        }
+    })
+    .await;
+}
+
 fn tail(text: &str, lines: usize) -> String {
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")

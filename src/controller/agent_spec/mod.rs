@@ -167,7 +167,7 @@ async fn reconcile_inner(agent: &AgentSpec, ctx: &AgentContext) -> Result<Action
     // maxima, and those threads also serve /healthz, renew the Lease and run other reconciles.
     let grants = off_the_async_workers(|| decide(agent, ctx, &referenced, &servers, &spilled));
 
-    // Apply: the ConfigMap, then the status, then the events.
+    // Apply: the ConfigMap, then the events, then the status.
     let published = publish(agent, ctx, &grants).await?;
     let pods = pod_drift(agent, ctx, &grants);
     let (status, transitions) = next_agent_status(
@@ -180,13 +180,16 @@ async fn reconcile_inner(agent: &AgentSpec, ctx: &AgentContext) -> Result<Action
         Time(k8s_openapi::jiff::Timestamp::now()),
     );
     let base = &ctx.base;
+    // The events go out before the status that records their transitions: a crash in between
+    // leaves the old status, so the next reconcile sees the transition again and repeats the
+    // event (the Event series counts it) instead of losing it.
+    announce(agent, base, &transitions).await;
     if agent.status.as_ref() != Some(&status) {
         apply_status(&base.client, agent, &status, &base.settings.field_manager)
             .await
             .map_err(ReconcileError::StatusPatch)?;
         base.metrics.count_write(KIND);
     }
-    announce(agent, base, &transitions).await;
     Ok(Action::await_change())
 }
 

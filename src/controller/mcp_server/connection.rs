@@ -56,6 +56,7 @@ mod tests {
                 insecure_skip_verify: false,
             },
             digest: "d1".into(),
+            references_changed: Vec::new(),
         }
     }
 

@@ -3,6 +3,8 @@
 //! object and key, never a value.
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::jiff::Timestamp;
 use kube::{Api, Client};
 use sha2::{Digest, Sha256};
 
@@ -73,6 +75,25 @@ pub struct Resolved {
     pub credentials: Credentials,
     pub tls: TlsSettings,
     pub digest: String,
+    /// When each Secret and ConfigMap read last changed (None: it does not say), so a
+    /// restarted controller can tell whether one changed while it was down.
+    pub references_changed: Vec<Option<Timestamp>>,
+}
+
+/// The latest time an object's metadata records a change at: its creation or any manager's
+/// last write.
+fn last_changed(meta: &ObjectMeta) -> Option<Timestamp> {
+    let written = meta
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter_map(|f| f.time.as_ref().map(|t| t.0));
+    meta.creation_timestamp
+        .as_ref()
+        .map(|t| t.0)
+        .into_iter()
+        .chain(written)
+        .max()
 }
 
 /// Every Secret name an McpServer refers to (for the Secret → McpServer index).
@@ -121,11 +142,19 @@ pub async fn resolve(
     let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
     let mut hasher = Sha256::new();
+    let mut changed = Vec::new();
     let mut credentials = Credentials::default();
     if let Some(creds) = &spec.credentials {
         if let Some(bearer) = &creds.bearer_token {
             let field = "spec.credentials.bearerToken.secretKeyRef";
-            let token = secret_text(&secrets, namespace, &bearer.secret_key_ref, field).await?;
+            let token = secret_text(
+                &secrets,
+                namespace,
+                &bearer.secret_key_ref,
+                field,
+                &mut changed,
+            )
+            .await?;
             hasher.update(b"bearer\0");
             hasher.update(token.as_bytes());
             credentials.bearer_token = Some(SecretValue::new(token.trim()));
@@ -137,6 +166,7 @@ pub async fn resolve(
                 namespace,
                 &header.value_from.secret_key_ref,
                 &field,
+                &mut changed,
             )
             .await?;
             hasher.update(header.name.as_bytes());
@@ -152,7 +182,8 @@ pub async fn resolve(
         tls.insecure_skip_verify = t.insecure_skip_verify;
         if let Some(bundle) = &t.ca_bundle {
             let pem = if let Some(r) = &bundle.secret_key_ref {
-                secret_bytes(&secrets, namespace, r, "spec.tls.caBundle.secretKeyRef").await?
+                let field = "spec.tls.caBundle.secretKeyRef";
+                secret_bytes(&secrets, namespace, r, field, &mut changed).await?
             } else if let Some(r) = &bundle.config_map_key_ref {
                 let field = "spec.tls.caBundle.configMapKeyRef";
                 let cm = config_maps
@@ -164,6 +195,7 @@ pub async fn resolve(
                         name: r.name.clone(),
                         field: field.into(),
                     })?;
+                changed.push(last_changed(&cm.metadata));
                 cm.data
                     .as_ref()
                     .and_then(|d| d.get(&r.key))
@@ -196,6 +228,7 @@ pub async fn resolve(
         credentials,
         tls,
         digest: hex::encode(hasher.finalize()),
+        references_changed: changed,
     })
 }
 
@@ -204,6 +237,7 @@ async fn secret_bytes(
     namespace: &str,
     selector: &SecretKeySelector,
     field: &str,
+    changed: &mut Vec<Option<Timestamp>>,
 ) -> Result<Vec<u8>, CredentialError> {
     let secret = secrets
         .get_opt(&selector.name)
@@ -214,6 +248,7 @@ async fn secret_bytes(
             name: selector.name.clone(),
             field: field.into(),
         })?;
+    changed.push(last_changed(&secret.metadata));
     secret
         .data
         .as_ref()
@@ -238,8 +273,9 @@ async fn secret_text(
     namespace: &str,
     selector: &SecretKeySelector,
     field: &str,
+    changed: &mut Vec<Option<Timestamp>>,
 ) -> Result<String, CredentialError> {
-    let bytes = secret_bytes(secrets, namespace, selector, field).await?;
+    let bytes = secret_bytes(secrets, namespace, selector, field, changed).await?;
     String::from_utf8(bytes).map_err(|_| CredentialError::NotText {
         name: selector.name.clone(),
         key: selector.key.clone(),

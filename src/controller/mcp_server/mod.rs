@@ -1,18 +1,23 @@
-//! The McpServer reconciler: resolve credentials, probe the server through `mcp::read_server`
-//! when its inputs changed or it is due, decide the status in one pure step
-//! ([`status::decide`]: conditions, catalogue, under pinning which tools wait for approval, and
-//! whether a large catalogue moves to its companion ConfigMap), then apply: the ConfigMap, the
-//! status (only when its content changed), metrics and one event per transition.
+//! The McpServer reconciler: resolve credentials; when the server's inputs changed or it is
+//! due, start a probe (`mcp::read_server` in its own task, outside the reconcile slots) and
+//! return; the finished probe triggers the next reconcile, which takes its result, decides the
+//! status in one pure step ([`status::decide`]: conditions, catalogue, under pinning which tools
+//! wait for approval, and whether a large catalogue moves to its companion ConfigMap), then
+//! applies: the ConfigMap, one event per transition, the status (only when its content
+//! changed), metrics.
 //!
 //! ```text
-//!  gather   pinning on? (spec, policies) ─► credentials::resolve ─► schedule says probe? ─► read_server
+//!  gather   pinning on? (spec, policies) ─► credentials::resolve ─► a finished probe with these inputs?
+//!             no: one running? wait │ schedule says probe? probes::start (lane: first read / retry) ─► wait
 //!  decide   status::decide(stored, previous in full, finding, pinning) ─► Decision { status, spill }
-//!  apply    catalog_spill (write / remove) ─► status (SSA) ─► metrics ─► Events
+//!  apply    catalog_spill (write / remove) ─► Events ─► status (SSA) ─► metrics
 //! ```
 //!
 //! - [`connection`]: the McpServer → `ServerConnection` mapping (pure).
 //! - [`credentials`]: Secrets and ConfigMaps → credentials and TLS settings.
+//! - [`probes`]: the probe tasks, their lanes, and which result a reconcile may use.
 //! - [`schedule`]: when each server is next due for a probe.
+//! - [`resume`]: after a restart, when the status says a server was last read (pure).
 //! - [`subscriptions`]: one `tools/list_changed` subscription per server that pushes.
 //! - [`catalog_spill`]: the companion ConfigMap of a catalogue too large for status.
 //! - [`pinning`]: whether pinning is on (spec, tenant policies) and the approvals given.
@@ -24,6 +29,8 @@ mod catalog_spill;
 mod connection;
 pub(crate) mod credentials;
 mod pinning;
+mod probes;
+mod resume;
 mod schedule;
 mod status;
 mod stdio_workload;
@@ -44,18 +51,18 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::api::conditions::{READY, find};
 use crate::api::mcp_server::{APPROVE_ANNOTATION, McpServer, McpServerStatus, REFRESH_ANNOTATION};
 use crate::api::tenant_policy::McpTenantPolicy;
-use crate::mcp;
 
 use super::context::Context;
 use super::error::ReconcileError;
 use super::metrics::ReasonLabels;
 use super::readiness::Readiness;
 use super::shared::{events, status::apply_status};
+use probes::{Claim, Prober};
 use schedule::{ProbeSchedule, ServerKey};
 use status::{Decision, Finding, Spill, Transitions, decide};
 use subscriptions::Subscriptions;
@@ -69,11 +76,12 @@ pub(crate) use workload::owner_of as workload_owner;
 pub const KIND: &str = "McpServer";
 
 /// What the McpServer reconciler holds besides the shared context: when each server was last
-/// probed, the open list_changed subscriptions, and this term's stores of the tenant policies
-/// and namespaces (a policy may require pinning).
+/// probed, the probes running, the open list_changed subscriptions, and this term's stores of
+/// the tenant policies and namespaces (a policy may require pinning).
 pub struct ServerContext {
     pub base: Arc<Context>,
     schedule: Arc<ProbeSchedule>,
+    prober: Arc<Prober>,
     subscriptions: Subscriptions,
     tenancy: Mutex<Option<Tenancy>>,
 }
@@ -122,9 +130,14 @@ impl Tenancy {
 impl ServerContext {
     pub fn new(base: Arc<Context>) -> Self {
         let schedule = Arc::new(ProbeSchedule::new(base.settings.max_failure_backoff));
+        let prober = Arc::new(Prober::new(
+            base.settings.probe_concurrency,
+            base.metrics.clone(),
+        ));
         ServerContext {
             base,
             schedule,
+            prober,
             subscriptions: Subscriptions::default(),
             tenancy: Mutex::new(None),
         }
@@ -139,13 +152,16 @@ impl ServerContext {
         self.tenancy.lock().expect("tenancy lock").clone()
     }
 
-    /// Starts delivering pushed changes to a (new) controller run as reconcile triggers.
+    /// Starts delivering pushed changes and finished probes to a (new) controller run as
+    /// reconcile triggers.
     pub fn attach(&self, trigger: mpsc::Sender<ObjectRef<McpServer>>) {
+        self.prober.attach(trigger.clone());
         self.subscriptions.attach(trigger);
     }
 
-    /// Closes every subscription (leadership lost, shutdown).
+    /// Stops every probe and closes every subscription (leadership lost, shutdown).
     pub fn detach(&self) {
+        self.prober.detach();
         self.subscriptions.detach();
     }
 
@@ -157,6 +173,7 @@ impl ServerContext {
     /// Drops everything the reconciler holds for a server that is gone.
     pub fn forget(&self, key: &ServerKey) {
         self.schedule.forget(key);
+        self.prober.forget(key);
         self.subscriptions.remove(key);
         self.base.metrics.set_server(&key.0, &key.1, None);
         self.base
@@ -228,6 +245,8 @@ async fn reconcile_inner(
         }
         None => match probe_if_due(server, ctx, &key, pinning.as_ref(), url.as_deref()).await {
             Probe::NotDue(wait) => return Ok(Action::requeue(wait)),
+            // The finished probe triggers the next reconcile; the requeue is only a safety net.
+            Probe::Running => return Ok(Action::requeue(PROBE_RECHECK)),
             Probe::Done(finding, next_wait) => (finding, next_wait),
         },
     };
@@ -253,22 +272,26 @@ async fn reconcile_inner(
     // Apply.
     apply(server, ctx, &decision).await?;
     record(ctx, &key, &decision.status, &finding);
-    announce(server, &ctx.base, &decision.transitions).await;
     Ok(Action::requeue(next_wait))
 }
 
 /// How soon a stdio server whose workload does not serve is looked at again.
 const WORKLOAD_RECHECK: Duration = Duration::from_secs(10);
 
-/// What the gather step found: the server is not due yet (wait this long), or what reading it
-/// found and when it is next due.
+/// How long a reconcile waiting for its server's probe sleeps at most: the probe's own
+/// trigger normally comes first.
+const PROBE_RECHECK: Duration = Duration::from_secs(60);
+
+/// What the gather step found: the server is not due yet (wait this long), its probe is
+/// running, or what reading it found and when it is next due.
 enum Probe {
     NotDue(Duration),
+    Running,
     Done(Finding, Duration),
 }
 
 /// Resolves the credentials and, when the server is due (new inputs, the refresh interval
-/// passed, or a pushed change), reads it.
+/// passed, or a pushed change), starts a probe, or takes the result of the one that finished.
 async fn probe_if_due(
     server: &McpServer,
     ctx: &ServerContext,
@@ -286,26 +309,60 @@ async fn probe_if_due(
             .map(|p| p.required_by.as_slice())
             .unwrap_or_default(),
     );
-    if let Some(wait) = ctx.schedule.wait_before_probe(key, &inputs) {
-        return Probe::NotDue(wait);
-    }
-    let resolved = match resolved {
-        Err(e) => {
-            let wait = ctx.schedule.probed(key, inputs, false, refresh);
-            return Probe::Done(Finding::Credentials(e), wait);
+    let (outcome, started) = match ctx.prober.claim(key, &inputs) {
+        Claim::Finished(outcome, started) => (outcome, started),
+        Claim::Running => return Probe::Running,
+        Claim::Nothing => {
+            if !ctx.schedule.remembers(key)
+                && let Ok(r) = &resolved
+                && let Some(read) = resume::last_read(
+                    server,
+                    &ctx.base.settings.field_manager,
+                    pinning
+                        .map(|p| p.required_by.as_slice())
+                        .unwrap_or_default(),
+                    &r.references_changed,
+                )
+                && let Ok(resolved) = resolved
+            {
+                return Probe::NotDue(resume_after_restart(
+                    server,
+                    ctx,
+                    key,
+                    inputs,
+                    read,
+                    url.unwrap_or_default(),
+                    resolved,
+                ));
+            }
+            if let Some(wait) = ctx.schedule.wait_before_probe(key, &inputs) {
+                return Probe::NotDue(wait);
+            }
+            let resolved = match resolved {
+                // Nothing to contact: decided here, in the slot.
+                Err(e) => {
+                    let wait = ctx
+                        .schedule
+                        .probed(key, inputs, false, refresh, Instant::now());
+                    return Probe::Done(Finding::Credentials(e), wait);
+                }
+                Ok(resolved) => resolved,
+            };
+            let url = url.unwrap_or_default();
+            let identity = connection::identity(spec, url, &resolved.digest);
+            let conn =
+                connection::connection(spec, url, resolved, ctx.base.settings.allow_loopback);
+            let lane = ctx.schedule.lane(key, &inputs);
+            ctx.prober.start(key, inputs, lane, conn, identity);
+            return Probe::Running;
         }
-        Ok(resolved) => resolved,
     };
-    let url = url.unwrap_or_default();
-    let identity = connection::identity(spec, url, &resolved.digest);
-    let conn = connection::connection(spec, url, resolved, ctx.base.settings.allow_loopback);
-    let probe_started = Instant::now();
-    let outcome = mcp::read_server(&conn).await;
-    ctx.base
-        .metrics
-        .probe_duration
-        .observe(probe_started.elapsed().as_secs_f64());
-    match outcome {
+    let probes::Outcome {
+        report,
+        conn,
+        identity,
+    } = outcome;
+    match report {
         Ok(report) => {
             // A modern server says how long its list stays fresh: honour it, within
             // [30s, refreshInterval].
@@ -313,7 +370,7 @@ async fn probe_if_due(
                 .ttl_ms
                 .map(|ttl| Duration::from_millis(ttl).clamp(Duration::from_secs(30), refresh))
                 .unwrap_or(refresh);
-            let wait = ctx.schedule.probed(key, inputs, true, refresh);
+            let wait = ctx.schedule.probed(key, inputs, true, refresh, started);
             if report.pushes_tool_changes {
                 ctx.subscriptions.ensure(
                     key,
@@ -321,6 +378,7 @@ async fn probe_if_due(
                     conn,
                     ctx.schedule.clone(),
                     ctx.base.metrics.clone(),
+                    Duration::ZERO,
                 );
             } else {
                 ctx.subscriptions.remove(key);
@@ -339,13 +397,58 @@ async fn probe_if_due(
             Probe::Done(finding, wait)
         }
         Err(failure) => {
-            let wait = ctx.schedule.probed(key, inputs, false, refresh);
+            let wait = ctx.schedule.probed(key, inputs, false, refresh, started);
             Probe::Done(Finding::Failed(failure), wait)
         }
     }
 }
 
-/// Writes what the decision says: the companion ConfigMap, then the status when it changed.
+/// A restarted controller's first reconcile of a server whose status it may trust (see
+/// [`resume`]): the next probe is scheduled from the last read instead of at once, the gauges
+/// come from status, and the subscription of a server that pushes changes opens again, spread
+/// out like the probes. Returns the wait until the probe.
+fn resume_after_restart(
+    server: &McpServer,
+    ctx: &ServerContext,
+    key: &ServerKey,
+    inputs: String,
+    read: k8s_openapi::jiff::Timestamp,
+    url: &str,
+    resolved: credentials::Resolved,
+) -> Duration {
+    let refresh = server.spec.discovery.refresh_interval.as_std();
+    // A read "in the future" (clock skew) counts as just now.
+    let since = Duration::try_from(k8s_openapi::jiff::Timestamp::now().duration_since(read))
+        .unwrap_or(Duration::ZERO);
+    let wait = resume::wait_after_restart(since, refresh, key);
+    ctx.schedule.resume(key, inputs, wait);
+    if let Some(status) = &server.status {
+        record_gauges(ctx, key, status);
+    }
+    let identity = connection::identity(&server.spec, url, &resolved.digest);
+    let conn = connection::connection(
+        &server.spec,
+        url,
+        resolved,
+        ctx.base.settings.allow_loopback,
+    );
+    ctx.subscriptions.ensure(
+        key,
+        &identity,
+        conn,
+        ctx.schedule.clone(),
+        ctx.base.metrics.clone(),
+        resume::spread(key, refresh.min(resume::SUBSCRIBE_SPREAD)),
+    );
+    debug!(namespace = %key.0, mcpserver = %key.1, ?wait,
+        "resumed from status after a restart: next probe scheduled from the last read");
+    wait
+}
+
+/// Writes what the decision says: the companion ConfigMap, the events of its transitions,
+/// then the status when it changed. The events go first: a crash before the status write
+/// leaves the old status, so the next reconcile sees the transition again and repeats its
+/// event (the Event series counts it) rather than losing it.
 async fn apply(
     server: &McpServer,
     ctx: &ServerContext,
@@ -366,6 +469,7 @@ async fn apply(
             .map_err(ReconcileError::CatalogSpillRemove)?,
         Spill::Nothing => {}
     }
+    announce(server, base, &decision.transitions).await;
     if server.status.as_ref() != Some(&decision.status) {
         apply_status(
             &base.client,
@@ -383,6 +487,20 @@ async fn apply(
 /// The server gauges, and one probe counted by its outcome when a probe ran (a credential
 /// failure means the server was never contacted, so it is no probe).
 fn record(ctx: &ServerContext, key: &ServerKey, status: &McpServerStatus, finding: &Finding) {
+    let reason = record_gauges(ctx, key, status);
+    if probe_ran(finding) {
+        ctx.base
+            .metrics
+            .probes
+            .get_or_create(&ReasonLabels {
+                reason: reason.to_string(),
+            })
+            .inc();
+    }
+}
+
+/// The server gauges from its status; returns the Ready reason.
+fn record_gauges<'s>(ctx: &ServerContext, key: &ServerKey, status: &'s McpServerStatus) -> &'s str {
     let metrics = &ctx.base.metrics;
     let reason = find(&status.conditions, READY).map_or("Unknown", |c| c.reason.as_str());
     metrics.set_server(
@@ -398,14 +516,7 @@ fn record(ctx: &ServerContext, key: &ServerKey, status: &McpServerStatus, findin
         &key.1,
         status.pinning.as_ref().map(|p| p.waiting_count),
     );
-    if probe_ran(finding) {
-        metrics
-            .probes
-            .get_or_create(&ReasonLabels {
-                reason: reason.to_string(),
-            })
-            .inc();
-    }
+    reason
 }
 
 /// Whether the finding comes from contacting the server.

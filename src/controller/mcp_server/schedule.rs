@@ -1,10 +1,12 @@
 //! The McpServer reconciler's memory of when each server was last probed and with which inputs,
-//! so a status write (which triggers a watch event) does not cause another probe, and failures
-//! back off.
+//! so a status write (which triggers a watch event) does not cause another probe, failures
+//! back off, and a failing server's next probe waits in the retry lane.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+use super::probes::Lane;
 
 /// (namespace, name)
 pub type ServerKey = (String, String);
@@ -15,7 +17,8 @@ struct ProbeMemory {
     inputs: String,
     next_due: Instant,
     failures: u32,
-    forced: bool,
+    /// When a pushed change asked for a probe (cleared by a probe that started after it).
+    forced_at: Option<Instant>,
 }
 
 /// When each server is next due for a probe.
@@ -37,22 +40,37 @@ impl ProbeSchedule {
     pub fn wait_before_probe(&self, key: &ServerKey, inputs: &str) -> Option<Duration> {
         let memory = self.memory.lock().expect("memory lock");
         let m = memory.get(key)?;
-        if m.forced || m.inputs != inputs {
+        if m.forced_at.is_some() || m.inputs != inputs {
             return None;
         }
         let now = Instant::now();
         (m.next_due > now).then(|| m.next_due - now)
     }
 
-    /// Records a probe; returns the wait until the next one.
+    /// The lane of the server's next probe with `inputs`: a retry when its last probe with the
+    /// same inputs failed.
+    pub fn lane(&self, key: &ServerKey, inputs: &str) -> Lane {
+        match self.memory.lock().expect("memory lock").get(key) {
+            Some(m) if m.inputs == inputs && m.failures > 0 => Lane::Retry,
+            _ => Lane::FirstRead,
+        }
+    }
+
+    /// Records a probe that started at `started`; returns the wait until the next one (zero
+    /// when a change was pushed after it started: what it read may predate the change).
     pub fn probed(
         &self,
         key: &ServerKey,
         inputs: String,
         succeeded: bool,
         refresh: Duration,
+        started: Instant,
     ) -> Duration {
         let mut memory = self.memory.lock().expect("memory lock");
+        let forced_at = memory
+            .get(key)
+            .and_then(|m| m.forced_at)
+            .filter(|at| *at > started);
         let failures = match (succeeded, memory.get(key)) {
             (true, _) => 0,
             (false, Some(m)) if m.inputs == inputs => m.failures + 1,
@@ -71,16 +89,40 @@ impl ProbeSchedule {
                 inputs,
                 next_due: Instant::now() + wait,
                 failures,
-                forced: false,
+                forced_at,
             },
         );
-        wait
+        if forced_at.is_some() {
+            Duration::ZERO
+        } else {
+            wait
+        }
+    }
+
+    /// Whether the server has a schedule (a restarted controller remembers none).
+    pub fn remembers(&self, key: &ServerKey) -> bool {
+        self.memory.lock().expect("memory lock").contains_key(key)
+    }
+
+    /// A restarted controller's first memory of a server its status shows read: the next probe
+    /// with `inputs` is due after `wait`.
+    pub fn resume(&self, key: &ServerKey, inputs: String, wait: Duration) {
+        self.memory
+            .lock()
+            .expect("memory lock")
+            .entry(key.clone())
+            .or_insert(ProbeMemory {
+                inputs,
+                next_due: Instant::now() + wait,
+                failures: 0,
+                forced_at: None,
+            });
     }
 
     /// Makes the next reconcile of the server probe, whatever its inputs (a pushed change).
     pub fn force_probe(&self, key: &ServerKey) {
         if let Some(m) = self.memory.lock().expect("memory lock").get_mut(key) {
-            m.forced = true;
+            m.forced_at = Some(Instant::now());
         }
     }
 
@@ -124,7 +166,13 @@ mod tests {
         let s = ProbeSchedule::new(Duration::from_secs(60));
         let key = ("ns".to_string(), "s".to_string());
         assert_eq!(s.wait_before_probe(&key, "a"), None, "never probed");
-        s.probed(&key, "a".into(), true, Duration::from_secs(300));
+        s.probed(
+            &key,
+            "a".into(),
+            true,
+            Duration::from_secs(300),
+            Instant::now(),
+        );
         assert!(s.wait_before_probe(&key, "a").is_some(), "not yet due");
         assert_eq!(s.wait_before_probe(&key, "b"), None, "inputs changed");
         s.force_probe(&key);
@@ -137,15 +185,81 @@ mod tests {
         let key = ("ns".to_string(), "s".to_string());
         let refresh = Duration::from_secs(300);
         let waits: Vec<u64> = (0..6)
-            .map(|_| s.probed(&key, "a".into(), false, refresh).as_secs())
+            .map(|_| {
+                s.probed(&key, "a".into(), false, refresh, Instant::now())
+                    .as_secs()
+            })
             .collect();
         assert_eq!(waits, vec![5, 10, 20, 40, 60, 60]);
         assert_eq!(
-            s.probed(&key, "a".into(), false, Duration::from_secs(30))
-                .as_secs(),
+            s.probed(
+                &key,
+                "a".into(),
+                false,
+                Duration::from_secs(30),
+                Instant::now()
+            )
+            .as_secs(),
             30
         );
-        assert!(s.probed(&key, "a".into(), true, refresh) > Duration::from_secs(260));
+        assert!(
+            s.probed(&key, "a".into(), true, refresh, Instant::now()) > Duration::from_secs(260)
+        );
+    }
+
+    #[test]
+    fn a_resumed_server_is_due_after_its_wait_unless_its_inputs_changed() {
+        let s = ProbeSchedule::new(Duration::from_secs(60));
+        let key = ("ns".to_string(), "s".to_string());
+        assert!(!s.remembers(&key));
+        s.resume(&key, "a".into(), Duration::from_secs(120));
+        assert!(s.remembers(&key));
+        let wait = s.wait_before_probe(&key, "a").expect("not due yet");
+        assert!(wait > Duration::from_secs(110) && wait <= Duration::from_secs(120));
+        assert_eq!(
+            s.wait_before_probe(&key, "b"),
+            None,
+            "new inputs: probe now"
+        );
+        assert_eq!(s.lane(&key, "a"), Lane::FirstRead);
+    }
+
+    #[test]
+    fn a_failing_server_retries_in_the_retry_lane_until_its_inputs_change_or_it_reads() {
+        let s = ProbeSchedule::new(Duration::from_secs(60));
+        let key = ("ns".to_string(), "s".to_string());
+        let refresh = Duration::from_secs(300);
+        assert_eq!(s.lane(&key, "a"), Lane::FirstRead, "never read");
+        s.probed(&key, "a".into(), false, refresh, Instant::now());
+        assert_eq!(s.lane(&key, "a"), Lane::Retry);
+        assert_eq!(
+            s.lane(&key, "b"),
+            Lane::FirstRead,
+            "new inputs are a first read"
+        );
+        s.probed(&key, "a".into(), true, refresh, Instant::now());
+        assert_eq!(s.lane(&key, "a"), Lane::FirstRead, "a refresh after a read");
+    }
+
+    #[test]
+    fn a_change_pushed_during_a_probe_calls_for_another_one() {
+        let s = ProbeSchedule::new(Duration::from_secs(60));
+        let key = ("ns".to_string(), "s".to_string());
+        let refresh = Duration::from_secs(300);
+        s.probed(&key, "a".into(), true, refresh, Instant::now());
+        let started = Instant::now() - Duration::from_millis(5);
+        s.force_probe(&key); // pushed while the probe that started above ran
+        assert_eq!(
+            s.probed(&key, "a".into(), true, refresh, started),
+            Duration::ZERO
+        );
+        assert_eq!(s.wait_before_probe(&key, "a"), None, "still forced");
+        let after = Instant::now() + Duration::from_millis(5);
+        assert!(s.probed(&key, "a".into(), true, refresh, after) > Duration::ZERO);
+        assert!(
+            s.wait_before_probe(&key, "a").is_some(),
+            "the next probe saw the change"
+        );
     }
 
     #[test]

@@ -46,8 +46,8 @@ impl Subscriptions {
         }
     }
 
-    /// Holds a subscription for the server; a different `identity` (URL, credentials) replaces
-    /// the old one.
+    /// Holds a subscription for the server, opened after `delay`; a different `identity`
+    /// (URL, credentials) replaces the old one.
     pub fn ensure(
         &self,
         key: &ServerKey,
@@ -55,6 +55,7 @@ impl Subscriptions {
         conn: ServerConnection,
         schedule: Arc<ProbeSchedule>,
         metrics: Arc<Metrics>,
+        delay: Duration,
     ) {
         let Some(trigger) = self.trigger.lock().expect("subscriptions lock").clone() else {
             return;
@@ -69,7 +70,11 @@ impl Subscriptions {
         if let Some(old) = entries.remove(key) {
             old.task.abort();
         }
-        let task = tokio::spawn(hold(key.clone(), conn, trigger, schedule, metrics));
+        let key_owned = key.clone();
+        let task = tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            hold(key_owned, conn, trigger, schedule, metrics).await
+        });
         entries.insert(
             key.clone(),
             Entry {

@@ -116,12 +116,13 @@ async fn reconcile_inner(
     if policy.status.as_ref() == Some(&status) {
         return Ok(Action::await_change());
     }
+    // The event first: a crash before the status write repeats it rather than losing it.
+    announce(policy, &ctx.base, &status).await;
     let api: Api<McpTenantPolicy> = Api::all(ctx.base.client.clone());
     apply_status_with(&api, policy, &status, &ctx.base.settings.field_manager)
         .await
         .map_err(ReconcileError::StatusPatch)?;
     ctx.base.metrics.count_write(KIND);
-    announce(policy, &ctx.base, &status).await;
     Ok(Action::await_change())
 }
 

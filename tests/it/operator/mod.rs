@@ -22,8 +22,18 @@ pub struct Operator {
 impl Operator {
     /// Starts `mcp-operator controller` for `namespace` with a short failure backoff.
     pub fn start(kubeconfig: &Path, namespace: &str, identity: &str) -> Operator {
+        Operator::start_with(kubeconfig, namespace, identity, &[])
+    }
+
+    /// The same with more flags.
+    pub fn start_with(
+        kubeconfig: &Path,
+        namespace: &str,
+        identity: &str,
+        extra: &[&str],
+    ) -> Operator {
         let metrics_port = crate::support::free_port();
-        let args = [
+        let mut args = [
             "controller",
             "--allow-loopback",
             "--watch-namespace",
@@ -35,8 +45,24 @@ impl Operator {
             "--metrics-addr",
             &format!("127.0.0.1:{metrics_port}"),
         ]
-        .map(String::from);
+        .map(String::from)
+        .to_vec();
+        args.extend(extra.iter().map(|a| a.to_string()));
         Operator::spawn(kubeconfig, identity, &args, &[], metrics_port)
+    }
+
+    /// The value of an unlabelled metric (`mcp_operator_probes_running`), 0 when absent.
+    pub fn metric(&self, name: &str) -> f64 {
+        self.metrics()
+            .lines()
+            .find_map(|line| {
+                line.strip_prefix(name)?
+                    .strip_prefix(' ')?
+                    .trim()
+                    .parse()
+                    .ok()
+            })
+            .unwrap_or(0.0)
     }
 
     /// Runs `mcp-operator ARGS` with `KUBECONFIG` and the extra environment, its stderr in

@@ -184,6 +184,7 @@ demo_up() {
   fi
 
   trap - EXIT
+  say "the story took ${SECONDS}s from the start"
   if ((KEEP)); then
     cat >&2 <<MSG
 
@@ -232,6 +233,7 @@ operator_in_pods() {
   E2E_NODE_NAME="$(sed -n 's/^E2E_NODE_NAME=//p' "$dir/node/env")"
   say "the node $E2E_NODE_NAME is Ready $((SECONDS - started))s after start"
   "$NODE" import "$dir" "$dir/images/operator.tar" "$dir/images/node.tar" >/dev/null
+  rm -rf "$dir/images"
   local installed=$SECONDS
   echo
   echo "\$ helm install $RELEASE charts/mcp-operator --namespace $RELEASE --create-namespace --wait --set image.repository=${OPERATOR_IMAGE%:*} --set image.tag=${OPERATOR_IMAGE##*:} --set image.pullPolicy=Never"

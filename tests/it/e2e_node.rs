@@ -664,6 +664,48 @@ impl Drop for Uninstall {
     }
 }
 
+/// The agent in the node image (e2e/image.sh node): tests/fixtures/ts_client.mjs, the official
+/// TypeScript SDK client; the image's entrypoint is node.
+const TS_CLIENT: &str = "/opt/mcp/agent/ts_client.mjs";
+
+/// The node image (Node 22, the TypeScript SDK client, the stdio servers), packed here (about
+/// two seconds) and loaded into the node's containerd. Returns its reference.
+fn node_image(cluster_dir: &Path, scratch: &Path) -> String {
+    let tarball = scratch.join("node-image.tar");
+    run(Command::new("bash")
+        .arg(repo().join("e2e/image.sh"))
+        .arg("node")
+        .arg(&tarball));
+    run(Command::new("bash")
+        .arg(repo().join("e2e/node.sh"))
+        .arg("import")
+        .arg(cluster_dir)
+        .arg(&tarball));
+    image_reference(&tarball)
+}
+
+/// What a pod's container has logged so far (empty while it has not started).
+fn container_log(cluster_dir: &Path, namespace: &str, pod: &str, container: &str) -> String {
+    kubectl(cluster_dir)
+        .args(["logs", "-n", namespace, pod, "-c", container])
+        .stdin(Stdio::null())
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default()
+}
+
+/// Waits for a pod with `restartPolicy: Never` to end; returns its phase (Succeeded or Failed).
+async fn pod_finished(pods: &Api<Pod>, name: &str, within: Duration) -> String {
+    eventually(within, &format!("the pod {name} to finish"), || async {
+        let pod = pods.get(name).await.map_err(|e| e.to_string())?;
+        match pod.status.and_then(|s| s.phase).as_deref() {
+            Some(p @ ("Succeeded" | "Failed")) => Ok(p.to_owned()),
+            other => Err(format!("phase {other:?}")),
+        }
+    })
+    .await
+}
+
 /// The image reference a docker-save tarball is tagged with.
 fn image_reference(tarball: &Path) -> String {
     let manifest = run(Command::new("tar")
@@ -748,9 +790,12 @@ fn agent_pod(name: &str, agent: Option<&str>, container: Value, restart: &str) -
 /// Sidecar injection in real pods: the chart's webhook (served by both replicas, TLS it issued
 /// itself) injects the sidecar into a pod labelled with the example AgentSpec; the kubelet
 /// starts it first, mounts the grants ConfigMap and exactly the referenced Secret key; an agent
-/// container started after it reaches it at MCP_SERVER_URL; the official Python SDK client,
-/// through `kubectl port-forward`, calls a granted tool and is refused one that is not granted,
-/// and the audit lines are in `kubectl logs`. Re-admission adds nothing, an unlabelled pod is
+/// container started after it reaches it at MCP_SERVER_URL: the official TypeScript SDK client
+/// (the node image) lists exactly its grants, calls a granted tool, is refused one that is not
+/// granted, and gets list_changed and narrower grants when a tenant policy changes while it
+/// runs; the audit lines are in `kubectl logs`. The official Python SDK client, through
+/// `kubectl port-forward`, sees the last good grants survive a deleted ConfigMap and the
+/// sidecar name a Secret the pod does not mount. Re-admission adds nothing, an unlabelled pod is
 /// untouched, and a label naming no AgentSpec is refused with its name.
 #[tokio::test]
 async fn a_labelled_pod_gets_its_sidecar_and_calls_exactly_its_granted_tools() {
@@ -992,30 +1037,44 @@ async fn a_labelled_pod_gets_its_sidecar_and_calls_exactly_its_granted_tools() {
     assert!(sidecar_status.ready && sidecar_status.started == Some(true));
     assert_eq!(sidecar_status.restart_count, 0, "{sidecar_status:?}");
 
-    // --- the official Python SDK client through the sidecar: exactly the granted tools.
-    let forward = PortForward::start(&cluster_dir, ns.name(), "agent", 9500);
-    let out = sidecar_support::agent(
-        &forward.url,
-        "auto",
-        serde_json::json!([
-            {"op": "list"},
-            {"op": "call", "name": "files__read_file", "arguments": {"path": "/notes"}},
-            {"op": "call", "name": "files__write_file", "arguments": {"path": "/notes"}},
-        ]),
+    // --- an agent nobody here wrote, in the pod: the official TypeScript SDK client from the
+    // node image, started by the kubelet after its injected sidecar and pointed at it through
+    // `$(MCP_SERVER_URL)`. It lists, calls a granted tool, is refused one that is not granted,
+    // then waits for list_changed while the tenant policy below narrows its grants, lists
+    // again and tries a tool the policy took away. Its one JSON line is in `kubectl logs`.
+    let node_image = node_image(&cluster_dir, scratch.path());
+    let steps = serde_json::json!([
+        {"op": "list"},
+        {"op": "call", "name": "files__read_file", "arguments": {"path": "/notes"}},
+        {"op": "call", "name": "files__write_file", "arguments": {"path": "/notes"}},
+        {"op": "wait_list_changed", "timeout": 60, "trigger": true},
+        {"op": "call", "name": "admin__write_file", "arguments": {"path": "/notes"}},
+    ]);
+    let ts_agent = serde_json::json!({
+        "name": "agent", "image": node_image, "imagePullPolicy": "Never",
+        "args": [TS_CLIENT, "$(MCP_SERVER_URL)", steps.to_string()],
+    });
+    pods.create(
+        &PostParams::default(),
+        &agent_pod("ts-agent", Some(&agent), ts_agent, "Never"),
     )
-    .await;
-    let steps = &out["steps"];
-    let mut listed = sidecar_support::names(&steps[0]);
-    listed.sort();
-    assert_eq!(listed, granted, "{out}");
-    assert_eq!(steps[1]["isError"], false, "{out}");
-    assert!(
-        steps[2]["text"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("not granted"),
-        "{out}"
-    );
+    .await
+    .unwrap_or_else(|e| panic!("creating the TypeScript agent: {}", e2e::describe(&e)));
+    let listening = Instant::now();
+    loop {
+        let log = container_log(&cluster_dir, ns.name(), "ts-agent", "agent");
+        if log.contains(r#"{"listening":true}"#) {
+            break;
+        }
+        if listening.elapsed() > Duration::from_secs(90) {
+            let sidecar = container_log(&cluster_dir, ns.name(), "ts-agent", "mcp-sidecar");
+            panic!(
+                "the TypeScript agent never waited for list_changed: {:?}\n--- agent:\n{log}\n--- sidecar:\n{sidecar}",
+                pods.get("ts-agent").await.map(|p| p.status)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 
     // --- a platform engineer caps files-admin at read for this namespace while the agent is
     // connected: the operator republishes the grants, the kubelet updates the running pod's
@@ -1038,37 +1097,47 @@ async fn a_labelled_pod_gets_its_sidecar_and_calls_exactly_its_granted_tools() {
                            {"servers": {"names": ["files"]}}]},
     }))
     .expect("a policy");
-    let applied = std::sync::Arc::new(std::sync::Mutex::new(None::<Instant>));
-    let applied_at = applied.clone();
-    let policy_client = client.clone();
-    let out = sidecar_support::agent_with(
-        &forward.url,
-        "legacy",
-        serde_json::json!([
-            {"op": "wait_list_changed", "timeout": 45, "trigger": true},
-            {"op": "call", "name": "admin__write_file", "arguments": {"path": "/notes"}},
-        ]),
-        || async move {
-            *applied_at.lock().unwrap() = Some(Instant::now());
-            Api::<McpTenantPolicy>::all(policy_client)
-                .patch(
-                    &policy_name,
-                    &PatchParams::apply(e2e::FIELD_MANAGER).force(),
-                    &Patch::Apply(&policy),
-                )
-                .await
-                .expect("applying the policy");
-        },
-    )
-    .await;
-    let narrowed_in = applied
-        .lock()
-        .unwrap()
-        .expect("the policy was applied")
-        .elapsed();
+    let applied = Instant::now();
+    Api::<McpTenantPolicy>::all(client.clone())
+        .patch(
+            &policy_name,
+            &PatchParams::apply(e2e::FIELD_MANAGER).force(),
+            &Patch::Apply(&policy),
+        )
+        .await
+        .expect("applying the policy");
+    let phase = pod_finished(&pods, "ts-agent", Duration::from_secs(90)).await;
+    let narrowed_in = applied.elapsed();
+    let log = container_log(&cluster_dir, ns.name(), "ts-agent", "agent");
+    assert_eq!(phase, "Succeeded", "the TypeScript agent failed:\n{log}");
+    let out: Value = log
+        .lines()
+        .rev()
+        .find_map(|l| {
+            serde_json::from_str::<Value>(l)
+                .ok()
+                .filter(|v| v["steps"].is_array())
+        })
+        .unwrap_or_else(|| panic!("no result line in the agent's log:\n{log}"));
     let steps = &out["steps"];
-    assert_eq!(steps[0]["changed"], true, "no list_changed: {out}");
-    let mut narrowed = sidecar_support::names(&steps[0]);
+    let mut listed = sidecar_support::names(&steps[0]);
+    listed.sort();
+    assert_eq!(listed, granted, "the agent lists exactly its grants: {out}");
+    assert_eq!(steps[1]["isError"], false, "the granted call: {out}");
+    assert!(
+        !steps[1]["text"].as_str().unwrap_or_default().is_empty(),
+        "the granted call's result: {out}"
+    );
+    assert_eq!(steps[2]["isError"], true, "{out}");
+    assert!(
+        steps[2]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("is not granted to this agent"),
+        "the sidecar's refusal: {out}"
+    );
+    assert_eq!(steps[3]["changed"], true, "no list_changed: {out}");
+    let mut narrowed = sidecar_support::names(&steps[3]);
     narrowed.sort();
     assert!(
         !narrowed.contains(&"admin__write_file".to_string())
@@ -1077,16 +1146,20 @@ async fn a_labelled_pod_gets_its_sidecar_and_calls_exactly_its_granted_tools() {
         "after the policy: {narrowed:?} (before: {granted:?})"
     );
     assert!(
-        steps[1]["text"]
+        steps[4]["text"]
             .as_str()
             .unwrap_or_default()
-            .contains("not granted"),
-        "{out}"
+            .contains("is not granted to this agent"),
+        "a tool the policy took away: {out}"
     );
     eprintln!(
-        "e2e_node: a tenant policy narrowed the running pod's tools (kubelet volume update, list_changed) within {:.1}s",
+        "e2e_node: a tenant policy narrowed the running pod's tools (kubelet volume update, list_changed to the in-pod agent) within {:.1}s",
         narrowed_in.as_secs_f64()
     );
+
+    // --- the host-side official Python SDK client, through `kubectl port-forward` to the
+    // first agent pod's sidecar: what a long-lived agent sees as the cluster changes under it.
+    let forward = PortForward::start(&cluster_dir, ns.name(), "agent", 9500);
 
     // --- the grants ConfigMap deleted by hand: the running agent keeps its last good grants
     // (the kubelet leaves the volume as it was) and the operator writes the ConfigMap again.
@@ -1261,7 +1334,7 @@ async fn a_labelled_pod_gets_its_sidecar_and_calls_exactly_its_granted_tools() {
         "logs",
         "-n",
         ns.name(),
-        "agent",
+        "ts-agent",
         "-c",
         mcp_operator::inject::SIDECAR_CONTAINER,
     ]));
@@ -1305,43 +1378,6 @@ async fn a_labelled_pod_gets_its_sidecar_and_calls_exactly_its_granted_tools() {
             "a Secret's value ({secret}) leaked into the sidecar's log"
         );
     }
-
-    // --- an agent started after the sidecar, reaching it at $(MCP_SERVER_URL): it exits 0 only
-    // if the sidecar answered with the granted tools.
-    let probe = serde_json::json!({
-        "name": "agent", "image": operator_image, "imagePullPolicy": "Never",
-        "args": ["probe", "$(MCP_SERVER_URL)", "--allow-loopback"],
-    });
-    pods.create(
-        &PostParams::default(),
-        &agent_pod("probe-agent", Some(&agent), probe, "Never"),
-    )
-    .await
-    .unwrap_or_else(|e| panic!("creating the probing agent: {}", e2e::describe(&e)));
-    let phase = eventually(
-        Duration::from_secs(90),
-        "the probing agent to finish",
-        || async {
-            let pod = pods.get("probe-agent").await.map_err(|e| e.to_string())?;
-            match pod.status.and_then(|s| s.phase).as_deref() {
-                Some(p @ ("Succeeded" | "Failed")) => Ok(p.to_owned()),
-                other => Err(format!("phase {other:?}")),
-            }
-        },
-    )
-    .await;
-    let probed =
-        run(kubectl(&cluster_dir).args(["logs", "-n", ns.name(), "probe-agent", "-c", "agent"]));
-    assert_eq!(phase, "Succeeded", "the agent's probe: {probed}");
-    let probed: Value = serde_json::from_str(probed.trim()).expect("probe prints JSON");
-    let mut seen: Vec<String> = probed["catalog"]["tools"]
-        .as_array()
-        .expect("tools")
-        .iter()
-        .map(|t| t["name"].as_str().unwrap().to_owned())
-        .collect();
-    seen.sort();
-    assert_eq!(seen, narrowed, "the probing agent sees the narrowed grants");
 
     // --- re-admission of an injected pod adds nothing (a dry run passes the webhook too).
     let mut again = serde_json::to_value(&created).expect("JSON");

@@ -668,22 +668,6 @@ impl Drop for Uninstall {
 /// TypeScript SDK client; the image's entrypoint is node.
 const TS_CLIENT: &str = "/opt/mcp/agent/ts_client.mjs";
 
-/// The node image (Node 22, the TypeScript SDK client, the stdio servers), packed here (about
-/// two seconds) and loaded into the node's containerd. Returns its reference.
-fn node_image(cluster_dir: &Path, scratch: &Path) -> String {
-    let tarball = scratch.join("node-image.tar");
-    run(Command::new("bash")
-        .arg(repo().join("e2e/image.sh"))
-        .arg("node")
-        .arg(&tarball));
-    run(Command::new("bash")
-        .arg(repo().join("e2e/node.sh"))
-        .arg("import")
-        .arg(cluster_dir)
-        .arg(&tarball));
-    image_reference(&tarball)
-}
-
 /// What a pod's container has logged so far (empty while it has not started).
 fn container_log(cluster_dir: &Path, namespace: &str, pod: &str, container: &str) -> String {
     kubectl(cluster_dir)
@@ -1042,7 +1026,10 @@ async fn a_labelled_pod_gets_its_sidecar_and_calls_exactly_its_granted_tools() {
     // `$(MCP_SERVER_URL)`. It lists, calls a granted tool, is refused one that is not granted,
     // then waits for list_changed while the tenant policy below narrows its grants, lists
     // again and tries a tool the policy took away. Its one JSON line is in `kubectl logs`.
-    let node_image = node_image(&cluster_dir, scratch.path());
+    let node_image = {
+        let (repository, tag) = node_image(&cluster_dir, scratch.path());
+        format!("{repository}:{tag}")
+    };
     let steps = serde_json::json!([
         {"op": "list"},
         {"op": "call", "name": "files__read_file", "arguments": {"path": "/notes"}},

@@ -9,6 +9,7 @@ use kube::Client;
 use kube::runtime::events::Recorder;
 
 use super::metrics::Metrics;
+use crate::mcp::ResponseBudget;
 
 /// Settings from the command line.
 #[derive(Debug, Clone)]
@@ -19,6 +20,9 @@ pub struct Settings {
     pub field_manager: String,
     /// The longest wait before re-probing a failing server.
     pub max_failure_backoff: Duration,
+    /// The bound on MCP response bytes every read and watch holds at once; `None` in unit
+    /// tests (only the per-response cap).
+    pub response_budget: Option<ResponseBudget>,
 }
 
 impl Default for Settings {
@@ -27,6 +31,7 @@ impl Default for Settings {
             allow_loopback: false,
             field_manager: "mcp-operator".into(),
             max_failure_backoff: Duration::from_secs(60),
+            response_budget: None,
         }
     }
 }

@@ -50,6 +50,9 @@ pub struct Metrics {
     tools: Family<ServerLabels, Gauge>,
     awaiting_approval: Family<ServerLabels, Gauge>,
     pub subscriptions_open: Gauge,
+    /// The response budget's size and the most of it ever held at once, in bytes.
+    pub response_budget_bytes: Gauge,
+    pub response_budget_high_water_bytes: Gauge,
     /// Admission reviews of the sidecar-injection webhook by result.
     admissions: Family<ResultLabels, Counter>,
     /// (namespace, name) → Ready reason, from which `servers_by_reason` is derived.
@@ -115,6 +118,18 @@ impl Default for Metrics {
             "Open tools/list_changed subscriptions to MCP servers",
             subscriptions_open.clone(),
         );
+        let response_budget_bytes = Gauge::default();
+        registry.register(
+            "response_budget_bytes",
+            "Bytes of MCP response bodies the controller may hold at once (--response-budget)",
+            response_budget_bytes.clone(),
+        );
+        let response_budget_high_water_bytes = Gauge::default();
+        registry.register(
+            "response_budget_high_water_bytes",
+            "The most bytes of MCP response bodies held at once since the controller started",
+            response_budget_high_water_bytes.clone(),
+        );
         let admissions = Family::<ResultLabels, Counter>::default();
         registry.register(
             "admissions",
@@ -133,6 +148,8 @@ impl Default for Metrics {
             tools,
             awaiting_approval,
             subscriptions_open,
+            response_budget_bytes,
+            response_budget_high_water_bytes,
             reasons: Mutex::new(HashMap::new()),
         }
     }

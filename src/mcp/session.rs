@@ -270,6 +270,14 @@ impl Session {
         }
     }
 
+    /// The share of the response budget this session's bodies hold.
+    pub(super) fn allowance(&self) -> std::sync::Arc<super::budget::Allowance> {
+        match &self.wire {
+            Wire::Streamable(wire) => wire.http.allowance(),
+            Wire::Sse(wire) => wire.allowance(),
+        }
+    }
+
     /// Hands the transport over to a caller that keeps the connection (watching for changes);
     /// closing it is then the caller's job.
     pub(super) fn into_wire(self) -> Wire {
@@ -469,12 +477,17 @@ pub(crate) fn http_for(
     conn: &super::ServerConnection,
     checked: super::endpoint::CheckedEndpoint,
 ) -> Result<Http, McpError> {
+    let allowance = conn
+        .budget
+        .as_ref()
+        .map_or_else(super::budget::Allowance::unlimited, |b| b.allowance());
     Http::new(
         checked,
         &conn.credentials,
         &conn.tls,
         conn.limits.connect_timeout,
         conn.limits.max_response_bytes,
+        allowance,
     )
 }
 

@@ -3,15 +3,17 @@
 
 use crate::api::mcp_server::McpServerSpec;
 use crate::core::Limits;
-use crate::mcp::{EndpointPolicy, ServerConnection};
+use crate::mcp::{EndpointPolicy, ResponseBudget, ServerConnection};
 
 use super::credentials::Resolved;
 
-/// How to reach the server the spec describes, with the credentials resolved for it.
+/// How to reach the server the spec describes, with the credentials resolved for it; its
+/// responses draw on the controller's `budget`.
 pub fn connection(
     spec: &McpServerSpec,
     resolved: Resolved,
     allow_loopback: bool,
+    budget: Option<ResponseBudget>,
 ) -> ServerConnection {
     ServerConnection {
         url: spec.url.clone(),
@@ -24,6 +26,7 @@ pub fn connection(
             max_response_bytes: spec.discovery.max_response_bytes,
         },
         endpoint_policy: EndpointPolicy { allow_loopback },
+        budget,
     }
 }
 
@@ -66,7 +69,7 @@ mod tests {
             "discovery": {"maxToolPages": 7, "maxResponseBytes": 65536},
         }))
         .unwrap();
-        let conn = connection(&spec, resolved(), true);
+        let conn = connection(&spec, resolved(), true, None);
         assert_eq!(conn.url, "https://mcp.example.com/mcp");
         assert_eq!(conn.transport, Transport::Sse);
         assert_eq!(conn.limits.connect_timeout, Duration::from_secs(90));
@@ -82,7 +85,7 @@ mod tests {
     fn defaults_are_the_documented_limits_and_loopback_follows_the_flag() {
         let spec: McpServerSpec =
             serde_json::from_value(json!({"url": "http://mcp.example.com/mcp"})).unwrap();
-        let conn = connection(&spec, resolved(), false);
+        let conn = connection(&spec, resolved(), false, None);
         let defaults = Limits::default();
         assert_eq!(conn.transport, Transport::StreamableHttp);
         assert_eq!(conn.limits.connect_timeout, defaults.connect_timeout);

@@ -271,13 +271,24 @@ async fn probe_if_due(
         Ok(resolved) => resolved,
     };
     let identity = connection::identity(spec, &resolved.digest);
-    let conn = connection::connection(spec, resolved, ctx.base.settings.allow_loopback);
+    let conn = connection::connection(
+        spec,
+        resolved,
+        ctx.base.settings.allow_loopback,
+        ctx.base.settings.response_budget.clone(),
+    );
     let probe_started = Instant::now();
     let outcome = mcp::read_server(&conn).await;
     ctx.base
         .metrics
         .probe_duration
         .observe(probe_started.elapsed().as_secs_f64());
+    if let Some(budget) = &ctx.base.settings.response_budget {
+        ctx.base
+            .metrics
+            .response_budget_high_water_bytes
+            .set(budget.high_water() as i64);
+    }
     match outcome {
         Ok(report) => {
             // A modern server says how long its list stays fresh: honour it, within
@@ -311,11 +322,36 @@ async fn probe_if_due(
             };
             Probe::Done(finding, wait)
         }
+        // Other servers' responses filled the budget: nothing is wrong with this one, so
+        // nothing is written and the read is tried again soon (still due).
+        Err(failure) if matches!(failure.error, mcp::McpError::ResponseBudgetBusy { .. }) => {
+            Probe::NotDue(busy_retry(key))
+        }
         Err(failure) => {
             let wait = ctx.schedule.probed(key, inputs, false, refresh);
             Probe::Done(Finding::Failed(failure), wait)
         }
     }
+}
+
+/// When to read again a server whose read gave way to others in a full response budget: one
+/// to two seconds, spread by the server's name so those refused together do not come back
+/// together.
+fn busy_retry(key: &ServerKey) -> Duration {
+    let mut h = Sha256::new();
+    h.update(key.0.as_bytes());
+    h.update(b"/");
+    h.update(key.1.as_bytes());
+    h.update(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .subsec_nanos()
+            .to_be_bytes(),
+    );
+    let digest = h.finalize();
+    let spread = u64::from(u16::from_be_bytes([digest[0], digest[1]])) % 1000;
+    Duration::from_millis(1000 + spread)
 }
 
 /// Writes what the decision says: the companion ConfigMap, then the status when it changed.

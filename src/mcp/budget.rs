@@ -13,7 +13,12 @@
 //! Rules:
 //! - **Wait, not fail, while the budget is busy.** A body that does not fit waits its turn
 //!   (first come, first served), so twenty servers answering 60 MB at once are read a few at a
-//!   time instead of all buffering.
+//!   time instead of all buffering. A small take (at most [`SMALL_TAKE`]: a handshake, a chunk)
+//!   that fits goes ahead of the queue, so small servers never wait behind big answers.
+//! - **The wait is not the server's.** [`within`] bounds a step by a deadline that does not
+//!   count the time its allowance spent waiting for the budget, so a server is not reported as
+//!   timing out because other servers' answers filled the budget. One wait lasts at most
+//!   [`MAX_WAIT`]; then the read gives way ([`McpError::ResponseBudgetBusy`]).
 //! - **Never wait forever.** What one allowance would hold beyond the whole budget is refused at
 //!   once ([`McpError::OverResponseBudget`]). And because an allowance holds what it read while it
 //!   waits for more, every byte in use can end up held by waiters: then nobody can go on, so the
@@ -26,12 +31,21 @@
 //! The high-water mark of bytes in use is kept, for metrics and tests.
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio::sync::oneshot;
+use tokio::time::Instant;
 
 use super::error::McpError;
+
+/// A take this small that fits is granted at once, even while bigger ones wait.
+pub const SMALL_TAKE: u64 = 64 * 1024;
+
+/// The longest one take waits for room before its read gives way.
+pub const MAX_WAIT: Duration = Duration::from_secs(30);
 
 /// The shared bound on response bytes held at once. Cloning shares it.
 #[derive(Clone)]
@@ -50,6 +64,7 @@ impl std::fmt::Debug for ResponseBudget {
 
 struct Inner {
     total: u64,
+    max_wait: Duration,
     next_id: AtomicU64,
     books: Mutex<Books>,
 }
@@ -85,9 +100,15 @@ enum Answer {
 impl ResponseBudget {
     /// A budget of `total` bytes (at least 1).
     pub fn new(total: u64) -> Self {
+        Self::waiting_at_most(total, MAX_WAIT)
+    }
+
+    /// A budget whose takes wait at most `max_wait` (tests; everyone else: [`MAX_WAIT`]).
+    pub fn waiting_at_most(total: u64, max_wait: Duration) -> Self {
         ResponseBudget {
             inner: Arc::new(Inner {
                 total: total.max(1),
+                max_wait,
                 next_id: AtomicU64::new(1),
                 books: Mutex::new(Books::default()),
             }),
@@ -113,6 +134,7 @@ impl ResponseBudget {
         Allowance {
             budget: Some(self.clone()),
             id: self.inner.next_id.fetch_add(1, Ordering::Relaxed),
+            clock: Mutex::default(),
         }
     }
 }
@@ -197,6 +219,15 @@ impl Books {
 pub struct Allowance {
     budget: Option<ResponseBudget>,
     id: u64,
+    clock: Mutex<WaitClock>,
+}
+
+/// How long an allowance has waited for room, over all its takes (several may wait at once).
+#[derive(Default)]
+struct WaitClock {
+    waited: Duration,
+    waiting: usize,
+    since: Option<Instant>,
 }
 
 impl std::fmt::Debug for Allowance {
@@ -213,6 +244,28 @@ impl Allowance {
         Allowance {
             budget: None,
             id: 0,
+            clock: Mutex::default(),
+        }
+    }
+
+    /// The time this allowance has spent waiting for room, the wait under way included.
+    pub fn waited(&self) -> Duration {
+        let clock = self.clock.lock().unwrap_or_else(|p| p.into_inner());
+        clock.waited + clock.since.map_or(Duration::ZERO, |s| s.elapsed())
+    }
+
+    fn clock(&self, starts: bool) {
+        let mut clock = self.clock.lock().unwrap_or_else(|p| p.into_inner());
+        if starts {
+            clock.waiting += 1;
+            clock.since.get_or_insert_with(Instant::now);
+        } else {
+            clock.waiting -= 1;
+            if clock.waiting == 0
+                && let Some(since) = clock.since.take()
+            {
+                clock.waited += since.elapsed();
+            }
         }
     }
 
@@ -248,7 +301,8 @@ impl Allowance {
                     pages_read: 0,
                 });
             }
-            if books.queue.is_empty() && books.in_use + bytes <= inner.total {
+            let may_pass = books.queue.is_empty() || bytes <= SMALL_TAKE;
+            if may_pass && books.in_use + bytes <= inner.total {
                 books.grant(self.id, bytes);
                 return Ok(());
             }
@@ -262,12 +316,17 @@ impl Allowance {
             books.settle(inner.total);
             rx
         };
-        let guard = LeaveQueue { inner, wait };
-        let answer = answer.await;
+        let guard = LeaveQueue {
+            inner,
+            wait,
+            allowance: self,
+        };
+        self.clock(true);
+        let answer = tokio::time::timeout(inner.max_wait, answer).await;
         drop(guard);
         match answer {
-            Ok(Answer::Granted) => Ok(()),
-            Ok(Answer::Busy) | Err(_) => Err(McpError::ResponseBudgetBusy {
+            Ok(Ok(Answer::Granted)) => Ok(()),
+            Ok(Ok(Answer::Busy) | Err(_)) | Err(_) => Err(McpError::ResponseBudgetBusy {
                 budget: inner.total,
             }),
         }
@@ -308,19 +367,43 @@ impl Drop for Allowance {
 }
 
 /// Takes a wait out of the queue when the future waiting on it is dropped (a no-op once it was
-/// answered).
+/// answered), and stops its allowance's clock.
 struct LeaveQueue<'a> {
     inner: &'a Inner,
     wait: u64,
+    allowance: &'a Allowance,
 }
 
 impl Drop for LeaveQueue<'_> {
     fn drop(&mut self) {
+        self.allowance.clock(false);
         let mut books = self.inner.books();
         let before = books.queue.len();
         books.queue.retain(|w| w.wait != self.wait);
         if books.queue.len() != before {
             books.settle(self.inner.total);
+        }
+    }
+}
+
+/// Runs `step` within `limit`, not counting the time `allowance` spends waiting for the
+/// budget: `None` once the limit passed.
+pub async fn within<T>(
+    limit: Duration,
+    allowance: &Allowance,
+    step: impl Future<Output = T>,
+) -> Option<T> {
+    let started = Instant::now();
+    tokio::pin!(step);
+    loop {
+        let deadline = started + limit + allowance.waited();
+        tokio::select! {
+            done = &mut step => return Some(done),
+            () = tokio::time::sleep_until(deadline) => {
+                if Instant::now() >= started + limit + allowance.waited() {
+                    return None;
+                }
+            }
         }
     }
 }
@@ -380,6 +463,64 @@ mod tests {
         let b = waiting.await.unwrap().unwrap();
         assert_eq!((budget.in_use(), b.held()), (50, 50));
         assert_eq!(budget.high_water(), 80);
+    }
+
+    #[tokio::test]
+    async fn a_small_take_that_fits_goes_ahead_of_a_big_one_waiting() {
+        let budget = ResponseBudget::new(1024 * 1024);
+        let a = budget.allowance();
+        a.take(600 * 1024).await.unwrap();
+        let big = budget.allowance();
+        let waiting = tokio::spawn(async move { big.take(500 * 1024).await.map(|()| big) });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let small = budget.allowance();
+        tokio::time::timeout(Duration::from_millis(100), small.take(SMALL_TAKE))
+            .await
+            .expect("a handshake does not wait behind a big answer")
+            .unwrap();
+        drop((a, small));
+        let big = waiting.await.unwrap().unwrap();
+        assert_eq!(big.held(), 500 * 1024);
+    }
+
+    #[tokio::test]
+    async fn a_step_is_not_timed_while_its_allowance_waits_for_room() {
+        let budget = ResponseBudget::new(100);
+        let holder = budget.allowance();
+        holder.take(100).await.unwrap();
+        let reader = budget.allowance();
+        let step = async {
+            reader.take(50).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            "read"
+        };
+        let release = async {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            drop(holder);
+        };
+        // 300 ms waiting for room, then 50 ms of reading: within 150 ms of the server's time.
+        let (done, ()) = tokio::join!(within(Duration::from_millis(150), &reader, step), release);
+        assert_eq!(done, Some("read"));
+        assert!(reader.waited() >= Duration::from_millis(300));
+        // Without a wait, the limit holds.
+        let slow = within(
+            Duration::from_millis(50),
+            &reader,
+            tokio::time::sleep(Duration::from_millis(400)),
+        );
+        assert_eq!(slow.await, None);
+    }
+
+    #[tokio::test]
+    async fn one_wait_lasts_at_most_the_longest_wait() {
+        let budget = ResponseBudget::waiting_at_most(100, Duration::from_millis(100));
+        let holder = budget.allowance();
+        holder.take(100).await.unwrap();
+        let reader = budget.allowance();
+        let e = reader.take(50).await.unwrap_err();
+        assert_eq!(e.reason(), "ResponseBudgetBusy");
+        assert!(reader.waited() >= Duration::from_millis(100));
+        assert_eq!((budget.in_use(), reader.held()), (100, 0));
     }
 
     #[tokio::test]
@@ -474,7 +615,9 @@ mod tests {
                 .build()
                 .unwrap();
             runtime.block_on(async {
-                let budget = ResponseBudget::new(total);
+                // Units of 40 KiB: some takes are small enough to pass the queue, some are not.
+                const UNIT: u64 = 40 * 1024;
+                let budget = ResponseBudget::new(total * UNIT);
                 let tasks: Vec<_> = readers
                     .into_iter()
                     .map(|(chunks, per_event, cancel_after)| {
@@ -482,7 +625,7 @@ mod tests {
                         tokio::spawn(async move {
                             let allowance = budget.allowance();
                             for (i, chunk) in chunks.into_iter().enumerate() {
-                                let take = allowance.take(chunk);
+                                let take = allowance.take(chunk * UNIT);
                                 let taken = if cancel_after > 0 && i as u64 == cancel_after {
                                     match tokio::time::timeout(Duration::from_millis(1), take).await {
                                         Ok(r) => r,
@@ -516,7 +659,7 @@ mod tests {
                         "{ended}"
                     );
                 }
-                assert!(budget.high_water() <= total);
+                assert!(budget.high_water() <= total * UNIT);
                 assert_eq!(budget.in_use(), 0);
             });
         }

@@ -36,7 +36,7 @@ impl Http {
         tls: &TlsSettings,
         connect_timeout: Duration,
         max_response_bytes: u64,
-        allowance: Allowance,
+        allowance: Arc<Allowance>,
     ) -> Result<Self, McpError> {
         let mut builder = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
@@ -72,7 +72,7 @@ impl Http {
             endpoint,
             max_response_bytes,
             connect_timeout,
-            allowance: Arc::new(allowance),
+            allowance,
         })
     }
 

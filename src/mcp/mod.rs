@@ -114,25 +114,36 @@ pub async fn read_server(conn: &ServerConnection) -> Result<ServerReport, ReadFa
         limit,
         pages_read: 0,
     };
-    let mut session = tokio::time::timeout(limit, session::open(conn, &url))
-        .await
-        .map_err(|_| timeout("connecting and negotiating the protocol"))
-        .and_then(|opened| opened)
-        .map_err(connect_failed)?;
+    // Time spent waiting for the response budget is not the server's: the deadlines skip it.
+    let allowance = std::sync::Arc::new(
+        conn.budget
+            .as_ref()
+            .map_or_else(Allowance::unlimited, ResponseBudget::allowance),
+    );
+    let mut session = budget::within(
+        limit,
+        &allowance,
+        session::open_with(conn, &url, allowance.clone()),
+    )
+    .await
+    .ok_or_else(|| timeout("connecting and negotiating the protocol"))
+    .and_then(|opened| opened)
+    .map_err(connect_failed)?;
 
     let mut pages_read = 0;
-    let listed = tokio::time::timeout(
+    let listed = budget::within(
         limit,
+        &allowance,
         listing::list_all_tools(&mut session, conn.limits.max_tool_pages, &mut pages_read),
     )
     .await;
     let listing = match listed {
-        Ok(Ok(listing)) => listing,
-        Ok(Err(e)) => {
+        Some(Ok(listing)) => listing,
+        Some(Err(e)) => {
             session.close().await;
             return Err(list_failed(e));
         }
-        Err(_) => {
+        None => {
             session.close().await;
             return Err(list_failed(
                 timeout("listing the tools").with_pages_read(pages_read),
@@ -147,7 +158,7 @@ pub async fn read_server(conn: &ServerConnection) -> Result<ServerReport, ReadFa
         ttl_ms: listing.ttl_ms,
         pages_read: listing.pages_read,
         tools: listing.tools,
-        held: session.allowance(),
+        held: allowance,
     };
     session.close().await;
     Ok(report)

@@ -34,7 +34,7 @@ for BUDGET in $BUDGETS; do
   CONTROLLER_ARGS="--response-budget=$BUDGET --watch-namespace=$NS" start_controller
   {
     for i in $(seq 1 "$N"); do
-      printf -- '---\napiVersion: mcp-operator.dev/v1alpha1\nkind: McpServer\nmetadata: {name: big%03d, namespace: %s}\nspec: {url: "%s", discovery: {maxResponseBytes: 67108864}}\n' "$i" "$NS" "$BIG"
+      printf -- '---\napiVersion: mcp-operator.dev/v1alpha1\nkind: McpServer\nmetadata: {name: big%03d, namespace: %s}\nspec: {url: "%s", discovery: {maxResponseBytes: 67108864}, timeouts: {connect: 2m}}\n' "$i" "$NS" "$BIG"
     done
   } >"$DIR/servers-$run.yaml"
   t0=$(date +%s.%N)

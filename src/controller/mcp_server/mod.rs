@@ -229,7 +229,13 @@ async fn reconcile_inner(
     );
 
     // Apply.
-    apply(server, ctx, &decision).await?;
+    if let Err(e) = apply(server, ctx, &decision).await {
+        // What this probe found was not written (a lost lease, an apiserver outage): the next
+        // reconcile must read and write again, not wait for the refresh interval with a status
+        // that never saw the probe.
+        ctx.schedule.force_probe(&key);
+        return Err(e);
+    }
     record(ctx, &key, &decision.status, &finding);
     announce(server, &ctx.base, &decision.transitions).await;
     Ok(Action::requeue(next_wait))

@@ -8,10 +8,16 @@
 #   3. kube-apiserver paused for 15 s mid-change;
 #   4. etcd paused for 15 s mid-change;
 #   5. both replicas killed and restarted during a burst of changes;
-#   6. kube-apiserver killed and started again (every watch starts over).
+#   6. kube-apiserver killed and started again (every watch starts over);
+#   7. 200 McpServers of which 30 % are hostile (hanging, streaming events forever, answering
+#      over the byte cap), a change made meanwhile;
+#   8. a maximal AgentSpec (two entries of 256 long wildcard patterns in allow and in deny, over
+#      servers of 1,500 tools with 120-character names) beside the ordinary ones, a change made
+#      meanwhile.
 #
 # After each, every AgentSpec's grants must converge to what the policy says (the time is
-# printed, not asserted). Throughout, a sampler checks that no grants ConfigMap is ever deleted or
+# printed, not asserted); in 7 every McpServer's status must say what its server does (healthy:
+# Ready with its tools; hostile: the reason), in 8 the maximal AgentSpec must be published too. Throughout, a sampler checks that no grants ConfigMap is ever deleted or
 # emptied. At the end the apiserver's audit log proves that no replica wrote outside its own
 # term: the latest successful Lease write before each of its writes was its own, and no grants
 # ConfigMap was ever deleted.
@@ -81,11 +87,19 @@ k wait --for=condition=Established crd --all --timeout=60s >/dev/null
 k create namespace "$NS" >/dev/null
 k label namespace "$NS" mcp-operator.dev/tenant=faults >/dev/null
 
-"$MCP_FIXTURES_PYTHON" "$MCP_FIXTURES_SDK_SERVER" >"$DIR/fixture.out" 2>"$DIR/fixture.err" &
-PIDS+=($!)
-for _ in $(seq 200); do grep -q READY "$DIR/fixture.out" && break; sleep 0.1; done
-URL=$(awk '/READY/{print $2}' "$DIR/fixture.out")
-[[ -n $URL ]] || die "the fixture server never printed READY: $(tail -n 5 "$DIR/fixture.err")"
+# fixture NAME PROGRAM ARGS...: starts a fixture server and sets FIXTURE_URL from its READY line.
+fixture() {
+  local name=$1; shift
+  "$@" >"$DIR/$name.out" 2>"$DIR/$name.err" &
+  PIDS+=($!)
+  for _ in $(seq 200); do grep -q READY "$DIR/$name.out" && break; sleep 0.1; done
+  FIXTURE_URL=$(awk '/READY/{print $2}' "$DIR/$name.out")
+  [[ -n $FIXTURE_URL ]] || die "the $name fixture never printed READY: $(tail -n 5 "$DIR/$name.err")"
+}
+fixture sdk "$MCP_FIXTURES_PYTHON" "$MCP_FIXTURES_SDK_SERVER"
+URL=$FIXTURE_URL
+fixture hostile "$MCP_FIXTURES_PYTHON" "$MCP_FIXTURES_HOSTILE_SERVER" --port 0
+HOSTILE=$FIXTURE_URL
 
 # --- the objects: one server, one policy whose ceiling flips, 30 AgentSpecs
 k -n "$NS" apply -f - >/dev/null <<EOF
@@ -106,6 +120,8 @@ spec:
   rules:
     - servers: {names: [files]}
       maxAccess: $1
+    - servers: {names: [wide-1, wide-2]}
+      maxAccess: destructive
 EOF
 }
 flip() { if [[ $CEILING == read ]]; then set_ceiling destructive; else set_ceiling read; fi; }
@@ -137,7 +153,7 @@ tools = json.load(sys.stdin)["status"]["catalog"]["tools"]
 print(sum(1 for t in tools if order[t["access"]] <= order[os.environ["CEILING"]]))'
 }
 
-# converged: every AgentSpec has a grants ConfigMap listing exactly the expected tools, and its
+# converged: every ordinary AgentSpec (agent-NN) has a grants ConfigMap listing exactly the expected tools, and its
 # status says so for its current generation.
 converged() {
   local want=$1
@@ -146,7 +162,7 @@ import json, os, sys
 items = json.load(sys.stdin)["items"]
 want, agents = int(os.environ["WANT"]), int(os.environ["AGENTS"])
 cms = {c["metadata"]["name"]: c for c in items if c["kind"] == "ConfigMap" and c["metadata"]["name"].endswith("-mcp-grants")}
-specs = [a for a in items if a["kind"] == "AgentSpec"]
+specs = [a for a in items if a["kind"] == "AgentSpec" and a["metadata"]["name"].startswith("agent-")]
 bad = []
 for a in specs:
     name = a["metadata"]["name"]
@@ -283,6 +299,113 @@ for _ in $(seq 300); do k get --raw /readyz >/dev/null 2>&1 && break; sleep 0.2;
 k get --raw /readyz >/dev/null 2>&1 || die "the restarted kube-apiserver never became ready"
 flip
 await_convergence "after an apiserver restart (from readyz)"
+
+say "7. 200 McpServers, 30 % of them hostile, a change made meanwhile"
+FLEET=200
+# Every tenth server from 1 to 3 is hostile: 20 hang, 20 stream events forever, 20 answer over
+# the 4 MiB cap; the other 140 serve five tools each.
+fleet_url() {
+  case $(($1 % 10)) in
+    1) echo "$HOSTILE/hang/mcp" ;;
+    2) echo "$HOSTILE/sse-endless/mcp" ;;
+    3) echo "$HOSTILE/huge/mcp" ;;
+    *) echo "$HOSTILE/bulk/mcp?tools=5&pages=1" ;;
+  esac
+}
+for i in $(seq -w 1 $FLEET); do
+  printf 'apiVersion: mcp-operator.dev/v1alpha1\nkind: McpServer\nmetadata: {name: fleet-%s, labels: {fleet: "yes"}}\nspec: {url: "%s"}\n---\n' "$i" "$(fleet_url $((10#$i)))"
+done | k -n "$NS" apply -f - >/dev/null
+t_fleet=$(date +%s.%N)
+flip
+await_convergence "beside 200 McpServers, 60 of them hostile"
+# fleet_converged PART: every fleet McpServer of PART (healthy, or all) says, for its current
+# generation, what its server does.
+fleet_converged() {
+  k -n "$NS" get mcpservers -l fleet=yes -o json | PART=$1 FLEET=$FLEET python3 -c '
+import json, os, sys
+want = {"hang": ("False", "Timeout"), "sse-endless": ("False", "Timeout"), "huge": ("False", "ResponseTooLarge"), "bulk": ("True", "Ready")}
+items = json.load(sys.stdin)["items"]
+bad = []
+for s in items:
+    name, mode = s["metadata"]["name"], s["spec"]["url"].split("/")[3]
+    if os.environ["PART"] == "healthy" and mode != "bulk":
+        continue
+    st = s.get("status", {})
+    ready = next((c for c in st.get("conditions", []) if c["type"] == "Ready"), {})
+    got = (ready.get("status"), ready.get("reason"))
+    tools = st.get("catalog", {}).get("toolCount")
+    if st.get("observedGeneration") != s["metadata"]["generation"] or got != want[mode]:
+        bad.append(f"{name} ({mode}): Ready {got}, want {want[mode]}")
+    elif mode == "bulk" and tools != 5:
+        bad.append(f"{name}: {tools} tools, want 5")
+if len(items) != int(os.environ["FLEET"]):
+    bad.append(f"{len(items)} fleet McpServers")
+if bad:
+    print(f"{len(bad)} not yet: " + "; ".join(bad[:3]), file=sys.stderr); sys.exit(1)'
+}
+await_fleet() {
+  local part=$1 what=$2 started=$SECONDS
+  until fleet_converged "$part" 2>"$DIR/fleet.err"; do
+    ((SECONDS - started < 150)) || die "$what: McpServer statuses did not converge within 150 s: $(cat "$DIR/fleet.err")"
+    sleep 1
+  done
+  printf '| %s | %s s | |\n' "$what" "$(since "$t_fleet")" >>"$DIR/figures.md"
+  say "$what"
+}
+await_fleet healthy "140 healthy of 200 McpServers Ready (from apply)"
+await_fleet all "every one of 200 McpServers says what its server does (from apply)"
+k -n "$NS" delete mcpservers -l fleet=yes --wait=false >/dev/null
+
+say "8. a maximal AgentSpec beside the ordinary ones, a change made meanwhile"
+WIDE="$HOSTILE/bulk/mcp?tools=1500&pages=5&name_bytes=120"
+for w in wide-1 wide-2; do
+  printf 'apiVersion: mcp-operator.dev/v1alpha1\nkind: McpServer\nmetadata: {name: %s}\nspec: {url: "%s"}\n---\n' "$w" "$WIDE"
+done | k -n "$NS" apply -f - >/dev/null
+wide_ready() {
+  [[ $(k -n "$NS" get mcpservers wide-1 wide-2 -o jsonpath='{range .items[*]}{.status.catalog.toolCount}{" "}{end}') == "1500 1500 " ]]
+}
+t0=$(date +%s.%N)
+started=$SECONDS
+until wide_ready; do ((SECONDS - started < 120)) || die "the wide servers' 1,500 tools were never read"; sleep 0.5; done
+printf '| two McpServers of 1,500 tools with 120-character names read | %s s | |\n' "$(since "$t0")" >>"$DIR/figures.md"
+# At the CRD's maxima: 256 patterns of 127 characters in allow and in deny for each server.
+# Allow's first seven patterns take 700 tools of each (1,400 in all: a grants document of 3,000
+# such tools would pass the 1 MiB a ConfigMap holds); the other 249, and every deny pattern,
+# chase the letters of the tools' padding and end in a letter no name holds: the worst case
+# for a backtracking matcher, and none of them matches.
+python3 - "$DIR/maximal.json" <<'EOF'
+import json, string, sys
+def chase(k, end):
+    letters = string.ascii_lowercase
+    return "*" + "*".join(letters[(k + j) % 26] for j in range(62)) + "*" + end
+def entry(name):
+    return {"name": name, "allow": [f"bulk_00{d}*" for d in range(7)] + [chase(k, "Q") for k in range(249)],
+            "deny": [chase(k, "?Z") for k in range(256)]}
+spec = {"apiVersion": "mcp-operator.dev/v1alpha1", "kind": "AgentSpec", "metadata": {"name": "maximal"},
+        "spec": {"approval": "none", "servers": [entry("wide-1"), entry("wide-2")]}}
+assert all(len(p) <= 128 for e in spec["spec"]["servers"] for p in e["allow"] + e["deny"])
+open(sys.argv[1], "w").write(json.dumps(spec))
+EOF
+t0=$(date +%s.%N)
+k -n "$NS" apply -f "$DIR/maximal.json" >/dev/null
+flip
+await_convergence "beside a maximal AgentSpec"
+maximal_published() {
+  k -n "$NS" get agentspec maximal -o json | python3 -c '
+import json, sys
+a = json.load(sys.stdin)
+st = a.get("status", {})
+granted, seen = st.get("grantedTools"), st.get("observedGeneration")
+if seen != a["metadata"]["generation"] or granted != 1400:
+    print(f"status says {granted} tools for generation {seen}", file=sys.stderr); sys.exit(1)'
+}
+started=$SECONDS
+until maximal_published 2>"$DIR/maximal.err" && k -n "$NS" get configmap maximal-mcp-grants >/dev/null 2>&1; do
+  ((SECONDS - started < 120)) || die "the maximal AgentSpec was not published within 120 s: $(cat "$DIR/maximal.err")"
+  sleep 0.5
+done
+printf '| the maximal AgentSpec published (1,400 tools, from apply) | %s s | |\n' "$(since "$t0")" >>"$DIR/figures.md"
+say "the maximal AgentSpec is published"
 
 kill "$SAMPLER" 2>/dev/null || true
 if [[ -s $DIR/sampler.violations ]]; then

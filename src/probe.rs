@@ -177,6 +177,7 @@ fn connection(args: &ProbeArgs) -> Result<(ServerConnection, Overrides), String>
         endpoint_policy: EndpointPolicy {
             allow_loopback: args.allow_loopback,
         },
+        budget: None,
     };
     Ok((conn, overrides))
 }

@@ -9,6 +9,7 @@ use kube::Client;
 use kube::runtime::events::Recorder;
 
 use super::metrics::Metrics;
+use crate::mcp::ResponseBudget;
 
 /// Settings from the command line.
 #[derive(Debug, Clone)]
@@ -23,6 +24,9 @@ pub struct Settings {
     pub bridge_image: Option<String>,
     /// Probes running at once (each waits on a socket far more than it works).
     pub probe_concurrency: usize,
+    /// The bound on MCP response bytes every read and watch holds at once; `None` in unit
+    /// tests (only the per-response cap).
+    pub response_budget: Option<ResponseBudget>,
 }
 
 impl Default for Settings {
@@ -33,6 +37,7 @@ impl Default for Settings {
             max_failure_backoff: Duration::from_secs(60),
             bridge_image: None,
             probe_concurrency: 512,
+            response_budget: None,
         }
     }
 }

@@ -54,6 +54,9 @@ pub struct Metrics {
     pub probes_running: Gauge,
     /// Probes waiting for a probe slot.
     pub probes_waiting: Gauge,
+    /// The response budget's size and the most of it ever held at once, in bytes.
+    pub response_budget_bytes: Gauge,
+    pub response_budget_high_water_bytes: Gauge,
     /// Admission reviews of the sidecar-injection webhook by result.
     admissions: Family<ResultLabels, Counter>,
     /// (namespace, name) → Ready reason, from which `servers_by_reason` is derived.
@@ -131,6 +134,18 @@ impl Default for Metrics {
             "Probes waiting for a probe slot (first reads start before retries)",
             probes_waiting.clone(),
         );
+        let response_budget_bytes = Gauge::default();
+        registry.register(
+            "response_budget_bytes",
+            "Bytes of MCP response bodies the controller may hold at once (--response-budget)",
+            response_budget_bytes.clone(),
+        );
+        let response_budget_high_water_bytes = Gauge::default();
+        registry.register(
+            "response_budget_high_water_bytes",
+            "The most bytes of MCP response bodies held at once since the controller started",
+            response_budget_high_water_bytes.clone(),
+        );
         let admissions = Family::<ResultLabels, Counter>::default();
         registry.register(
             "admissions",
@@ -151,6 +166,8 @@ impl Default for Metrics {
             subscriptions_open,
             probes_running,
             probes_waiting,
+            response_budget_bytes,
+            response_budget_high_water_bytes,
             reasons: Mutex::new(HashMap::new()),
         }
     }

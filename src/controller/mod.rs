@@ -74,6 +74,10 @@ pub use error::StartError;
 use metrics::Metrics;
 pub use webhook::WebhookArgs;
 
+/// The default `--response-budget`: 128 MiB, two responses at the CRD's 64 MiB maximum, within
+/// the chart's 512Mi limit with room for parsing and the controller's own caches.
+pub const DEFAULT_RESPONSE_BUDGET: u64 = 128 * 1024 * 1024;
+
 /// Flags of `mcp-operator controller`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ControllerArgs {
@@ -127,6 +131,13 @@ pub struct ControllerArgs {
     /// policies works out of the box) or `deny` (nothing until a policy selects it).
     #[arg(long, default_value = "allow")]
     pub tenant_default: crate::grants::TenantDefault,
+    /// Bytes of MCP response bodies held at once, over every server read and watched: a body
+    /// that does not fit waits for others to finish. Keep it well under the memory limit (a
+    /// held byte costs about two to three in memory once parsed) and at least the largest
+    /// spec.discovery.maxResponseBytes in use (at most 64 MiB), or such servers fail with
+    /// ResponseBudgetExceeded.
+    #[arg(long, default_value_t = DEFAULT_RESPONSE_BUDGET, value_parser = clap::value_parser!(u64).range(1024 * 1024..))]
+    pub response_budget: u64,
     /// Characters of granted tool schemas per server above which the server is marked deferred
     /// in the grants and the sidecar offers discovery tools instead of every schema.
     #[arg(long, default_value_t = 100_000)]
@@ -203,8 +214,12 @@ pub async fn run(args: ControllerArgs) -> Result<(), StartError> {
         max_failure_backoff: args.max_failure_backoff,
         bridge_image: args.bridge_image.clone(),
         probe_concurrency: usize::from(args.probe_concurrency),
+        response_budget: Some(crate::mcp::ResponseBudget::new(args.response_budget)),
         ..Settings::default()
     };
+    metrics
+        .response_budget_bytes
+        .set(args.response_budget as i64);
     let recorder = Recorder::new(
         client.clone(),
         Reporter {

@@ -374,6 +374,7 @@ async fn read_call_stream(
                 "the server closed the call's stream without answering".into(),
             )));
         };
+        http.charge(chunk.len()).await.map_err(after_sending)?;
         for message in reader.feed(&chunk).map_err(after_sending)? {
             let value = match message {
                 SseMessage::Json(value) => value,

@@ -1,6 +1,7 @@
 //! What it takes to reach one MCP server: URL, transport, credentials, TLS and limits. The
 //! controller builds this from an McpServer and its Secrets; the probe from its flags.
 
+use super::budget::ResponseBudget;
 use super::endpoint::EndpointPolicy;
 use crate::core::{Limits, Transport};
 use std::fmt;
@@ -57,6 +58,9 @@ pub struct ServerConnection {
     pub tls: TlsSettings,
     pub limits: Limits,
     pub endpoint_policy: EndpointPolicy,
+    /// The process-wide bound on response bytes held at once (the controller's); `None`: only
+    /// the per-response cap applies.
+    pub budget: Option<ResponseBudget>,
 }
 
 impl ServerConnection {
@@ -68,6 +72,7 @@ impl ServerConnection {
             tls: TlsSettings::default(),
             limits: Limits::default(),
             endpoint_policy: EndpointPolicy::default(),
+            budget: None,
         }
     }
 }

@@ -58,6 +58,15 @@ pub enum McpError {
     /// A response exceeded `maxResponseBytes`.
     #[error("a response exceeded the limit of {limit} bytes{}; raise spec.discovery.maxResponseBytes if the server is trusted", pages_note(*pages_read))]
     ResponseTooLarge { limit: u64, pages_read: u32 },
+    /// One read's responses would hold more than the controller's whole response budget.
+    #[error("the responses of one read of this server need more than the controller's whole response budget of {budget} bytes{}; lower spec.discovery.maxResponseBytes or maxToolPages, or raise the controller's --response-budget", pages_note(*pages_read))]
+    OverResponseBudget { budget: u64, pages_read: u32 },
+    /// The response budget was full with other servers' responses, all waiting for more: this
+    /// read gave its share back so the others could finish. Tried again shortly.
+    #[error(
+        "the controller's response budget of {budget} bytes was full with the responses of servers being read at once; the read is tried again shortly"
+    )]
+    ResponseBudgetBusy { budget: u64 },
     /// The listing needs more pages than `maxToolPages`.
     #[error(
         "the server's tool list needs more than {max_pages} pages of tools/list (read {max_pages}); raise spec.discovery.maxToolPages if the server is trusted"
@@ -102,6 +111,8 @@ impl McpError {
             McpError::UnsupportedProtocol(_) => "UnsupportedProtocol",
             McpError::ProtocolError(_) => "ProtocolError",
             McpError::ResponseTooLarge { .. } => "ResponseTooLarge",
+            McpError::OverResponseBudget { .. } => "ResponseBudgetExceeded",
+            McpError::ResponseBudgetBusy { .. } => "ResponseBudgetBusy",
             McpError::TooManyPages { .. } => "TooManyPages",
             McpError::RepeatedCursor { .. } => "RepeatedCursor",
             McpError::DuplicateTool { .. } => "DuplicateTool",
@@ -113,7 +124,8 @@ impl McpError {
     pub(crate) fn with_pages_read(mut self, pages: u32) -> Self {
         match &mut self {
             McpError::Timeout { pages_read, .. }
-            | McpError::ResponseTooLarge { pages_read, .. } => *pages_read = pages,
+            | McpError::ResponseTooLarge { pages_read, .. }
+            | McpError::OverResponseBudget { pages_read, .. } => *pages_read = pages,
             _ => {}
         }
         self

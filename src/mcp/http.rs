@@ -1,14 +1,17 @@
 //! The HTTP side of both MCP transports: one reqwest client per server, pinned to the addresses
 //! the endpoint guard checked, with credentials attached as sensitive headers, redirects refused,
-//! and every response body read against the byte cap.
+//! and every response body read against the byte cap and charged to the connection's share of
+//! the response budget as it arrives.
 
 use std::error::Error as _;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use reqwest::{Response, StatusCode};
 
+use super::budget::Allowance;
 use super::connection::{Credentials, TlsSettings};
 use super::endpoint::CheckedEndpoint;
 use super::error::McpError;
@@ -22,6 +25,8 @@ pub struct Http {
     credential_headers: HeaderMap,
     pub max_response_bytes: u64,
     connect_timeout: Duration,
+    /// What this connection's bodies hold of the response budget (clones share it).
+    allowance: Arc<Allowance>,
 }
 
 impl Http {
@@ -31,6 +36,7 @@ impl Http {
         tls: &TlsSettings,
         connect_timeout: Duration,
         max_response_bytes: u64,
+        allowance: Arc<Allowance>,
     ) -> Result<Self, McpError> {
         let mut builder = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
@@ -66,7 +72,19 @@ impl Http {
             endpoint,
             max_response_bytes,
             connect_timeout,
+            allowance,
         })
+    }
+
+    /// The share of the response budget this connection's bodies hold.
+    pub fn allowance(&self) -> Arc<Allowance> {
+        self.allowance.clone()
+    }
+
+    /// Charges `bytes` that arrived (or are about to be buffered) to the response budget,
+    /// waiting while it is busy.
+    pub async fn charge(&self, bytes: usize) -> Result<(), McpError> {
+        self.allowance.take(bytes as u64).await
     }
 
     /// Sends one request; 401 and 403 become errors here, every other status is the caller's.
@@ -100,16 +118,22 @@ impl Http {
     }
 
     /// Reads a whole body, refusing it once it passes the cap (checked as it streams, so a giant
-    /// body never sits in memory).
+    /// body never sits in memory). A body of announced length is charged to the budget whole
+    /// before it is read (and buffered without regrowing); any other as each chunk arrives.
     pub async fn read_body(&self, mut response: Response) -> Result<Bytes, McpError> {
         let limit = self.max_response_bytes;
-        if response.content_length().is_some_and(|n| n > limit) {
+        let announced = response.content_length();
+        if announced.is_some_and(|n| n > limit) {
             return Err(McpError::ResponseTooLarge {
                 limit,
                 pages_read: 0,
             });
         }
         let mut body = Vec::new();
+        if let Some(n) = announced {
+            self.allowance.take(n).await?;
+            body.reserve_exact(n as usize);
+        }
         while let Some(chunk) = response
             .chunk()
             .await
@@ -120,6 +144,11 @@ impl Http {
                     limit,
                     pages_read: 0,
                 });
+            }
+            // Hyper holds a body to its announced length; only a body without one is charged
+            // as it comes.
+            if announced.is_none() {
+                self.allowance.take(chunk.len() as u64).await?;
             }
             body.extend_from_slice(&chunk);
         }

@@ -112,6 +112,11 @@ impl HttpSse {
         self.messages.recv().await
     }
 
+    /// The share of the response budget the stream's messages hold.
+    pub fn allowance(&self) -> Arc<super::budget::Allowance> {
+        self.http.allowance()
+    }
+
     pub async fn notify(&mut self, body: &Value) -> Result<(), McpError> {
         self.post(body, "").await
     }
@@ -176,6 +181,11 @@ async fn read_stream(
             Ok(None) => return,
             Err(e) => return fail(http.transport_error(&e), &mut endpoint_tx),
         };
+        // What the stream carries stays with the read (its messages wait in the channel, its
+        // replies become the listing), so every byte is charged.
+        if let Err(e) = http.charge(chunk.len()).await {
+            return fail(e, &mut endpoint_tx);
+        }
         let events = match reader.feed(&chunk) {
             Ok(events) => events,
             Err(e) => return fail(e, &mut endpoint_tx),

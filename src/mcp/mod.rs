@@ -6,7 +6,8 @@
 //! read_server / watch_tool_changes
 //!        │
 //!        ▼
-//!     session::open ─► endpoint (guard, resolve) ─► http (bounded bodies, credentials)
+//!     session::open ─► endpoint (guard, resolve) ─► http (bounded bodies, credentials,
+//!        │                                              │    the response budget: budget)
 //!        │                                              │
 //!        │ (era detection, handshake)   streamable_http ┴ http_sse (old transport)
 //!        │                                      └── sse::SseReader ──┘   (also used by watch)
@@ -24,6 +25,7 @@
 //! [`read_server`] is the one entry point for reading: the probe and the controller both call it.
 //! [`watch_tool_changes`] is the controller's trigger: it says *when* to read again, never what.
 
+pub mod budget;
 pub mod call;
 pub mod connection;
 pub mod endpoint;
@@ -44,6 +46,7 @@ use serde_json::{Map, Value};
 
 pub use crate::core::catalog;
 pub use crate::core::{Access, Catalog, CatalogTool, Limits, Transport};
+pub use budget::{Allowance, ResponseBudget};
 pub use connection::{Credentials, SecretValue, ServerConnection, TlsSettings, TransportKind};
 pub use endpoint::EndpointPolicy;
 pub use error::McpError;
@@ -63,6 +66,9 @@ pub struct ServerReport {
     pub pages_read: u32,
     /// Raw tool definitions in listing order (the sidecar needs the live schemas).
     pub tools: Vec<Map<String, Value>>,
+    /// The share of the response budget the read's bodies hold: given back when the report,
+    /// and with it every parsed page, is dropped.
+    pub held: std::sync::Arc<Allowance>,
 }
 
 impl ServerReport {
@@ -108,25 +114,36 @@ pub async fn read_server(conn: &ServerConnection) -> Result<ServerReport, ReadFa
         limit,
         pages_read: 0,
     };
-    let mut session = tokio::time::timeout(limit, session::open(conn, &url))
-        .await
-        .map_err(|_| timeout("connecting and negotiating the protocol"))
-        .and_then(|opened| opened)
-        .map_err(connect_failed)?;
+    // Time spent waiting for the response budget is not the server's: the deadlines skip it.
+    let allowance = std::sync::Arc::new(
+        conn.budget
+            .as_ref()
+            .map_or_else(Allowance::unlimited, ResponseBudget::allowance),
+    );
+    let mut session = budget::within(
+        limit,
+        &allowance,
+        session::open_with(conn, &url, allowance.clone()),
+    )
+    .await
+    .ok_or_else(|| timeout("connecting and negotiating the protocol"))
+    .and_then(|opened| opened)
+    .map_err(connect_failed)?;
 
     let mut pages_read = 0;
-    let listed = tokio::time::timeout(
+    let listed = budget::within(
         limit,
+        &allowance,
         listing::list_all_tools(&mut session, conn.limits.max_tool_pages, &mut pages_read),
     )
     .await;
     let listing = match listed {
-        Ok(Ok(listing)) => listing,
-        Ok(Err(e)) => {
+        Some(Ok(listing)) => listing,
+        Some(Err(e)) => {
             session.close().await;
             return Err(list_failed(e));
         }
-        Err(_) => {
+        None => {
             session.close().await;
             return Err(list_failed(
                 timeout("listing the tools").with_pages_read(pages_read),
@@ -141,6 +158,7 @@ pub async fn read_server(conn: &ServerConnection) -> Result<ServerReport, ReadFa
         ttl_ms: listing.ttl_ms,
         pages_read: listing.pages_read,
         tools: listing.tools,
+        held: allowance,
     };
     session.close().await;
     Ok(report)

@@ -455,8 +455,17 @@ pub(super) async fn open(
     conn: &super::ServerConnection,
     url: &url::Url,
 ) -> Result<Session, McpError> {
+    open_with(conn, url, std::sync::Arc::new(allowance_for(conn))).await
+}
+
+/// [`open`], the session's bodies charged to `allowance`.
+pub(super) async fn open_with(
+    conn: &super::ServerConnection,
+    url: &url::Url,
+    allowance: std::sync::Arc<super::budget::Allowance>,
+) -> Result<Session, McpError> {
     let checked = super::endpoint::check(url, conn.endpoint_policy).await?;
-    let http = http_for(conn, checked)?;
+    let http = http_with(conn, checked, allowance)?;
     match conn.transport {
         crate::core::Transport::StreamableHttp => Session::open_streamable(http).await,
         crate::core::Transport::Sse => Session::open_sse(http).await,
@@ -469,12 +478,29 @@ pub(crate) fn http_for(
     conn: &super::ServerConnection,
     checked: super::endpoint::CheckedEndpoint,
 ) -> Result<Http, McpError> {
+    http_with(conn, checked, std::sync::Arc::new(allowance_for(conn)))
+}
+
+/// A new allowance on the connection's budget (unlimited without one).
+fn allowance_for(conn: &super::ServerConnection) -> super::budget::Allowance {
+    conn.budget
+        .as_ref()
+        .map_or_else(super::budget::Allowance::unlimited, |b| b.allowance())
+}
+
+/// [`http_for`], its bodies charged to `allowance`.
+fn http_with(
+    conn: &super::ServerConnection,
+    checked: super::endpoint::CheckedEndpoint,
+    allowance: std::sync::Arc<super::budget::Allowance>,
+) -> Result<Http, McpError> {
     Http::new(
         checked,
         &conn.credentials,
         &conn.tls,
         conn.limits.connect_timeout,
         conn.limits.max_response_bytes,
+        allowance,
     )
 }
 

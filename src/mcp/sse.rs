@@ -71,6 +71,14 @@ impl SseReader {
         }
     }
 
+    /// Bytes of the event being read that the reader keeps (the line and the data so far).
+    pub fn pending_bytes(&self) -> u64 {
+        let p = &self.parser;
+        (p.line.len()
+            + p.event.as_ref().map_or(0, String::len)
+            + p.data.as_ref().map_or(0, String::len)) as u64
+    }
+
     /// Feeds the bytes that arrived; the events they complete, or `ResponseTooLarge`.
     pub fn feed(&mut self, bytes: &[u8]) -> Result<Vec<SseMessage>, McpError> {
         match &mut self.budget {

@@ -187,6 +187,7 @@ impl StreamableHttp {
             .await
             .map_err(|e| self.http.transport_error(&e))?
         {
+            self.http.charge(chunk.len()).await?;
             for event in reader.feed(&chunk)? {
                 let value = match event {
                     SseMessage::Json(value) => value,

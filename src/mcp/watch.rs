@@ -91,6 +91,8 @@ enum Feed {
 
 struct StreamFeed {
     response: reqwest::Response,
+    /// A chunk read but not yet fed: kept across a cancelled wait for the response budget.
+    unread: Option<bytes::Bytes>,
     reader: SseReader,
     listen_id: Option<u64>,
     /// Kept to delete a legacy session when the watch ends; `None` once closed.
@@ -153,13 +155,28 @@ impl ToolChangeWatch {
         }
     }
 
-    /// Reads what arrives next and records what it means. The only await is the read itself.
+    /// Reads what arrives next and records what it means. Cancel-safe: a chunk read is kept
+    /// until it is fed, and the stream holds of the response budget only the event it is still
+    /// reading.
     async fn read_more(&mut self) {
         let state = &mut self.state;
         match &mut self.feed {
-            Feed::Stream(feed) => match feed.response.chunk().await {
+            Feed::Stream(feed) => match read_chunk(feed).await {
                 Ok(Some(chunk)) => {
-                    let events = match feed.reader.feed(&chunk) {
+                    if let Some(wire) = &feed.wire
+                        && let Err(e) = wire.http.charge(chunk.len()).await
+                    {
+                        state.end(e.to_string());
+                        return;
+                    }
+                    feed.unread = None;
+                    let fed = feed.reader.feed(&chunk);
+                    if let Some(wire) = &feed.wire {
+                        wire.http
+                            .allowance()
+                            .hold_at_most(feed.reader.pending_bytes());
+                    }
+                    let events = match fed {
                         Ok(events) => events,
                         Err(e) => {
                             state.end(e.to_string());
@@ -187,7 +204,11 @@ impl ToolChangeWatch {
                 }),
             },
             Feed::Sse(sse) => match sse.next_message().await {
-                Some(Ok(value)) => state.absorb(&value, None),
+                Some(Ok(value)) => {
+                    state.absorb(&value, None);
+                    // Handled: the watch keeps nothing of it.
+                    sse.allowance().release();
+                }
                 Some(Err(e)) => state.end(format!("the event stream broke: {e}")),
                 None => state.end("the server closed the event stream".into()),
             },
@@ -214,6 +235,14 @@ impl ToolChangeWatch {
             self.read_more().await;
         }
     }
+}
+
+/// The chunk kept from a cancelled read, or the next one from the stream.
+async fn read_chunk(feed: &mut StreamFeed) -> Result<Option<bytes::Bytes>, reqwest::Error> {
+    if feed.unread.is_none() {
+        feed.unread = feed.response.chunk().await?;
+    }
+    Ok(feed.unread.clone())
 }
 
 impl Drop for ToolChangeWatch {
@@ -418,6 +447,7 @@ fn streamable_feed(
     match wire {
         Wire::Streamable(wire) => Ok(Feed::Stream(Box::new(StreamFeed {
             response,
+            unread: None,
             reader: SseReader::per_event(max_event_bytes),
             listen_id,
             wire: Some(wire),

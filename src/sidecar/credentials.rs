@@ -143,6 +143,8 @@ impl CredentialsDir {
                     .unwrap_or(defaults.max_response_bytes),
             },
             endpoint_policy: policy,
+            // The sidecar serves one agent's calls; the per-response cap bounds each.
+            budget: None,
         };
         Ok(Resolved {
             conn,

@@ -376,6 +376,7 @@ fn the_chart_lints_and_renders_its_options() {
         "--tenant-default=allow",
         "--preload-budget=100000",
         "--concurrency=32",
+        "--response-budget=134217728",
         "--max-failure-backoff=60s",
     ] {
         assert!(

@@ -7,7 +7,8 @@
 //!
 //! tests        bridge                                                          real clients ⇄ bridge ⇄ real stdio servers
 //!              import                                                          the import command on real-world configs
-//!              probe_real_servers, probe_hostile_servers, watch_tool_changes   real servers, no cluster
+//!              probe_real_servers, probe_hostile_servers, watch_tool_changes,
+//!              response_budget                                                 real servers, no cluster
 //!              sidecar                                                         real agents ⇄ sidecar ⇄ real servers
 //!              e2e_crd_validation, e2e_rbac, e2e_mcp_server, e2e_grants,
 //!              e2e_sidecar, e2e_stdio                                          the real control plane
@@ -37,5 +38,6 @@ mod image_contract;
 mod import;
 mod probe_hostile_servers;
 mod probe_real_servers;
+mod response_budget;
 mod sidecar;
 mod watch_tool_changes;

@@ -3,17 +3,18 @@
 
 use crate::api::mcp_server::McpServerSpec;
 use crate::core::Limits;
-use crate::mcp::{EndpointPolicy, ServerConnection};
+use crate::mcp::{EndpointPolicy, ResponseBudget, ServerConnection};
 
 use super::credentials::Resolved;
 
 /// How to reach the server the spec describes at `url` (spec.url, or a stdio server's Service),
-/// with the credentials resolved for it.
+/// with the credentials resolved for it; its responses draw on the controller's `budget`.
 pub fn connection(
     spec: &McpServerSpec,
     url: &str,
     resolved: Resolved,
     allow_loopback: bool,
+    budget: Option<ResponseBudget>,
 ) -> ServerConnection {
     ServerConnection {
         url: url.to_string(),
@@ -26,6 +27,7 @@ pub fn connection(
             max_response_bytes: spec.discovery.max_response_bytes,
         },
         endpoint_policy: EndpointPolicy { allow_loopback },
+        budget,
     }
 }
 
@@ -69,7 +71,7 @@ mod tests {
             "discovery": {"maxToolPages": 7, "maxResponseBytes": 65536},
         }))
         .unwrap();
-        let conn = connection(&spec, "https://mcp.example.com/mcp", resolved(), true);
+        let conn = connection(&spec, "https://mcp.example.com/mcp", resolved(), true, None);
         assert_eq!(conn.url, "https://mcp.example.com/mcp");
         assert_eq!(conn.transport, Transport::Sse);
         assert_eq!(conn.limits.connect_timeout, Duration::from_secs(90));
@@ -85,7 +87,7 @@ mod tests {
     fn defaults_are_the_documented_limits_and_loopback_follows_the_flag() {
         let spec: McpServerSpec =
             serde_json::from_value(json!({"url": "http://mcp.example.com/mcp"})).unwrap();
-        let conn = connection(&spec, "http://mcp.example.com/mcp", resolved(), false);
+        let conn = connection(&spec, "http://mcp.example.com/mcp", resolved(), false, None);
         let defaults = Limits::default();
         assert_eq!(conn.transport, Transport::StreamableHttp);
         assert_eq!(conn.limits.connect_timeout, defaults.connect_timeout);

@@ -270,7 +270,13 @@ async fn reconcile_inner(
     decision.status.url = workload.and_then(|w| w.url);
 
     // Apply.
-    apply(server, ctx, &decision).await?;
+    if let Err(e) = apply(server, ctx, &decision).await {
+        // What this probe found was not written (a lost lease, an apiserver outage): the next
+        // reconcile must read and write again, not wait for the refresh interval with a status
+        // that never saw the probe.
+        ctx.schedule.force_probe(&key);
+        return Err(e);
+    }
     record(ctx, &key, &decision.status, &finding);
     Ok(Action::requeue(next_wait))
 }
@@ -350,13 +356,24 @@ async fn probe_if_due(
             };
             let url = url.unwrap_or_default();
             let identity = connection::identity(spec, url, &resolved.digest);
-            let conn =
-                connection::connection(spec, url, resolved, ctx.base.settings.allow_loopback);
+            let conn = connection::connection(
+                spec,
+                url,
+                resolved,
+                ctx.base.settings.allow_loopback,
+                ctx.base.settings.response_budget.clone(),
+            );
             let lane = ctx.schedule.lane(key, &inputs);
             ctx.prober.start(key, inputs, lane, conn, identity);
             return Probe::Running;
         }
     };
+    if let Some(budget) = &ctx.base.settings.response_budget {
+        ctx.base
+            .metrics
+            .response_budget_high_water_bytes
+            .set(budget.high_water() as i64);
+    }
     let probes::Outcome {
         report,
         conn,
@@ -396,6 +413,16 @@ async fn probe_if_due(
             };
             Probe::Done(finding, wait)
         }
+        // Other servers' responses filled the budget: nothing is wrong with this one, so
+        // nothing is written and the read is tried again soon (still due).
+        Err(failure)
+            if matches!(
+                failure.error,
+                crate::mcp::McpError::ResponseBudgetBusy { .. }
+            ) =>
+        {
+            Probe::NotDue(busy_retry(key))
+        }
         Err(failure) => {
             let wait = ctx.schedule.probed(key, inputs, false, refresh, started);
             Probe::Done(Finding::Failed(failure), wait)
@@ -431,6 +458,7 @@ fn resume_after_restart(
         url,
         resolved,
         ctx.base.settings.allow_loopback,
+        ctx.base.settings.response_budget.clone(),
     );
     ctx.subscriptions.ensure(
         key,
@@ -443,6 +471,26 @@ fn resume_after_restart(
     debug!(namespace = %key.0, mcpserver = %key.1, ?wait,
         "resumed from status after a restart: next probe scheduled from the last read");
     wait
+}
+
+/// When to read again a server whose read gave way to others in a full response budget: one
+/// to two seconds, spread by the server's name so those refused together do not come back
+/// together.
+fn busy_retry(key: &ServerKey) -> Duration {
+    let mut h = Sha256::new();
+    h.update(key.0.as_bytes());
+    h.update(b"/");
+    h.update(key.1.as_bytes());
+    h.update(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .subsec_nanos()
+            .to_be_bytes(),
+    );
+    let digest = h.finalize();
+    let spread = u64::from(u16::from_be_bytes([digest[0], digest[1]])) % 1000;
+    Duration::from_millis(1000 + spread)
 }
 
 /// Writes what the decision says: the companion ConfigMap, the events of its transitions,

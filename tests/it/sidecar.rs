@@ -973,9 +973,10 @@ async fn a_modern_approval_cannot_be_replayed_altered_retargeted_or_forged() {
     refused(&other_args, "arguments differ");
     let other_tool = modern_call(url, 3, "fs__write_file", args.clone(), retry(&state)).await;
     refused(&other_tool, "is for the tool fs__delete_file");
+    // One character of the signed part changed. (Not the tag's last character: it carries
+    // unused bits, and a change there alone makes the state malformed, not forged.)
     let mut forged = state.clone().into_bytes();
-    let last = forged.len() - 1;
-    forged[last] = if forged[last] == b'A' { b'B' } else { b'A' };
+    forged[0] = if forged[0] == b'A' { b'B' } else { b'A' };
     let forged = modern_call(
         url,
         4,

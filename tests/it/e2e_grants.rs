@@ -1302,3 +1302,77 @@ async fn the_agent_spec_counts_its_pods_and_those_that_must_be_restarted() {
             .await;
     }
 }
+
+/// Grants too large for a ConfigMap fail closed and say so: the AgentSpec is not Ready with
+/// reason GrantsTooLarge and what to do, its ConfigMap grants nothing (never the last, wider
+/// grants), and narrowing the entry publishes the tools again.
+#[tokio::test]
+async fn grants_too_large_for_a_config_map_grant_nothing_and_say_what_to_do() {
+    let (client, ns) = e2e::setup("grants-too-large").await;
+    label_tenant(&client, ns.name()).await;
+    let hostile = Fixtures::load().hostile_server();
+    let _op = Operator::start(&e2e::kubeconfig_path().await, ns.name(), "op-grants-big");
+    // 5,000 tools of 120-character names: about 2 MB of grants, twice what a ConfigMap holds.
+    apply_server(
+        &client,
+        ns.name(),
+        server_manifest(
+            "big",
+            &format!(
+                "{}/bulk/mcp?tools=5000&pages=10&name_bytes=120",
+                hostile.url
+            ),
+            json!({"timeouts": {"connect": "60s"}}),
+        ),
+    )
+    .await;
+    let servers: Api<McpServer> = Api::namespaced(client.clone(), ns.name());
+    wait_condition(
+        &servers,
+        "big",
+        "Ready",
+        "True",
+        None,
+        Duration::from_secs(90),
+    )
+    .await;
+    apply_agent(
+        &client,
+        ns.name(),
+        "bot",
+        json!({"servers": [{"name": "big"}]}),
+    )
+    .await;
+    let agent = wait_agent(
+        &client,
+        ns.name(),
+        "bot",
+        "Ready",
+        "False",
+        Some("GrantsTooLarge"),
+    )
+    .await;
+    let ready = agent_condition(&agent, "Ready").unwrap();
+    let message = ready["message"].as_str().unwrap();
+    assert!(
+        message.contains("grants no tools") && message.contains("Grant fewer tools"),
+        "{message}"
+    );
+    let (_, doc) = grants(&client, ns.name(), "bot")
+        .await
+        .expect("the grants ConfigMap is published");
+    assert_eq!(tool_names(&doc, "big"), Vec::<String>::new(), "{doc}");
+    assert_eq!(agent.status.as_ref().unwrap().granted_tools, Some(0));
+
+    // Ten tools fit.
+    apply_agent(
+        &client,
+        ns.name(),
+        "bot",
+        json!({"servers": [{"name": "big", "allow": ["bulk_0000?_*"]}]}),
+    )
+    .await;
+    wait_agent(&client, ns.name(), "bot", "Ready", "True", None).await;
+    let (_, doc) = grants(&client, ns.name(), "bot").await.unwrap();
+    assert_eq!(tool_names(&doc, "big").len(), 10, "{doc}");
+}

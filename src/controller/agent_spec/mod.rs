@@ -276,7 +276,8 @@ async fn publish(
 ) -> Result<Published, ReconcileError> {
     let namespace = agent.namespace().unwrap_or_default();
     let config_map = grants_config_map_name(&agent.name_any());
-    let digest = grants.document.digest();
+    let (document, too_large) = publish::publishable(&grants.document);
+    let digest = document.digest();
     let cached = ctx
         .config_maps
         .get(&ObjectRef::new(&config_map).within(&namespace))
@@ -285,7 +286,7 @@ async fn publish(
     if publish::publish(
         &base.client,
         agent,
-        &grants.document,
+        &document,
         &digest,
         cached.as_deref(),
         &base.settings.field_manager,
@@ -298,7 +299,8 @@ async fn publish(
     Ok(Published {
         config_map,
         digest,
-        tools: grants.document.tool_count() as u32,
+        tools: document.tool_count() as u32,
+        too_large,
     })
 }
 

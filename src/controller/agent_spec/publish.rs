@@ -33,9 +33,36 @@ pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 /// Its value.
 pub const MANAGED_BY: &str = "mcp-operator";
 
+/// The most bytes a grants document may have. The apiserver refuses a ConfigMap over 1 MiB
+/// (1,048,576 bytes, metadata included); the rest is left for the metadata and the managed
+/// fields.
+pub const MAX_GRANTS_BYTES: usize = 1_000_000;
+
+/// The document as the ConfigMap holds it (compact: a large catalogue's indentation alone
+/// would cost a third of the room).
+fn document_json(doc: &GrantsDocument) -> String {
+    serde_json::to_string(doc).expect("a grants document serialises")
+}
+
+/// What can be published for `doc`: the document itself when it fits in a ConfigMap, else (with
+/// its size) the same servers granting no tools — never the last document, which may grant
+/// what the objects no longer allow.
+pub fn publishable(doc: &GrantsDocument) -> (std::borrow::Cow<'_, GrantsDocument>, Option<usize>) {
+    let size = document_json(doc).len();
+    if size <= MAX_GRANTS_BYTES {
+        return (std::borrow::Cow::Borrowed(doc), None);
+    }
+    let mut empty = doc.clone();
+    for server in &mut empty.servers {
+        server.tools.clear();
+        server.deferred = false;
+    }
+    (std::borrow::Cow::Owned(empty), Some(size))
+}
+
 /// The grants ConfigMap for one AgentSpec holding `doc` (whose digest is `digest`).
 pub fn config_map(agent: &AgentSpec, doc: &GrantsDocument, digest: &str) -> ConfigMap {
-    let json = serde_json::to_string_pretty(doc).expect("a grants document serialises");
+    let json = document_json(doc);
     ConfigMap {
         metadata: ObjectMeta {
             name: Some(grants_config_map_name(&agent.name_any())),
@@ -220,6 +247,64 @@ mod tests {
                 .iter()
                 .any(|e| e.contains("schemaVersion"))
         );
+    }
+
+    /// `tools` granted tools of 120-character names from one server.
+    fn document_of(tools: usize) -> GrantsDocument {
+        GrantsDocument::new(vec![ServerGrants {
+            name: "big".into(),
+            prefix: "big".into(),
+            optional: false,
+            available: true,
+            deferred: true,
+            endpoint: None,
+            tools: (0..tools)
+                .map(|i| {
+                    let name = format!("{}{i:08}", "t".repeat(112));
+                    crate::grants::GrantedTool {
+                        qualified_name: format!("big__{name}"),
+                        name,
+                        access: crate::core::Access::Read,
+                        idempotent: true,
+                        requires_approval: false,
+                        definition_digest: format!("{i:064}"),
+                    }
+                })
+                .collect(),
+        }])
+    }
+
+    #[test]
+    fn grants_that_fit_are_published_as_they_are() {
+        let doc = document_of(100);
+        let (published, too_large) = publishable(&doc);
+        assert_eq!(too_large, None);
+        assert_eq!(*published, doc);
+        let cm = config_map(&agent(json!({"servers": [{"name": "big"}]})), &doc, "d");
+        let text = &cm.data.unwrap()[GRANTS_KEY];
+        assert_eq!(serde_json::from_str::<GrantsDocument>(text).unwrap(), doc);
+    }
+
+    #[test]
+    fn grants_too_large_for_a_config_map_are_published_granting_nothing() {
+        let doc = document_of(5_000);
+        let size = serde_json::to_string(&doc).unwrap().len();
+        assert!(
+            size > MAX_GRANTS_BYTES,
+            "the test needs a document over the limit"
+        );
+        let (published, too_large) = publishable(&doc);
+        assert_eq!(too_large, Some(size));
+        // The same server, no tools: never the last document, which may grant what the
+        // objects no longer allow.
+        assert_eq!(published.servers.len(), 1);
+        assert_eq!(published.servers[0].name, "big");
+        assert!(published.servers[0].tools.is_empty());
+        assert!(!published.servers[0].deferred);
+        assert_eq!(published.tool_count(), 0);
+        assert_ne!(published.digest(), doc.digest());
+        let value = serde_json::to_value(&*published).unwrap();
+        assert_eq!(schema_errors(&value), Vec::<String>::new());
     }
 
     #[test]

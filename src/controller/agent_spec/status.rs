@@ -19,6 +19,7 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
+use super::publish::MAX_GRANTS_BYTES;
 use crate::api::agent_spec::{AgentPodsStatus, AgentServerStatus, AgentSpecStatus};
 use crate::api::conditions::{
     PODS_UP_TO_DATE, READY, RESOLVED, TRUE, condition, find, set_condition,
@@ -41,6 +42,9 @@ pub struct Published {
     pub digest: String,
     /// Tools in the published document.
     pub tools: u32,
+    /// The resolved grants did not fit in a ConfigMap: their size in bytes. What was published
+    /// instead grants no tools (fail closed).
+    pub too_large: Option<usize>,
 }
 
 /// What changed, for events and log lines.
@@ -147,6 +151,24 @@ pub fn next_agent_status(
             generation,
             now.clone(),
         ),
+    };
+    // Grants too large to publish outrank everything else: the agent has no tools at all.
+    let ready = match published.too_large {
+        Some(bytes) => condition(
+            READY,
+            false,
+            "GrantsTooLarge",
+            format!(
+                "The resolved grants are {bytes} bytes, more than a ConfigMap holds \
+                 ({MAX_GRANTS_BYTES} bytes for the document): ConfigMap {} grants no tools until \
+                 they fit (fail closed). Grant fewer tools: narrower allow patterns, or the \
+                 servers split across AgentSpecs.",
+                published.config_map
+            ),
+            generation,
+            now.clone(),
+        ),
+        None => ready,
     };
     let ready_now = ready.status == TRUE;
     let (reason, message) = (ready.reason.clone(), ready.message.clone());
@@ -321,6 +343,7 @@ mod tests {
             config_map: "bot-mcp-grants".into(),
             digest: digest.into(),
             tools,
+            too_large: None,
         }
     }
 
@@ -370,6 +393,40 @@ mod tests {
             Some("Grants published: 4 tools in ConfigMap bot-mcp-grants.")
         );
         assert!(!t.became_ready && t.became_unready.is_none());
+    }
+
+    #[test]
+    fn grants_too_large_to_publish_make_the_agent_not_ready_and_say_what_to_do() {
+        let mut too_large = published("sha256:empty", 0);
+        too_large.too_large = Some(1_400_000);
+        let (s, t) = next_agent_status(
+            None,
+            Some(1),
+            &resolution(vec![]),
+            &[outcome("gh", 3000, true)],
+            &too_large,
+            &PodDrift::default(),
+            at(1),
+        );
+        let ready = cond(&s, READY);
+        assert_eq!(ready.status, "False");
+        assert_eq!(ready.reason, "GrantsTooLarge");
+        assert!(ready.message.contains("1400000 bytes"), "{}", ready.message);
+        assert!(
+            ready.message.contains("grants no tools"),
+            "{}",
+            ready.message
+        );
+        assert!(
+            ready.message.contains("Grant fewer tools"),
+            "{}",
+            ready.message
+        );
+        assert_eq!(s.granted_tools, Some(0));
+        assert_eq!(
+            t.became_unready.as_ref().map(|(reason, _)| reason.as_str()),
+            Some("GrantsTooLarge")
+        );
     }
 
     #[test]

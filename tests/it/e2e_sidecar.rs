@@ -27,6 +27,24 @@ use support::Fixtures;
 
 const TENANT_LABEL: &str = "mcp-operator.dev/e2e-tenant";
 
+/// A ready sidecar on the grants the controller publishes for AgentSpec `agent`, kept current
+/// the way the kubelet keeps a mounted ConfigMap.
+pub(crate) async fn sidecar_on_published_grants(
+    client: &Client,
+    namespace: &str,
+    agent: &str,
+) -> Sidecar {
+    let sidecar = Sidecar::start(None);
+    mirror_config_map(
+        client.clone(),
+        namespace.to_string(),
+        format!("{agent}-mcp-grants"),
+        sidecar.dir.path().join("grants"),
+    );
+    sidecar.wait_ready().await;
+    sidecar
+}
+
 /// Copies the ConfigMap's `grants.json` into `root` whenever the ConfigMap changes, the way the
 /// kubelet updates a ConfigMap volume.
 pub(crate) fn mirror_config_map(
@@ -87,14 +105,7 @@ async fn the_sidecar_serves_the_published_grants_and_a_policy_change_narrows_the
         .await
         .unwrap();
 
-    let sidecar = Sidecar::start(None);
-    mirror_config_map(
-        client.clone(),
-        ns.name().to_string(),
-        "bot-mcp-grants".into(),
-        sidecar.dir.path().join("grants"),
-    );
-    sidecar.wait_ready().await;
+    let sidecar = sidecar_on_published_grants(&client, ns.name(), "bot").await;
     // The controller's digests match what the sidecar reads live: every granted tool is offered.
     let out = agent(
         &sidecar.url,

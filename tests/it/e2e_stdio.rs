@@ -14,9 +14,9 @@
 
 use crate::e2e;
 use crate::e2e_node::{node, node_image, operator_image};
-use crate::e2e_sidecar::mirror_config_map;
+use crate::e2e_sidecar::sidecar_on_published_grants;
 use crate::operator::{self, Operator, condition, eventually, wait_condition};
-use crate::sidecar_support::{Sidecar, agent, names};
+use crate::sidecar_support::{agent, names};
 
 use std::time::Duration;
 
@@ -402,14 +402,7 @@ async fn server_memory_in_a_pod_is_ready_with_its_catalogue_and_an_agent_calls_i
         )
         .await
         .unwrap();
-    let sidecar = Sidecar::start(None);
-    mirror_config_map(
-        client.clone(),
-        ns.name().to_string(),
-        "bot-mcp-grants".into(),
-        sidecar.dir.path().join("grants"),
-    );
-    sidecar.wait_ready().await;
+    let sidecar = sidecar_on_published_grants(&client, ns.name(), "bot").await;
     let out = agent(
         &sidecar.url,
         "auto",

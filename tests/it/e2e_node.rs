@@ -678,6 +678,32 @@ fn container_log(cluster_dir: &Path, namespace: &str, pod: &str, container: &str
         .unwrap_or_default()
 }
 
+/// Waits until AgentSpec `agent` counts `(injected, out_of_date)` pods and its PodsUpToDate
+/// condition has `status`; returns the condition.
+async fn pods_up_to_date(
+    specs: &Api<AgentSpec>,
+    agent: &str,
+    what: &str,
+    counts: (u32, u32),
+    status: &str,
+) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+    eventually(SOON, what, || async {
+        let spec = specs.get(agent).await.map_err(|e| e.to_string())?;
+        let spec_status = spec.status.unwrap_or_default();
+        let pods = spec_status.pods.clone().unwrap_or_default();
+        let condition = spec_status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == mcp_operator::api::conditions::PODS_UP_TO_DATE)
+            .cloned();
+        match condition {
+            Some(c) if (pods.injected, pods.out_of_date) == counts && c.status == status => Ok(c),
+            other => Err(format!("pods {pods:?}, condition {other:?}")),
+        }
+    })
+    .await
+}
+
 /// Waits for a pod with `restartPolicy: Never` to end; returns its phase (Succeeded or Failed).
 async fn pod_finished(pods: &Api<Pod>, name: &str, within: Duration) -> String {
     eventually(within, &format!("the pod {name} to finish"), || async {
@@ -1291,20 +1317,13 @@ async fn a_labelled_pod_gets_its_sidecar_and_calls_exactly_its_granted_tools() {
         drifted.elapsed().as_secs_f64()
     );
     // ...and the AgentSpec's status counts the pod out of date, naming it and the key.
-    let stale = eventually(SOON, "the AgentSpec counts the pod out of date", || async {
-        let spec = specs.get(&agent).await.map_err(|e| e.to_string())?;
-        let status = spec.status.unwrap_or_default();
-        let pods = status.pods.clone().unwrap_or_default();
-        let condition = status
-            .conditions
-            .iter()
-            .find(|c| c.type_ == mcp_operator::api::conditions::PODS_UP_TO_DATE)
-            .cloned();
-        match condition {
-            Some(c) if (pods.injected, pods.out_of_date) == (1, 1) && c.status == "False" => Ok(c),
-            other => Err(format!("pods {pods:?}, condition {other:?}")),
-        }
-    })
+    let stale = pods_up_to_date(
+        &specs,
+        &agent,
+        "the AgentSpec counts the pod out of date",
+        (1, 1),
+        "False",
+    )
     .await;
     assert_eq!(stale.reason, "PodsOutOfDate");
     assert!(
@@ -1456,20 +1475,13 @@ async fn a_labelled_pod_gets_its_sidecar_and_calls_exactly_its_granted_tools() {
             && recorded.contains("secrets/files-admin-token/token"),
         "{recorded}"
     );
-    let fresh = eventually(SOON, "the AgentSpec counts no pod out of date", || async {
-        let spec = specs.get(&agent).await.map_err(|e| e.to_string())?;
-        let status = spec.status.unwrap_or_default();
-        let pods = status.pods.clone().unwrap_or_default();
-        let condition = status
-            .conditions
-            .iter()
-            .find(|c| c.type_ == mcp_operator::api::conditions::PODS_UP_TO_DATE)
-            .cloned();
-        match condition {
-            Some(c) if (pods.injected, pods.out_of_date) == (1, 0) && c.status == "True" => Ok(c),
-            other => Err(format!("pods {pods:?}, condition {other:?}")),
-        }
-    })
+    let fresh = pods_up_to_date(
+        &specs,
+        &agent,
+        "the AgentSpec counts no pod out of date",
+        (1, 0),
+        "True",
+    )
     .await;
     assert_eq!(fresh.reason, "UpToDate");
 }

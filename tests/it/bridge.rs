@@ -10,35 +10,10 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::sidecar_support::{agent, names};
-use crate::support::{Fixtures, free_port, probe};
+use crate::support::{Fixtures, StdioServer, free_port, probe};
 
-/// The stdio servers' entry points (installed by tests/fixtures/install.sh, which is run again
-/// when another checkout rewrote the shared fixtures.env without them).
-fn stdio_server(key: &str) -> (String, String) {
-    let read = || {
-        let text = std::fs::read_to_string(
-            PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/mcp-operator/fixtures.env"),
-        )
-        .unwrap_or_default();
-        let get = |k: &str| {
-            text.lines()
-                .find_map(|l| l.strip_prefix(&format!("{k}=")).map(str::to_string))
-        };
-        Some((get("MCP_FIXTURES_NODE")?, get(key)?))
-    };
-    if let Some(found) = read() {
-        return found;
-    }
-    let status = Command::new("bash")
-        .arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/fixtures/install.sh"
-        ))
-        .stdout(Stdio::null())
-        .status()
-        .expect("install.sh runs");
-    assert!(status.success(), "install.sh failed");
-    read().unwrap_or_else(|| panic!("{key} missing after install.sh"))
+fn stdio_server(server: StdioServer) -> (String, String) {
+    Fixtures::load().stdio_server(server)
 }
 
 /// A running bridge, stopped when dropped.
@@ -120,7 +95,7 @@ impl Drop for Bridge {
 }
 
 fn memory_command(file: &str) -> Vec<String> {
-    let (node, memory) = stdio_server("MCP_FIXTURES_MEMORY");
+    let (node, memory) = stdio_server(StdioServer::Memory);
     // `$$` is the shell's pid, which exec hands to node: each process gets its own file.
     vec![
         "sh".into(),
@@ -197,7 +172,7 @@ async fn server_memory_lists_and_calls_in_both_eras_on_one_shared_child() {
 
 #[tokio::test]
 async fn server_filesystem_reads_a_file_in_both_eras() {
-    let (node, filesystem) = stdio_server("MCP_FIXTURES_FILESYSTEM");
+    let (node, filesystem) = stdio_server(StdioServer::Filesystem);
     let root = tempfile::tempdir().unwrap();
     let root_path = root.path().canonicalize().unwrap();
     let file = root_path.join("notes.txt");
@@ -232,7 +207,7 @@ async fn server_filesystem_reads_a_file_in_both_eras() {
 
 #[tokio::test]
 async fn the_probe_sees_the_real_catalogue_with_annotations() {
-    let (node, filesystem) = stdio_server("MCP_FIXTURES_FILESYSTEM");
+    let (node, filesystem) = stdio_server(StdioServer::Filesystem);
     let root = tempfile::tempdir().unwrap();
     let bridge = Bridge::start(&[], &[&node, &filesystem, root.path().to_str().unwrap()]);
     let report = probe(&[&bridge.url]);
@@ -458,10 +433,11 @@ async fn sigterm_stops_the_bridge_and_its_child() {
 
 #[test]
 fn fixtures_name_the_stdio_servers() {
-    // The stdio servers come from the same installer as every other fixture.
-    let _ = Fixtures::load();
-    for key in ["MCP_FIXTURES_MEMORY", "MCP_FIXTURES_FILESYSTEM"] {
-        let (_, path) = stdio_server(key);
-        assert!(PathBuf::from(&path).is_file(), "{path}");
+    // The stdio servers come from the same installer, and the same installed.env, as every
+    // other fixture.
+    for server in [StdioServer::Memory, StdioServer::Filesystem] {
+        let (node, path) = stdio_server(server);
+        assert!(PathBuf::from(&path).is_file(), "{server:?}: {path}");
+        assert!(!node.is_empty(), "{server:?}: no node");
     }
 }

@@ -65,6 +65,19 @@ impl Fixtures {
         )
     }
 
+    /// A stdio server the bridge runs (pinned in tests/fixtures/node-stdio): the Node that runs
+    /// it and its entry point.
+    pub fn stdio_server(&self, server: StdioServer) -> (String, String) {
+        let key = match server {
+            StdioServer::Memory => "MCP_FIXTURES_MEMORY",
+            StdioServer::Filesystem => "MCP_FIXTURES_FILESYSTEM",
+        };
+        (
+            self.var("MCP_FIXTURES_NODE").to_string(),
+            self.var(key).to_string(),
+        )
+    }
+
     /// The official-SDK server with extra arguments; its URL is the MCP endpoint.
     pub fn sdk_server(&self, args: &[&str]) -> Server {
         let mut cmd = Command::new(self.var("MCP_FIXTURES_PYTHON"));
@@ -122,6 +135,15 @@ impl Fixtures {
         }
         Server { child, url }
     }
+}
+
+/// The stdio servers of tests/fixtures/node-stdio.
+#[derive(Clone, Copy, Debug)]
+pub enum StdioServer {
+    /// `@modelcontextprotocol/server-memory`.
+    Memory,
+    /// `@modelcontextprotocol/server-filesystem`.
+    Filesystem,
 }
 
 /// A running fixture process, killed when dropped.

@@ -4,6 +4,7 @@
 #
 #   e2e/helm.sh build     build (or reuse) helm; prints its path
 #   e2e/helm.sh path      print the cached path (whether or not it is built)
+#   e2e/helm.sh paths     print every cache entry it uses (KEY=path)
 #   e2e/helm.sh ARGS...   run helm with ARGS (builds it first if needed)
 #
 # Environment:
@@ -61,6 +62,8 @@ build() {
 case "${1:-}" in
   build) build; echo "$HELM_BIN" ;;
   path) echo "$HELM_BIN" ;;
+  # Every cache entry it uses (KEY=path): scripts/cache.sh keeps what some script names.
+  paths) echo "HELM=$HELM_BIN"; echo "HELM_LOCK=$CACHE/bin/.helm-$HELM_VERSION.lock" ;;
   "") sed -n '2,18p' "$0" >&2; exit 2 ;;
   # The build lock (fd 9) is closed first: helm runs in parallel.
   *) build; exec 9>&-; exec "$HELM_BIN" "$@" ;;

@@ -24,7 +24,7 @@
 #   e2e/node.sh dropped CLUSTER_DIR
 #                                  print how many packets the node's rule dropped for trying
 #                                  to leave its bridge for another interface
-#   e2e/node.sh paths              print the cached paths (KEY=path)
+#   e2e/node.sh paths              print the cached paths and the node's state files in the cache (KEY=path)
 #
 # Environment:
 #   MCP_OPERATOR_CACHE   cache root (default ~/.cache/mcp-operator)
@@ -206,6 +206,11 @@ cmd_paths() {
   echo "KUBE_PROXY=$PROXY_BIN"
   echo "CRICTL=$CRICTL_BIN"
   echo "PAUSE_IMAGE=$PAUSE_TAR"
+  # State the node keeps in the cache (scripts/cache.sh keeps what some script names).
+  echo "APT_STAMP=$APT_STAMP"
+  echo "PROXY_LOCK=$PROXY_LOCK"
+  echo "SLOTS_LOCK=$CACHE/node-slots.lock"
+  echo "BUILD_LOCK=$BIN/.node-build.lock"
 }
 
 # ---------------------------------------------------------------- check

@@ -4,6 +4,7 @@
 #
 #   e2e/promtool.sh build     build (or reuse) promtool; prints its path
 #   e2e/promtool.sh path      print the cached path (whether or not it is built)
+#   e2e/promtool.sh paths     print every cache entry it uses (KEY=path)
 #   e2e/promtool.sh ARGS...   run promtool with ARGS (builds it first if needed)
 #
 # Environment:
@@ -46,6 +47,8 @@ build() {
 case "${1:-}" in
   build) build; echo "$PROMTOOL_BIN" ;;
   path) echo "$PROMTOOL_BIN" ;;
+  # Every cache entry it uses (KEY=path): scripts/cache.sh keeps what some script names.
+  paths) echo "PROMTOOL=$PROMTOOL_BIN"; echo "PROMTOOL_LOCK=$CACHE/bin/.promtool-$PROMTOOL_VERSION.lock" ;;
   "") sed -n '2,16p' "$0" >&2; exit 2 ;;
   # The build lock (fd 9) is closed first: promtool runs in parallel.
   *) build; exec 9>&-; exec "$PROMTOOL_BIN" "$@" ;;

@@ -6,7 +6,8 @@
 # integration and e2e tests (tests/it/e2e_node.rs installs the chart in real pods and runs
 # `helm test`), then checks the node leaves nothing behind
 # and runs the control-plane smoke test and the fault suite (on a control plane of its own).
-# Nothing is left running afterwards.
+# Nothing is left running afterwards. First, whatever in the cache no script of this checkout
+# names is set aside (scripts/cache.sh), so a stale file cannot stand in for an install step.
 #
 # The node needs root; without it the other tests still run and tests/it/e2e_node.rs fails saying why.
 #
@@ -20,6 +21,11 @@ export MCP_OPERATOR_CACHE="$CACHE"
 [[ "${1:-}" == "--" ]] && shift
 
 say() { printf '[test %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+
+# A stale file in the cache must not stand in for an install step: what no script of this
+# checkout names is moved aside first (the build caches are named, and stay).
+say "setting aside what no script of this checkout puts in $CACHE"
+bash scripts/cache.sh set-aside >&2
 
 say "installing the test MCP servers (cached in $CACHE)"
 bash tests/fixtures/install.sh >/dev/null

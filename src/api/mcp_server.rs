@@ -42,7 +42,41 @@ pub fn approved_by_annotation(value: &str) -> std::collections::BTreeSet<String>
         .collect()
 }
 
+/// The key of a stdio server's token in its `<name>-mcp-token` Secret.
+pub const STDIO_TOKEN_KEY: &str = "token";
+
+/// The Secret in which the operator keeps a stdio server's token: the server's bridge answers
+/// only requests that carry it, and only the controller and the sidecars of the namespace are
+/// given it.
+pub fn stdio_token_secret_name(server: &str) -> String {
+    format!("{server}-mcp-token")
+}
+
 impl McpServer {
+    /// What the operator and the sidecars send the server: spec.credentials for a remote
+    /// server; for a stdio server the bearer token is the operator's own (Secret
+    /// `<name>-mcp-token`), beside any headers the spec names.
+    pub fn credentials(&self) -> Option<Credentials> {
+        if self.spec.stdio.is_none() {
+            return self.spec.credentials.clone();
+        }
+        let name = self.metadata.name.as_deref().unwrap_or_default();
+        Some(Credentials {
+            bearer_token: Some(BearerToken {
+                secret_key_ref: SecretKeySelector {
+                    name: stdio_token_secret_name(name),
+                    key: STDIO_TOKEN_KEY.into(),
+                },
+            }),
+            headers: self
+                .spec
+                .credentials
+                .as_ref()
+                .map(|c| c.headers.clone())
+                .unwrap_or_default(),
+        })
+    }
+
     /// Where the operator and the sidecars reach the server: spec.url for a remote server;
     /// for a stdio server the URL of its Service, once the controller wrote it in status.
     pub fn endpoint_url(&self) -> Option<&str> {
@@ -129,6 +163,11 @@ impl McpServer {
         "rule": "!has(self.stdio) || !has(self.transport) || self.transport == 'streamable-http'",
         "message": "a stdio server is served over streamable-http by the operator's bridge: remove spec.transport or set it to streamable-http",
         "fieldPath": ".transport",
+    },
+    {
+        "rule": "!has(self.stdio) || !has(self.credentials) || !has(self.credentials.bearerToken)",
+        "message": "a stdio server's bearer token is the operator's own (the Secret <name>-mcp-token, which its bridge requires): remove credentials.bearerToken",
+        "fieldPath": ".credentials.bearerToken",
     },
 ]))]
 pub struct McpServerSpec {
@@ -292,6 +331,37 @@ pub struct Stdio {
     /// client.
     #[serde(default)]
     pub per_session: bool,
+
+    /// The user the server runs as. Unset: user and group 65532, non-root, which a namespace
+    /// enforcing the `restricted` Pod Security level admits (with no capabilities,
+    /// RuntimeDefault seccomp and no privilege escalation, always). Only for an image that
+    /// cannot run otherwise: `runAsUser: 0` (root), which `restricted` namespaces refuse.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub security_context: Option<StdioSecurityContext>,
+}
+
+/// Who a stdio server's process is.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "!(has(self.runAsNonRoot) && self.runAsNonRoot && has(self.runAsUser) && self.runAsUser == 0)",
+        "message": "runAsNonRoot cannot hold with runAsUser 0: drop one of them",
+    },
+]))]
+pub struct StdioSecurityContext {
+    /// The user id (default 65532; 0 runs the server as root).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 2147483647))]
+    pub run_as_user: Option<i64>,
+    /// The group id (default: the user id).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 2147483647))]
+    pub run_as_group: Option<i64>,
+    /// Have the kubelet refuse to start the server as root (default: true unless runAsUser is
+    /// 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_as_non_root: Option<bool>,
 }
 
 fn default_replicas() -> u32 {

@@ -14,6 +14,7 @@
 //! - [`child`]: one process, its handshake and its JSON-RPC traffic (ids and tokens remapped).
 //! - [`slot`]: one supervised child: restart with backoff, requests wait for the ready one.
 //! - [`lines`]: bounded newline-delimited reading.
+//! - [`token`]: with `--bearer-token-file`, only clients that send its token are served.
 //!
 //! One shared child serves everyone unless `--per-session`: then every legacy session gets a
 //! child of its own (stateful servers: one client's memory is not another's), and the shared
@@ -22,6 +23,7 @@
 pub mod child;
 pub mod lines;
 pub mod slot;
+pub mod token;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -75,6 +77,11 @@ pub struct BridgeArgs {
     /// How long in-flight requests get to finish at SIGTERM before the processes are stopped.
     #[arg(long, default_value = "20s")]
     pub drain_timeout: FlagDuration,
+    /// Serve only clients that send this file's content as a bearer token (read again for
+    /// every request, so a rotated Secret takes effect without a restart). A stdio McpServer's
+    /// pod mounts the operator's `<name>-mcp-token` Secret here.
+    #[arg(long, env = "MCP_BRIDGE_BEARER_TOKEN_FILE")]
+    pub bearer_token_file: Option<std::path::PathBuf>,
     /// The server to run, and its arguments: `-- npx -y @modelcontextprotocol/server-memory`.
     #[arg(last = true, required = true, num_args = 1..)]
     pub command: Vec<String>,
@@ -101,6 +108,8 @@ pub enum BridgeError {
     },
     #[error("serving failed: {0}")]
     Serve(std::io::Error),
+    #[error("--bearer-token-file: {0}")]
+    Token(String),
 }
 
 impl BridgeError {
@@ -109,6 +118,7 @@ impl BridgeError {
         match self {
             BridgeError::Listen { .. } => "ListenFailed",
             BridgeError::Serve(_) => "ServeFailed",
+            BridgeError::Token(_) => "TokenUnreadable",
         }
     }
 }
@@ -131,6 +141,8 @@ struct Bridge {
     spec: Spec,
     per_session: bool,
     check_host: bool,
+    /// With --bearer-token-file: the token every request must carry.
+    token: Option<token::RequiredToken>,
     max_line_bytes: usize,
     request_timeout: Duration,
     max_sessions: usize,
@@ -153,6 +165,13 @@ pub async fn run(args: BridgeArgs) -> Result<(), BridgeError> {
         max_line_bytes: args.max_line_bytes,
         startup_timeout: args.startup_timeout.as_std(),
     };
+    let token = args
+        .bearer_token_file
+        .as_deref()
+        .map(token::RequiredToken::new);
+    if let Some(t) = &token {
+        t.check().map_err(BridgeError::Token)?;
+    }
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .map_err(|source| BridgeError::Listen {
@@ -165,6 +184,7 @@ pub async fn run(args: BridgeArgs) -> Result<(), BridgeError> {
         spec,
         per_session: args.per_session,
         check_host: args.listen.ip().is_loopback(),
+        token,
         max_line_bytes: args.max_line_bytes,
         request_timeout: args.request_timeout.as_std(),
         max_sessions: args.max_sessions,
@@ -173,7 +193,7 @@ pub async fn run(args: BridgeArgs) -> Result<(), BridgeError> {
         shutdown: shutdown.clone(),
         safe_tools: std::sync::Mutex::new(std::collections::HashSet::new()),
     });
-    tracing::info!(listen = %listener.local_addr().unwrap_or(args.listen), per_session = args.per_session, "serving the stdio server over Streamable HTTP at /mcp");
+    tracing::info!(listen = %listener.local_addr().unwrap_or(args.listen), per_session = args.per_session, bearer_token = bridge.token.is_some(), "serving the stdio server over Streamable HTTP at /mcp");
     // Sessions clients never DELETE end after the idle timeout, in both modes.
     tokio::spawn(reap_idle(
         Arc::clone(&bridge),
@@ -249,6 +269,18 @@ async fn reap_idle(bridge: Arc<Bridge>, idle: Duration) {
     }
 }
 
+impl Bridge {
+    /// Every request to /mcp: the browser guards (Host on loopback, Origin), then the token.
+    /// Some: the refusal to send.
+    fn refusal(&self, headers: &HeaderMap) -> Option<Response> {
+        if let Err(refused) = serving::guard(self.check_host, headers) {
+            return Some(refused);
+        }
+        let token = self.token.as_ref()?;
+        token.authorize(headers).err().map(|r| *r)
+    }
+}
+
 fn router(bridge: &Arc<Bridge>) -> axum::Router {
     axum::Router::new()
         .route(
@@ -290,7 +322,7 @@ async fn readyz(State(b): State<Arc<Bridge>>) -> Response {
 // ─── POST ────────────────────────────────────────────────────────────────────────────────
 
 async fn post(State(b): State<Arc<Bridge>>, headers: HeaderMap, body: Body) -> Response {
-    if let Err(refused) = serving::guard(b.check_host, &headers) {
+    if let Some(refused) = b.refusal(&headers) {
         return refused;
     }
     let incoming = match serving::read_message(body, b.max_line_bytes).await {
@@ -778,7 +810,7 @@ fn listen(b: &Bridge, id: Value, params: &Map<String, Value>) -> Response {
 }
 
 async fn get_stream(State(b): State<Arc<Bridge>>, headers: HeaderMap) -> Response {
-    if let Err(refused) = serving::guard(b.check_host, &headers) {
+    if let Some(refused) = b.refusal(&headers) {
         return refused;
     }
     let Some(session) = header_str(&headers, SESSION_HEADER) else {
@@ -813,7 +845,7 @@ async fn get_stream(State(b): State<Arc<Bridge>>, headers: HeaderMap) -> Respons
 }
 
 async fn delete_session(State(b): State<Arc<Bridge>>, headers: HeaderMap) -> Response {
-    if let Err(refused) = serving::guard(b.check_host, &headers) {
+    if let Some(refused) = b.refusal(&headers) {
         return refused;
     }
     let Some(session) = header_str(&headers, SESSION_HEADER) else {
@@ -875,6 +907,7 @@ mod tests {
             },
             per_session: false,
             check_host: true,
+            token: None,
             max_line_bytes: 1024,
             request_timeout: Duration::from_secs(1),
             max_sessions: 1,

@@ -22,6 +22,8 @@ pub struct Settings {
     pub max_failure_backoff: Duration,
     /// The operator's own image, whose binary a stdio McpServer's pods run as their bridge.
     pub bridge_image: Option<String>,
+    /// The namespace the operator runs in: a stdio server's NetworkPolicy admits its pods.
+    pub operator_namespace: Option<String>,
     /// Probes running at once (each waits on a socket far more than it works).
     pub probe_concurrency: usize,
     /// The bound on MCP response bytes every read and watch holds at once; `None` in unit
@@ -36,6 +38,7 @@ impl Default for Settings {
             field_manager: "mcp-operator".into(),
             max_failure_backoff: Duration::from_secs(60),
             bridge_image: None,
+            operator_namespace: None,
             probe_concurrency: 512,
             response_budget: None,
         }

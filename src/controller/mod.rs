@@ -213,6 +213,7 @@ pub async fn run(args: ControllerArgs) -> Result<(), StartError> {
         allow_loopback: args.allow_loopback,
         max_failure_backoff: args.max_failure_backoff,
         bridge_image: args.bridge_image.clone(),
+        operator_namespace: Some(namespace.clone()),
         probe_concurrency: usize::from(args.probe_concurrency),
         response_budget: Some(crate::mcp::ResponseBudget::new(args.response_budget)),
         ..Settings::default()

@@ -336,14 +336,14 @@ fn pinning_changed(
 fn referencing<K: kube::Resource>(
     store: &kube::runtime::reflector::Store<McpServer>,
     object: &K,
-    names: fn(&crate::api::mcp_server::McpServerSpec) -> Vec<String>,
+    names: fn(&McpServer) -> Vec<String>,
 ) -> Vec<ObjectRef<McpServer>> {
     let namespace = object.meta().namespace.clone();
     let name = object.meta().name.clone().unwrap_or_default();
     store
         .state()
         .iter()
-        .filter(|s| s.namespace() == namespace && names(&s.spec).contains(&name))
+        .filter(|s| s.namespace() == namespace && names(s).contains(&name))
         .map(|s| ObjectRef::from_obj(s.as_ref()))
         .collect()
 }

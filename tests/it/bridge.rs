@@ -441,3 +441,42 @@ fn fixtures_name_the_stdio_servers() {
         assert!(!node.is_empty(), "{server:?}: no node");
     }
 }
+
+#[test]
+fn with_a_token_file_the_bridge_answers_only_clients_that_send_the_token() {
+    // What a stdio McpServer's pod runs: no token, a wrong one, or another tenant's McpServer
+    // pointed at the ClusterIP are all refused before the server sees anything.
+    let (node, memory) = stdio_server(StdioServer::Memory);
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "the-operators-token\n").unwrap();
+    let wrong = dir.path().join("wrong");
+    std::fs::write(&wrong, "a-guess").unwrap();
+    let bridge = Bridge::start(
+        &["--bearer-token-file", token.to_str().unwrap()],
+        &[&node, &memory],
+    );
+    probe(&[&bridge.url]).assert_fails_with("Unauthorized");
+    probe(&[&bridge.url, "--bearer-token-file", wrong.to_str().unwrap()])
+        .assert_fails_with("Unauthorized");
+    let report = probe(&[&bridge.url, "--bearer-token-file", token.to_str().unwrap()]);
+    report.assert_ok();
+    assert!(
+        !report.doc["catalog"]["tools"]
+            .as_array()
+            .unwrap()
+            .is_empty(),
+        "{}",
+        report.doc
+    );
+    // Health stays open to the kubelet's probes.
+    let health = std::process::Command::new("curl")
+        .args(["-s", "-o", "/dev/null", "-w", "%{http_code}"])
+        .arg(format!("{}/healthz", bridge.base))
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&health.stdout), "200");
+    // The token never reaches the log.
+    assert!(!bridge.log().contains("the-operators-token"));
+    assert!(bridge.log().contains("NoToken") || bridge.log().contains("WrongToken"));
+}

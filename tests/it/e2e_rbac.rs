@@ -173,7 +173,10 @@ fn the_cluster_role_and_the_release_namespace_roles_grant_exactly_the_reviewed_p
     let objects = render("mcp-operator", "mcp-operator", &[]);
     let cluster = permissions(one(&objects, "ClusterRole"));
     let expected_cluster: BTreeSet<String> = [
-        // Secrets: read when probed, watched by metadata for rotation.
+        // Secrets: read when probed, watched by metadata for rotation; a stdio server's
+        // token Secret created once and removed when it turns remote.
+        "/secrets create",
+        "/secrets delete",
         "/secrets get",
         "/secrets list",
         "/secrets watch",
@@ -197,6 +200,10 @@ fn the_cluster_role_and_the_release_namespace_roles_grant_exactly_the_reviewed_p
         "/services delete",
         "/services get",
         "/services patch",
+        "networking.k8s.io/networkpolicies create",
+        "networking.k8s.io/networkpolicies delete",
+        "networking.k8s.io/networkpolicies get",
+        "networking.k8s.io/networkpolicies patch",
         "/pods list",
         // Namespaces by metadata: tenant policy selectors.
         "/namespaces list",
@@ -1063,6 +1070,11 @@ async fn the_controller_does_its_whole_job_with_only_the_charts_rbac() {
         Api::namespaced(client.clone(), tenant);
     assert!(deployments.get_opt("memory-mcp").await.unwrap().is_some());
     assert!(services.get_opt("memory-mcp").await.unwrap().is_some());
+    let policies: Api<k8s_openapi::api::networking::v1::NetworkPolicy> =
+        Api::namespaced(client.clone(), tenant);
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), tenant);
+    assert!(policies.get_opt("memory-mcp").await.unwrap().is_some());
+    assert!(secrets.get_opt("memory-mcp-token").await.unwrap().is_some());
     apply_server(
         &client,
         tenant,
@@ -1081,12 +1093,22 @@ async fn the_controller_does_its_whole_job_with_only_the_charts_rbac() {
                 .get_opt("memory-mcp")
                 .await
                 .map_err(|e| e2e::describe(&e))?;
-            match (d, s) {
-                (None, None) => Ok(()),
-                (d, s) => Err(format!(
-                    "deployment {}, service {}",
+            let p = policies
+                .get_opt("memory-mcp")
+                .await
+                .map_err(|e| e2e::describe(&e))?;
+            let t = secrets
+                .get_opt("memory-mcp-token")
+                .await
+                .map_err(|e| e2e::describe(&e))?;
+            match (d, s, p, t) {
+                (None, None, None, None) => Ok(()),
+                (d, s, p, t) => Err(format!(
+                    "deployment {}, service {}, network policy {}, token secret {}",
                     d.is_some(),
-                    s.is_some()
+                    s.is_some(),
+                    p.is_some(),
+                    t.is_some()
                 )),
             }
         },

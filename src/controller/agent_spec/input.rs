@@ -201,7 +201,9 @@ pub fn decide_grants(input: &ResolveInput<'_>, servers: &BTreeMap<String, &McpSe
 pub fn endpoint(server: &McpServer) -> Endpoint {
     let spec = &server.spec;
     let status = server.status.as_ref();
-    let credentials = spec.credentials.as_ref();
+    // A stdio server's bearer token is the operator's Secret: the sidecars send it like any.
+    let credentials = server.credentials();
+    let credentials = credentials.as_ref();
     Endpoint {
         // A stdio server's URL is its Service's, from status; a server without one yet is not
         // Ready, so nothing is granted from it.

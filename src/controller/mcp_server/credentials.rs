@@ -8,7 +8,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::{Api, Client};
 use sha2::{Digest, Sha256};
 
-use crate::api::mcp_server::McpServerSpec;
+use crate::api::mcp_server::McpServer;
 use crate::core::SecretKeySelector;
 use crate::mcp::{Credentials, SecretValue, TlsSettings};
 
@@ -96,10 +96,12 @@ fn last_changed(meta: &ObjectMeta) -> Option<Timestamp> {
         .max()
 }
 
-/// Every Secret name an McpServer refers to (for the Secret → McpServer index).
-pub fn referenced_secrets(spec: &McpServerSpec) -> Vec<String> {
+/// Every Secret name an McpServer refers to (for the Secret → McpServer index), a stdio
+/// server's token Secret included: deleting it makes the operator issue a new token.
+pub fn referenced_secrets(server: &McpServer) -> Vec<String> {
+    let spec = &server.spec;
     let mut names = Vec::new();
-    if let Some(creds) = &spec.credentials {
+    if let Some(creds) = &server.credentials() {
         if let Some(b) = &creds.bearer_token {
             names.push(b.secret_key_ref.name.clone());
         }
@@ -124,8 +126,10 @@ pub fn referenced_secrets(spec: &McpServerSpec) -> Vec<String> {
 }
 
 /// Every ConfigMap name an McpServer refers to (a CA bundle).
-pub fn referenced_config_maps(spec: &McpServerSpec) -> Vec<String> {
-    spec.tls
+pub fn referenced_config_maps(server: &McpServer) -> Vec<String> {
+    server
+        .spec
+        .tls
         .as_ref()
         .and_then(|t| t.ca_bundle.as_ref())
         .and_then(|c| c.config_map_key_ref.as_ref())
@@ -137,16 +141,21 @@ pub fn referenced_config_maps(spec: &McpServerSpec) -> Vec<String> {
 pub async fn resolve(
     client: &Client,
     namespace: &str,
-    spec: &McpServerSpec,
+    server: &McpServer,
 ) -> Result<Resolved, CredentialError> {
+    let spec = &server.spec;
     let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
     let mut hasher = Sha256::new();
     let mut changed = Vec::new();
     let mut credentials = Credentials::default();
-    if let Some(creds) = &spec.credentials {
+    if let Some(creds) = &server.credentials() {
         if let Some(bearer) = &creds.bearer_token {
-            let field = "spec.credentials.bearerToken.secretKeyRef";
+            let field = if spec.stdio.is_some() {
+                "the stdio server's token"
+            } else {
+                "spec.credentials.bearerToken.secretKeyRef"
+            };
             let token = secret_text(
                 &secrets,
                 namespace,
@@ -302,8 +311,8 @@ mod tests {
 
     use super::*;
 
-    fn spec(value: serde_json::Value) -> McpServerSpec {
-        serde_json::from_value(value).unwrap()
+    fn spec(value: serde_json::Value) -> McpServer {
+        McpServer::new("files", serde_json::from_value(value).unwrap())
     }
 
     #[test]
@@ -331,5 +340,14 @@ mod tests {
 
         let bare = spec(json!({"url": "http://a.example/mcp"}));
         assert!(referenced_secrets(&bare).is_empty() && referenced_config_maps(&bare).is_empty());
+
+        // A stdio server's token is the operator's Secret, referenced like any credential.
+        let stdio = spec(json!({
+            "stdio": {"image": "node:22-slim", "command": ["node", "server.js"]},
+            "credentials": {"headers": [
+                {"name": "X-Key", "valueFrom": {"secretKeyRef": {"name": "keys", "key": "k"}}},
+            ]},
+        }));
+        assert_eq!(referenced_secrets(&stdio), ["files-mcp-token", "keys"]);
     }
 }

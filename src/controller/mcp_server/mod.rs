@@ -307,7 +307,7 @@ async fn probe_if_due(
 ) -> Probe {
     let spec = &server.spec;
     let refresh = spec.discovery.refresh_interval.as_std();
-    let resolved = credentials::resolve(&ctx.base.client, &key.0, spec).await;
+    let resolved = credentials::resolve(&ctx.base.client, &key.0, server).await;
     let inputs = probe_inputs(
         server,
         resolved.as_ref().ok().map(|r| r.digest.as_str()),

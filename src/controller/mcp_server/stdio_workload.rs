@@ -8,7 +8,15 @@
 //!      "server"       (spec.stdio.image)      /mcp-operator-bridge/mcp-operator bridge --listen 0.0.0.0:8000
 //!                                               [--per-session] -- <command> <args>
 //!                     readiness /readyz, liveness /healthz; env, resources from spec.stdio
+//!                     --bearer-token-file /var/run/mcp-operator/token/token: answers only
+//!                     requests that carry the token (the sidecars and the controller)
+//!                     non-root (65532 unless spec.stdio.securityContext says otherwise), no
+//!                     capabilities, RuntimeDefault seccomp, no privilege escalation: admitted
+//!                     where Pod Security enforces `restricted`; HOME=/tmp on an emptyDir
 //! Service <name>-mcp  ClusterIP, port 8000 → the pods; status.url = http://<clusterIP>:8000/mcp
+//! Secret <name>-mcp-token   the token, made once by the operator (deleting it issues a new one)
+//! NetworkPolicy <name>-mcp  ingress to 8000 only from the namespace's agent-labelled pods and
+//!                     the operator's namespace, where the cluster's network enforces it
 //! ```
 
 use std::collections::BTreeMap;
@@ -17,16 +25,28 @@ use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{
     Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource,
     HTTPGetAction, Pod, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements,
-    SeccompProfile, SecretKeySelector, SecurityContext, Service, ServicePort, ServiceSpec, Volume,
-    VolumeMount,
+    SeccompProfile, Secret, SecretKeySelector, SecretVolumeSource, SecurityContext, Service,
+    ServicePort, ServiceSpec, Volume, VolumeMount,
 };
+use k8s_openapi::api::networking::v1::{
+    NetworkPolicy, NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicyPort,
+    NetworkPolicySpec,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use crate::api::mcp_server::{Stdio, StdioEnv};
+use crate::api::mcp_server::{STDIO_TOKEN_KEY, Stdio, StdioEnv, stdio_token_secret_name};
 
 /// The port the bridge listens on in the pod, and the Service's port.
 pub const PORT: i32 = 8000;
+/// Where the server container mounts the token Secret.
+pub const TOKEN_DIR: &str = "/var/run/mcp-operator/token";
+/// The user and group the server runs as unless spec.stdio.securityContext says otherwise
+/// (distroless's `nonroot`).
+pub const DEFAULT_USER: i64 = 65532;
+/// The label that opts an agent pod into the sidecar (the NetworkPolicy admits those pods).
+const AGENT_LABEL: &str = "mcp-operator.dev/agent";
 /// Where the init container puts the operator's binary, in an emptyDir both containers mount.
 pub const BRIDGE_DIR: &str = "/mcp-operator-bridge";
 /// The annotation holding the digest of what the operator last applied: an object that carries
@@ -99,6 +119,8 @@ pub struct Inputs<'a> {
     pub stdio: &'a Stdio,
     /// The operator's own image, which holds the bridge (`--bridge-image`).
     pub bridge_image: &'a str,
+    /// The operator's namespace: its pods (the controller's probes) may reach the server.
+    pub operator_namespace: Option<&'a str>,
 }
 
 fn meta(inputs: &Inputs<'_>) -> ObjectMeta {
@@ -165,6 +187,74 @@ pub fn service(inputs: &Inputs<'_>) -> Service {
     service
 }
 
+/// The Secret holding the server's token, with a fresh one. Created once, never rewritten:
+/// the token changes only when someone deletes the Secret (the next reconcile makes another).
+pub fn token_secret(inputs: &Inputs<'_>, token: &str) -> Secret {
+    Secret {
+        metadata: ObjectMeta {
+            name: Some(stdio_token_secret_name(inputs.server)),
+            ..meta(inputs)
+        },
+        type_: Some("Opaque".into()),
+        string_data: Some(BTreeMap::from([(
+            STDIO_TOKEN_KEY.to_string(),
+            token.to_string(),
+        )])),
+        ..Default::default()
+    }
+}
+
+/// Ingress to the bridge only from the namespace's agent pods (their sidecars) and the
+/// operator's pods, for clusters whose network enforces NetworkPolicies. The token is what
+/// holds everywhere; this keeps everyone else from even connecting.
+pub fn network_policy(inputs: &Inputs<'_>) -> NetworkPolicy {
+    let mut from = vec![NetworkPolicyPeer {
+        pod_selector: Some(LabelSelector {
+            match_expressions: Some(vec![LabelSelectorRequirement {
+                key: AGENT_LABEL.into(),
+                operator: "Exists".into(),
+                values: None,
+            }]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }];
+    if let Some(namespace) = inputs.operator_namespace {
+        from.push(NetworkPolicyPeer {
+            namespace_selector: Some(LabelSelector {
+                match_labels: Some(BTreeMap::from([(
+                    "kubernetes.io/metadata.name".to_string(),
+                    namespace.to_string(),
+                )])),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+    }
+    let mut policy = NetworkPolicy {
+        metadata: meta(inputs),
+        spec: Some(NetworkPolicySpec {
+            pod_selector: Some(LabelSelector {
+                match_labels: Some(selector(inputs.server)),
+                ..Default::default()
+            }),
+            policy_types: Some(vec!["Ingress".into()]),
+            ingress: Some(vec![NetworkPolicyIngressRule {
+                from: Some(from),
+                ports: Some(vec![NetworkPolicyPort {
+                    port: Some(IntOrString::Int(PORT)),
+                    protocol: Some("TCP".into()),
+                    ..Default::default()
+                }]),
+            }]),
+            ..Default::default()
+        }),
+    };
+    let digest = digest(&policy);
+    policy.metadata.annotations = Some(BTreeMap::from([(DIGEST_ANNOTATION.to_string(), digest)]));
+    policy
+}
+
 /// The digest of an object as built (before the digest annotation is added).
 fn digest<T: serde::Serialize>(object: &T) -> String {
     use sha2::{Digest, Sha256};
@@ -191,6 +281,7 @@ fn pod(inputs: &Inputs<'_>) -> PodSpec {
     if stdio.per_session {
         args.push("--per-session".into());
     }
+    args.push(format!("--bearer-token-file={TOKEN_DIR}/{STDIO_TOKEN_KEY}"));
     args.push("--".into());
     args.extend(stdio.command.iter().cloned());
     args.extend(stdio.args.iter().cloned());
@@ -209,10 +300,26 @@ fn pod(inputs: &Inputs<'_>) -> PodSpec {
         failure_threshold: Some(3),
         ..Default::default()
     };
-    let no_escalation = SecurityContext {
+    // Pod Security "restricted": no escalation, no capabilities, non-root, RuntimeDefault.
+    let restricted = SecurityContext {
         allow_privilege_escalation: Some(false),
+        capabilities: Some(Capabilities {
+            drop: Some(vec!["ALL".into()]),
+            ..Default::default()
+        }),
         ..Default::default()
     };
+    let security = stdio.security_context.clone().unwrap_or_default();
+    let user = security.run_as_user.unwrap_or(DEFAULT_USER);
+    let mut env: Vec<EnvVar> = stdio.env.iter().map(env_var).collect();
+    // A user the image may not know has no writable home: npx and friends cache under it.
+    if !env.iter().any(|e| e.name == "HOME") {
+        env.push(EnvVar {
+            name: "HOME".into(),
+            value: Some("/tmp".into()),
+            value_from: None,
+        });
+    }
     PodSpec {
         // The server has no business with the Kubernetes API.
         automount_service_account_token: Some(false),
@@ -221,6 +328,9 @@ fn pod(inputs: &Inputs<'_>) -> PodSpec {
                 type_: "RuntimeDefault".into(),
                 ..Default::default()
             }),
+            run_as_non_root: Some(security.run_as_non_root.unwrap_or(user != 0)),
+            run_as_user: Some(user),
+            run_as_group: Some(security.run_as_group.unwrap_or(user)),
             ..Default::default()
         }),
         init_containers: Some(vec![Container {
@@ -231,12 +341,7 @@ fn pod(inputs: &Inputs<'_>) -> PodSpec {
             volume_mounts: Some(vec![mount.clone()]),
             security_context: Some(SecurityContext {
                 read_only_root_filesystem: Some(true),
-                run_as_non_root: Some(true),
-                capabilities: Some(Capabilities {
-                    drop: Some(vec!["ALL".into()]),
-                    ..Default::default()
-                }),
-                ..no_escalation.clone()
+                ..restricted.clone()
             }),
             ..Default::default()
         }]),
@@ -246,7 +351,7 @@ fn pod(inputs: &Inputs<'_>) -> PodSpec {
             image_pull_policy: stdio.image_pull_policy.clone(),
             command: Some(vec![bridge]),
             args: Some(args),
-            env: (!stdio.env.is_empty()).then(|| stdio.env.iter().map(env_var).collect()),
+            env: Some(env),
             ports: Some(vec![ContainerPort {
                 name: Some("mcp".into()),
                 container_port: PORT,
@@ -260,18 +365,49 @@ fn pod(inputs: &Inputs<'_>) -> PodSpec {
                 limits: (!r.limits.is_empty()).then(|| r.limits.clone()),
                 ..Default::default()
             }),
-            volume_mounts: Some(vec![VolumeMount {
-                read_only: Some(true),
-                ..mount
-            }]),
-            security_context: Some(no_escalation),
+            volume_mounts: Some(vec![
+                VolumeMount {
+                    read_only: Some(true),
+                    ..mount
+                },
+                VolumeMount {
+                    name: "token".into(),
+                    mount_path: TOKEN_DIR.into(),
+                    read_only: Some(true),
+                    ..Default::default()
+                },
+                VolumeMount {
+                    name: "tmp".into(),
+                    mount_path: "/tmp".into(),
+                    ..Default::default()
+                },
+            ]),
+            security_context: Some(restricted),
             ..Default::default()
         }],
-        volumes: Some(vec![Volume {
-            name: "bridge".into(),
-            empty_dir: Some(EmptyDirVolumeSource::default()),
-            ..Default::default()
-        }]),
+        volumes: Some(vec![
+            Volume {
+                name: "bridge".into(),
+                empty_dir: Some(EmptyDirVolumeSource::default()),
+                ..Default::default()
+            },
+            Volume {
+                name: "token".into(),
+                secret: Some(SecretVolumeSource {
+                    secret_name: Some(stdio_token_secret_name(inputs.server)),
+                    items: None,
+                    // Readable by the server's user, whoever that is.
+                    default_mode: Some(0o444),
+                    optional: Some(false),
+                }),
+                ..Default::default()
+            },
+            Volume {
+                name: "tmp".into(),
+                empty_dir: Some(EmptyDirVolumeSource::default()),
+                ..Default::default()
+            },
+        ]),
         ..Default::default()
     }
 }

@@ -6,15 +6,17 @@
 //! [`stdio_workload`]'s (pure).
 //!
 //! An object of the same name that this McpServer does not control is someone else's: it is
-//! never overwritten, and the status says so.
+//! never overwritten, and the status says so. The token Secret is created once and never
+//! written again (a new token only when someone deletes it), so an idle server costs no write.
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Pod, Service};
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use k8s_openapi::api::core::v1::{Pod, Secret, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
 
-use crate::api::mcp_server::McpServer;
+use crate::api::mcp_server::{McpServer, stdio_token_secret_name};
 
 use super::super::context::Context;
 use super::super::error::ReconcileError;
@@ -67,6 +69,7 @@ pub async fn reconcile(
         owner,
         stdio,
         bridge_image,
+        operator_namespace: ctx.settings.operator_namespace.as_deref(),
     };
     let name = build::name(&server_name);
     let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), &namespace);
@@ -84,6 +87,28 @@ pub async fn reconcile(
             }),
         }))
     };
+    // The token first: the pods cannot start without it.
+    if !token(&inputs, &uid, ctx).await? {
+        return conflict("Secret");
+    }
+    let policies: Api<NetworkPolicy> = Api::namespaced(ctx.client.clone(), &namespace);
+    let existing = policies
+        .get_opt(&name)
+        .await
+        .map_err(ReconcileError::Workload)?;
+    if apply(
+        &policies,
+        existing,
+        build::network_policy(&inputs),
+        &uid,
+        ctx,
+        "NetworkPolicy",
+    )
+    .await?
+    .is_none()
+    {
+        return conflict("NetworkPolicy");
+    }
     let existing = deployments
         .get_opt(&name)
         .await
@@ -149,6 +174,39 @@ pub async fn reconcile(
     Ok(Some(Observed { url, not_ready }))
 }
 
+/// Makes sure the server's token Secret exists: created with a fresh token when absent, left
+/// as it is when this McpServer controls it; false when someone else's Secret has the name.
+async fn token(inputs: &Inputs<'_>, uid: &str, ctx: &Context) -> Result<bool, ReconcileError> {
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), inputs.namespace);
+    let name = stdio_token_secret_name(inputs.server);
+    if let Some(existing) = secrets
+        .get_metadata_opt(&name)
+        .await
+        .map_err(ReconcileError::Workload)?
+    {
+        return Ok(build::controlled_by(
+            existing.metadata.owner_references.as_deref(),
+            uid,
+        ));
+    }
+    let secret = build::token_secret(inputs, &crate::bridge::token::generate());
+    match secrets.create(&PostParams::default(), &secret).await {
+        Ok(_) => {
+            ctx.metrics.count_write("Secret");
+            tracing::info!(
+                namespace = inputs.namespace,
+                server = inputs.server,
+                secret = name,
+                "issued the stdio server's token"
+            );
+            Ok(true)
+        }
+        // Made by a reconcile that raced this one: whose it is decides, next time.
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(true),
+        Err(e) => Err(ReconcileError::Workload(e)),
+    }
+}
+
 /// Applies `desired` unless the object already carries its digest; None when an object of the
 /// name exists that this McpServer (`uid`) does not control.
 async fn apply<K>(
@@ -183,7 +241,7 @@ where
     Ok(Some(applied))
 }
 
-/// Deletes the Deployment and Service of a server that is no longer stdio (those it controls).
+/// Deletes the workload of a server that is no longer stdio (the objects it controls).
 async fn remove(server: &McpServer, ctx: &Context) -> Result<(), ReconcileError> {
     let Some(uid) = server.uid() else {
         return Ok(());
@@ -207,6 +265,25 @@ async fn remove(server: &McpServer, ctx: &Context) -> Result<(), ReconcileError>
         && build::controlled_by(s.metadata.owner_references.as_deref(), &uid)
     {
         delete(&services, &name).await?;
+    }
+    let policies: Api<NetworkPolicy> = Api::namespaced(ctx.client.clone(), &namespace);
+    if let Some(p) = policies
+        .get_metadata_opt(&name)
+        .await
+        .map_err(ReconcileError::Workload)?
+        && build::controlled_by(p.metadata.owner_references.as_deref(), &uid)
+    {
+        delete(&policies, &name).await?;
+    }
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
+    let token = stdio_token_secret_name(&server.name_any());
+    if let Some(s) = secrets
+        .get_metadata_opt(&token)
+        .await
+        .map_err(ReconcileError::Workload)?
+        && build::controlled_by(s.metadata.owner_references.as_deref(), &uid)
+    {
+        delete(&secrets, &token).await?;
     }
     Ok(())
 }

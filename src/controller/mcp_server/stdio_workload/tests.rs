@@ -27,6 +27,7 @@ fn inputs(stdio: &Stdio) -> Inputs<'_> {
         owner: owner(),
         stdio,
         bridge_image: "mcp-operator.local/mcp-operator:abc",
+        operator_namespace: Some("mcp-system"),
     }
 }
 
@@ -97,6 +98,7 @@ fn the_deployment_runs_the_command_behind_the_bridge_copied_in_from_the_operator
             "--listen",
             "0.0.0.0:8000",
             "--per-session",
+            "--bearer-token-file=/var/run/mcp-operator/token/token",
             "--",
             "npx",
             "-y",
@@ -109,6 +111,7 @@ fn the_deployment_runs_the_command_behind_the_bridge_copied_in_from_the_operator
         json!([
             {"name": "LOG_LEVEL", "value": "debug"},
             {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "memory-credentials", "key": "token"}}},
+            {"name": "HOME", "value": "/tmp"},
         ])
     );
     assert_eq!(
@@ -123,6 +126,148 @@ fn the_deployment_runs_the_command_behind_the_bridge_copied_in_from_the_operator
     );
     assert_eq!(server["volumeMounts"][0]["readOnly"], true);
     assert_eq!(pod["volumes"][0], json!({"name": "bridge", "emptyDir": {}}));
+    // The token the bridge requires, from the operator's Secret, mounted read-only.
+    assert_eq!(
+        server["volumeMounts"][1],
+        json!({"name": "token", "mountPath": "/var/run/mcp-operator/token", "readOnly": true})
+    );
+    assert_eq!(
+        pod["volumes"][1],
+        json!({"name": "token", "secret": {"secretName": "memory-mcp-token", "defaultMode": 0o444, "optional": false}})
+    );
+}
+
+#[test]
+fn the_pods_meet_the_restricted_pod_security_level_unless_the_spec_asks_for_root() {
+    // What `restricted` checks: non-root, no escalation, every capability dropped,
+    // RuntimeDefault seccomp (at pod level), on every container.
+    let stdio = memory();
+    let pod = deployment(&inputs(&stdio))
+        .spec
+        .unwrap()
+        .template
+        .spec
+        .unwrap();
+    let sc = pod.security_context.clone().unwrap();
+    assert_eq!(sc.run_as_non_root, Some(true));
+    assert_eq!(
+        (sc.run_as_user, sc.run_as_group),
+        (Some(65532), Some(65532))
+    );
+    assert_eq!(sc.seccomp_profile.unwrap().type_, "RuntimeDefault");
+    for c in pod
+        .containers
+        .iter()
+        .chain(pod.init_containers.iter().flatten())
+    {
+        let c_sc = c.security_context.clone().unwrap();
+        assert_eq!(c_sc.allow_privilege_escalation, Some(false), "{}", c.name);
+        assert_eq!(
+            c_sc.capabilities.unwrap().drop.unwrap(),
+            ["ALL"],
+            "{}",
+            c.name
+        );
+        assert_ne!(c_sc.run_as_non_root, Some(false), "{}", c.name);
+        assert_ne!(c_sc.privileged, Some(true), "{}", c.name);
+    }
+
+    let root = stdio_with_user(json!({"runAsUser": 0}));
+    let sc = deployment(&inputs(&root))
+        .spec
+        .unwrap()
+        .template
+        .spec
+        .unwrap()
+        .security_context
+        .unwrap();
+    assert_eq!((sc.run_as_user, sc.run_as_non_root), (Some(0), Some(false)));
+    let other = stdio_with_user(json!({"runAsUser": 1000, "runAsGroup": 2000}));
+    let sc = deployment(&inputs(&other))
+        .spec
+        .unwrap()
+        .template
+        .spec
+        .unwrap()
+        .security_context
+        .unwrap();
+    assert_eq!(
+        (sc.run_as_user, sc.run_as_group, sc.run_as_non_root),
+        (Some(1000), Some(2000), Some(true))
+    );
+}
+
+fn stdio_with_user(security: Value) -> Stdio {
+    stdio(json!({"image": "i", "command": ["mcp-server-time"], "securityContext": security}))
+}
+
+#[test]
+fn home_is_the_writable_tmp_unless_the_spec_sets_it() {
+    let plain = stdio(json!({"image": "i", "command": ["npx", "-y", "x"]}));
+    let pod = deployment(&inputs(&plain))
+        .spec
+        .unwrap()
+        .template
+        .spec
+        .unwrap();
+    let env = pod.containers[0].env.clone().unwrap();
+    assert!(
+        env.iter()
+            .any(|e| e.name == "HOME" && e.value.as_deref() == Some("/tmp"))
+    );
+    assert!(
+        pod.containers[0]
+            .volume_mounts
+            .iter()
+            .flatten()
+            .any(|m| m.mount_path == "/tmp")
+    );
+    let own =
+        stdio(json!({"image": "i", "command": ["x"], "env": [{"name": "HOME", "value": "/data"}]}));
+    let env = deployment(&inputs(&own))
+        .spec
+        .unwrap()
+        .template
+        .spec
+        .unwrap()
+        .containers[0]
+        .env
+        .clone()
+        .unwrap();
+    assert_eq!(env.iter().filter(|e| e.name == "HOME").count(), 1);
+    assert!(
+        env.iter()
+            .any(|e| e.name == "HOME" && e.value.as_deref() == Some("/data"))
+    );
+}
+
+#[test]
+fn the_token_secret_and_the_network_policy_belong_to_the_server() {
+    let stdio = memory();
+    let inputs = inputs(&stdio);
+    let secret = serde_json::to_value(token_secret(&inputs, "t0ken")).unwrap();
+    assert_eq!(secret["metadata"]["name"], "memory-mcp-token");
+    assert_eq!(secret["metadata"]["ownerReferences"][0]["uid"], "uid-1");
+    assert_eq!(secret["stringData"], json!({"token": "t0ken"}));
+
+    let policy = serde_json::to_value(network_policy(&inputs)).unwrap();
+    assert_eq!(policy["metadata"]["name"], "memory-mcp");
+    assert_eq!(policy["metadata"]["ownerReferences"][0]["uid"], "uid-1");
+    assert_eq!(
+        policy["spec"]["podSelector"]["matchLabels"],
+        json!({"app.kubernetes.io/component": "stdio-mcp-server", "mcp-operator.dev/mcpserver": "memory"})
+    );
+    assert_eq!(policy["spec"]["policyTypes"], json!(["Ingress"]));
+    assert_eq!(
+        policy["spec"]["ingress"],
+        json!([{
+            "from": [
+                {"podSelector": {"matchExpressions": [{"key": "mcp-operator.dev/agent", "operator": "Exists"}]}},
+                {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "mcp-system"}}},
+            ],
+            "ports": [{"port": 8000, "protocol": "TCP"}],
+        }])
+    );
 }
 
 #[test]
@@ -138,11 +283,13 @@ fn without_per_session_one_process_serves_everyone() {
             "bridge",
             "--listen",
             "0.0.0.0:8000",
+            "--bearer-token-file=/var/run/mcp-operator/token/token",
             "--",
             "mcp-server-time"
         ]
     );
-    assert!(server.env.is_none() && server.resources.is_none());
+    assert!(server.resources.is_none());
+    assert_eq!(server.env.as_ref().map(Vec::len), Some(1), "only HOME");
 }
 
 #[test]

@@ -489,6 +489,14 @@ fn stdio(
             "{who}: the command runs docker; in a cluster use the image it names as spec.stdio.image instead"
         ));
     }
+    if let Some(package) = unpinned_package(command, &args) {
+        out.notes.push(format!(
+            "{who}: {} fetches {package} at its newest version every time a pod starts, so two \
+             pods may run different code; pin it to a version you reviewed ({})",
+            short(command),
+            pin_example(command, &package)
+        ));
+    }
     let mut stdio = json!({"image": image, "command": [command]});
     if !args.is_empty() {
         stdio["args"] = json!(args);
@@ -504,6 +512,65 @@ fn stdio(
         }
     }
     Some(json!({"stdio": stdio}))
+}
+
+/// The package a package runner (npx, bunx, uvx, pipx run) fetches without an exact version,
+/// if it does: `pkg`, `@scope/pkg`, `pkg@latest` or `pkg@^1` are unpinned; `pkg@1.2.3` and
+/// `pkg==1.2.3` are pinned.
+fn unpinned_package(command: &str, args: &[String]) -> Option<String> {
+    let base = command.rsplit('/').next().unwrap_or(command);
+    let mut rest = args.iter().map(String::as_str);
+    let python = match base {
+        "npx" | "bunx" => false,
+        "uvx" => true,
+        "pipx" => {
+            rest.find(|a| *a == "run")?;
+            true
+        }
+        _ => return None,
+    };
+    // The first word that is not a flag (a flag's own value, as in `--from pkg`, is the package
+    // for uvx).
+    let mut package = None;
+    while let Some(arg) = rest.next() {
+        if arg == "--from" || arg == "--package" || arg == "-p" {
+            package = rest.next();
+            break;
+        }
+        if !arg.starts_with('-') {
+            package = Some(arg);
+            break;
+        }
+    }
+    let package = package?;
+    let exact = |v: &str| {
+        !v.is_empty()
+            && v.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-' || c == '+')
+            && v.starts_with(|c: char| c.is_ascii_digit())
+    };
+    let pinned = if python {
+        package
+            .split_once("==")
+            .or_else(|| package.split_once('@'))
+            .is_some_and(|(_, v)| exact(v))
+    } else {
+        // A scope's leading @ is not a version.
+        let unscoped = package
+            .strip_prefix('@')
+            .map_or(package, |p| p.split_once('/').map_or(p, |(_, n)| n));
+        unscoped.split_once('@').is_some_and(|(_, v)| exact(v))
+    };
+    (!pinned).then(|| package.to_string())
+}
+
+fn pin_example(command: &str, package: &str) -> String {
+    let base = command.rsplit('/').next().unwrap_or(command);
+    let bare = package.trim_end_matches("@latest");
+    match base {
+        "uvx" | "pipx" => format!("{}==1.2.3", bare.split(['=', '@']).next().unwrap_or(bare)),
+        _ => format!("{bare}@1.2.3"),
+    }
 }
 
 /// The manifests as one YAML stream, each with its comment.

@@ -202,3 +202,50 @@ proptest! {
         prop_assert!(!plan.notes.join("\n").contains(&token));
     }
 }
+
+#[test]
+fn package_runners_without_an_exact_version_are_named_with_how_to_pin_them() {
+    let unpinned = |command: &str, args: &[&str]| {
+        unpinned_package(
+            command,
+            &args.iter().map(|a| a.to_string()).collect::<Vec<_>>(),
+        )
+    };
+    assert_eq!(
+        unpinned("npx", &["-y", "@modelcontextprotocol/server-memory"]).as_deref(),
+        Some("@modelcontextprotocol/server-memory")
+    );
+    assert_eq!(
+        unpinned("npx", &["-y", "pkg@latest"]).as_deref(),
+        Some("pkg@latest")
+    );
+    assert_eq!(unpinned("npx", &["pkg@^1.2"]).as_deref(), Some("pkg@^1.2"));
+    assert_eq!(unpinned("npx", &["-y", "@scope/pkg@2026.8.31"]), None);
+    assert_eq!(unpinned("/usr/bin/npx", &["pkg@1.2.3"]), None);
+    assert_eq!(
+        unpinned("uvx", &["mcp-server-time", "--local-timezone=Europe/Paris"]).as_deref(),
+        Some("mcp-server-time")
+    );
+    assert_eq!(unpinned("uvx", &["mcp-server-time==2025.9.25"]), None);
+    assert_eq!(
+        unpinned(
+            "uvx",
+            &["--from", "mcp-server-git==1.0.0", "mcp-server-git"]
+        ),
+        None
+    );
+    assert_eq!(
+        unpinned("pipx", &["run", "mcp-server-fetch"]).as_deref(),
+        Some("mcp-server-fetch")
+    );
+    assert_eq!(unpinned("node", &["server.js"]), None);
+
+    let (plan, _) = planned();
+    let notes = plan.notes.join("\n");
+    assert!(
+        notes.contains("@modelcontextprotocol/server-github at its newest version")
+            && notes.contains("@modelcontextprotocol/server-github@1.2.3"),
+        "{notes}"
+    );
+    assert!(notes.contains("mcp-server-time==1.2.3"), "{notes}");
+}

@@ -1212,6 +1212,9 @@ async fn the_service_account_can_do_nothing_else() {
         attrs("", "secrets", "get", "tenant-a"),
         // By necessity: Secrets anywhere, also in kube-system.
         attrs("", "secrets", "list", "kube-system"),
+        // A stdio server's token Secret: created once, removed when the server turns remote.
+        attrs("", "secrets", "create", "tenant-a"),
+        attrs("", "secrets", "delete", "tenant-a"),
         attrs("", "configmaps", "create", "tenant-a"),
         attrs("", "configmaps", "delete", "tenant-a"),
         attrs("", "namespaces", "watch", ""),
@@ -1255,12 +1258,12 @@ async fn the_service_account_can_do_nothing_else() {
         attrs(mcp, "mcptenantpolicies", "delete", ""),
         attrs(mcp, "mcptenantpolicies", "patch", ""),
         attrs(mcp, "mcpservers/status", "update", "tenant-a"),
-        // Secrets are read, never written (but the webhook's own, in the release namespace).
+        // Secrets are never changed (but the webhook's own, in the release namespace): a
+        // stdio server's token Secret is created and deleted whole, never rewritten.
         named("", "secrets", "update", release, "someone-elses"),
-        attrs("", "secrets", "create", "tenant-a"),
         attrs("", "secrets", "patch", "tenant-a"),
         attrs("", "secrets", "update", "tenant-a"),
-        attrs("", "secrets", "delete", "tenant-a"),
+        attrs("", "secrets", "deletecollection", "tenant-a"),
         // ConfigMaps are applied, never replaced wholesale.
         attrs("", "configmaps", "update", "tenant-a"),
         attrs("", "configmaps", "deletecollection", "tenant-a"),

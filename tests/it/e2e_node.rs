@@ -669,7 +669,12 @@ impl Drop for Uninstall {
 const TS_CLIENT: &str = "/opt/mcp/agent/ts_client.mjs";
 
 /// What a pod's container has logged so far (empty while it has not started).
-fn container_log(cluster_dir: &Path, namespace: &str, pod: &str, container: &str) -> String {
+pub(crate) fn container_log(
+    cluster_dir: &Path,
+    namespace: &str,
+    pod: &str,
+    container: &str,
+) -> String {
     kubectl(cluster_dir)
         .args(["logs", "-n", namespace, pod, "-c", container])
         .stdin(Stdio::null())
@@ -705,7 +710,7 @@ async fn pods_up_to_date(
 }
 
 /// Waits for a pod with `restartPolicy: Never` to end; returns its phase (Succeeded or Failed).
-async fn pod_finished(pods: &Api<Pod>, name: &str, within: Duration) -> String {
+pub(crate) async fn pod_finished(pods: &Api<Pod>, name: &str, within: Duration) -> String {
     eventually(within, &format!("the pod {name} to finish"), || async {
         let pod = pods.get(name).await.map_err(|e| e.to_string())?;
         match pod.status.and_then(|s| s.phase).as_deref() {

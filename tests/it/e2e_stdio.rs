@@ -5,7 +5,10 @@
 //! with the McpServer. Then on the real node (e2e/node.sh, with kube-proxy so the ClusterIP
 //! answers from the host): `@modelcontextprotocol/server-memory` in the Node image of
 //! `e2e/image.sh node`, behind the bridge copied in from the operator image, goes Ready with its
-//! real catalogue, and an agent calls its tools through a sidecar on the published grants.
+//! real catalogue, and an agent calls its tools through a sidecar on the published grants. That
+//! pod meets the `restricted` Pod Security level (its namespace enforces it), and answers only
+//! the token the operator issued: a pod of another namespace, or the host without the token,
+//! calling the ClusterIP is refused.
 //!
 //! ```text
 //!  controller (host) ──► status.url http://<clusterIP>:8000/mcp ──kube-proxy──► pod: bridge ─stdio─► node server-memory
@@ -13,7 +16,7 @@
 //! ```
 
 use crate::e2e;
-use crate::e2e_node::{node, node_image, operator_image};
+use crate::e2e_node::{container_log, node, node_image, operator_image, pod_finished};
 use crate::e2e_sidecar::sidecar_on_published_grants;
 use crate::operator::{self, Operator, condition, eventually, wait_condition};
 use crate::sidecar_support::{agent, names};
@@ -21,7 +24,8 @@ use crate::sidecar_support::{agent, names};
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Namespace, Pod, Secret, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use mcp_operator::api::agent_spec::AgentSpec;
@@ -295,6 +299,18 @@ async fn server_memory_in_a_pod_is_ready_with_its_catalogue_and_an_agent_calls_i
         "op-stdio-node",
         &format!("{operator_repository}:{operator_tag}"),
     );
+    // The namespace enforces the restricted Pod Security level: the server's pods must meet it.
+    Api::<Namespace>::all(client.clone())
+        .patch(
+            ns.name(),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {
+                "pod-security.kubernetes.io/enforce": "restricted",
+                "pod-security.kubernetes.io/enforce-version": "latest",
+            }}})),
+        )
+        .await
+        .unwrap();
     let started = std::time::Instant::now();
     operator::apply_server(
         &client,
@@ -385,6 +401,48 @@ async fn server_memory_in_a_pod_is_ready_with_its_catalogue_and_an_agent_calls_i
             .is_some_and(|i| i.name.contains("memory")),
         "{:?}",
         status.server_info
+    );
+
+    // Only the token's holders: the operator's Secret and NetworkPolicy are there, and the
+    // ClusterIP refuses whoever comes without the token.
+    let url = status.url.clone().unwrap();
+    let token = Api::<Secret>::namespaced(client.clone(), ns.name())
+        .get("memory-mcp-token")
+        .await
+        .expect("the operator issued the server's token");
+    assert!(token.data.unwrap_or_default().contains_key("token"));
+    assert!(
+        Api::<NetworkPolicy>::namespaced(client.clone(), ns.name())
+            .get_opt("memory-mcp")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    crate::support::probe(&[&url]).assert_fails_with("Unauthorized");
+    let other = e2e::TestNamespace::create(&client, "stdio-other-tenant").await;
+    let caller = format!(
+        "fetch({url:?}, {{method: 'POST', headers: {{'content-type': 'application/json', \
+         accept: 'application/json, text/event-stream', 'mcp-protocol-version': '2025-11-25'}}, \
+         body: JSON.stringify({{jsonrpc: '2.0', id: 1, method: 'tools/call', params: \
+         {{name: 'read_graph', arguments: {{}}}}}})}}).then(async r => console.log('STATUS ' + \
+         r.status + ' ' + await r.text())).catch(e => console.log('ERROR ' + e))"
+    );
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "other-tenant"},
+        "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 2, "containers": [{
+            "name": "caller", "image": format!("{node_repository}:{node_tag}"),
+            "imagePullPolicy": "Never", "args": ["-e", caller],
+        }]},
+    }))
+    .unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), other.name());
+    pods.create(&Default::default(), &pod).await.unwrap();
+    pod_finished(&pods, "other-tenant", Duration::from_secs(60)).await;
+    let said = container_log(&cluster_dir, other.name(), "other-tenant", "caller");
+    assert!(
+        said.contains("STATUS 401") && said.contains("bearer token"),
+        "a pod of another namespace reached the server: {said}"
     );
 
     // An agent with a sidecar on the grants the controller publishes calls the server's tools.

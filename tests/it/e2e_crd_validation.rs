@@ -206,6 +206,16 @@ fn refused_cases() -> Vec<Refused> {
         &["spec.stdio.resources.limits.memory", "should match"],
     );
     c.server(
+        "stdio-own-bearer-token",
+        json!({"url": null, "stdio": stdio(), "credentials": {"bearerToken": {"secretKeyRef": {"name": "t", "key": "k"}}}}),
+        &["spec.credentials.bearerToken", "the operator's own"],
+    );
+    c.server(
+        "stdio-non-root-as-root",
+        json!({"url": null, "stdio": {"image": "i", "command": ["c"], "securityContext": {"runAsUser": 0, "runAsNonRoot": true}}}),
+        &["spec.stdio.securityContext", "runAsNonRoot cannot hold with runAsUser 0"],
+    );
+    c.server(
         "stdio-over-sse",
         json!({"url": null, "transport": "sse", "stdio": stdio()}),
         &["spec.transport", "served over streamable-http"],

@@ -145,8 +145,15 @@ async fn a_stdio_server_gets_an_owned_workload_and_says_it_does_not_serve_yet() 
     assert_eq!(server.image.as_deref(), Some("mcp-e2e.local/not-pulled:1"));
     let args = server.args.as_ref().unwrap();
     assert_eq!(
-        &args[..4],
-        ["bridge", "--listen", "0.0.0.0:8000", "--"].map(String::from)
+        &args[..5],
+        [
+            "bridge",
+            "--listen",
+            "0.0.0.0:8000",
+            "--bearer-token-file=/var/run/mcp-operator/token/token",
+            "--"
+        ]
+        .map(String::from)
     );
     let svc = services.get("memory-mcp").await.unwrap();
     assert_eq!(svc.owner_references()[0].uid, uid);
@@ -188,11 +195,14 @@ async fn a_stdio_server_gets_an_owned_workload_and_says_it_does_not_serve_yet() 
     })
     .await;
     assert!(rolled.metadata.generation > d.metadata.generation);
-    assert!(
-        rolled.spec.unwrap().template.spec.unwrap().containers[0]
-            .env
-            .is_none(),
-        "the env entry removed from spec.stdio is gone from the pods"
+    let env = rolled.spec.unwrap().template.spec.unwrap().containers[0]
+        .env
+        .clone()
+        .unwrap_or_default();
+    assert_eq!(
+        env.iter().map(|e| e.name.as_str()).collect::<Vec<_>>(),
+        ["HOME"],
+        "the env entry removed from spec.stdio is gone from the pods (HOME is the operator's)"
     );
 
     // Deleting the McpServer removes its workload (garbage collection of owned objects).

@@ -617,7 +617,10 @@ pub struct ServerTools {
     pub deny: Vec<String>,
 
     /// Access level per tool name (read, write or destructive), replacing what the tool's own
-    /// annotations say. Keys are exact tool names, no wildcards.
+    /// annotations say. Keys are exact tool names, no wildcards. Where a McpTenantPolicy picks
+    /// this server, an override only tightens: the stricter of it and the annotations applies
+    /// (status keeps both: access and servedAccess); lowering a classification there is the
+    /// platform's (the policy's rules[].overrides).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(extend(
         "maxProperties" = 256,

@@ -393,8 +393,14 @@ fn cel_rules_sit_where_they_belong() {
         (
             "McpTenantPolicy",
             "spec.rules[].servers",
-            "has(self.selector)",
-            "by names, by selector, or both",
+            "has(self.selector) || (has(self.urls) && size(self.urls) > 0)",
+            "by names, selector or urls",
+        ),
+        (
+            "McpTenantPolicy",
+            "spec.rules[].overrides",
+            "self.all(k, k.matches('^[A-Za-z0-9_.-]{1,128}$'))",
+            "rules[].overrides keys must be exact tool names",
         ),
     ];
     for (kind, path, rule, message) in expected {
@@ -788,13 +794,21 @@ fn status_catalog_is_the_probe_catalog_plus_last_sync_time() {
     names.sort();
     assert_eq!(
         names,
-        ["digest", "lastSyncTime", "pagesRead", "toolCount", "tools"]
+        [
+            "digest",
+            "lastSyncTime",
+            "overridesDigest",
+            "pagesRead",
+            "toolCount",
+            "tools"
+        ]
     );
 
     let catalog = crate::core::Catalog {
         tool_count: 0,
         digest: "d".into(),
         pages_read: 1,
+        overrides_digest: None,
         tools: vec![],
     };
     let status = mcp_server::CatalogStatus {

@@ -2,6 +2,12 @@
 //! (read, write, destructive) that classification, policies and approval speak in. Pure: built
 //! from the raw tool definitions that `mcp::listing` read, written by the probe and by the
 //! controller into status, narrowed by `grants`.
+//!
+//! Two classifications live side by side, because they have different owners: what the server
+//! says of a tool (its hints, MCP's defaults; `servedAccess`) and what the McpServer's
+//! `tools.overrides` make of it (`access`). The owner of an McpServer is a tenant; where a
+//! McpTenantPolicy bounds the server, `grants` lets that override only tighten (see
+//! [`CatalogTool::tenant_override`]), so both must reach it.
 
 use std::collections::BTreeMap;
 
@@ -25,6 +31,23 @@ pub enum Access {
     Write,
     /// The tool may destroy state. MCP's default for a tool with no annotations.
     Destructive,
+}
+
+impl Access {
+    /// The word the CRDs and grants.json use: `read`, `write` or `destructive`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Access::Read => "read",
+            Access::Write => "write",
+            Access::Destructive => "destructive",
+        }
+    }
+}
+
+impl std::fmt::Display for Access {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// Which tool calls need a person's approval, by access level.
@@ -52,6 +75,11 @@ pub struct Catalog {
     pub digest: String,
     /// How many `tools/list` pages the listing read.
     pub pages_read: u32,
+    /// SHA-256 over the McpServer's `tools.overrides` the access levels were computed with;
+    /// absent when there are none. A change of classification alone leaves `digest` as it is,
+    /// so readers of a spilled catalogue (whose status keeps no tools) see it change here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overrides_digest: Option<String>,
     /// The tools, sorted by name.
     #[serde(default)]
     pub tools: Vec<CatalogTool>,
@@ -69,8 +97,16 @@ pub struct CatalogTool {
     /// The description, cut to a display length.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
-    /// read, write or destructive: from the annotations (MCP defaults apply) unless overridden.
+    /// read, write or destructive: from the annotations (MCP defaults apply) unless the
+    /// McpServer's tools.overrides names the tool. Under a McpTenantPolicy that picks the server
+    /// an override only tightens: the grants (AgentSpec status, grants.json) show the access
+    /// that applies.
     pub access: Access,
+    /// What the server's own annotations make of the tool (MCP defaults apply), when
+    /// tools.overrides names it; absent otherwise (access is then the served access).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "served_access_schema")]
+    pub served_access: Option<Access>,
     /// True when the server says repeating a call has no further effect (`idempotentHint`).
     pub idempotent: bool,
     /// The tool's annotations exactly as the server sent them.
@@ -88,6 +124,29 @@ pub struct CatalogTool {
     /// pinned, and no person approved it yet.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub awaiting_approval: Option<AwaitingApproval>,
+}
+
+/// servedAccess's schema: the access values, nullable, described by the field's own comment
+/// (the enum type's description would replace it).
+fn served_access_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let mut schema = Access::json_schema(generator);
+    if let Some(object) = schema.as_object_mut() {
+        object.remove("description");
+        object.insert("nullable".into(), true.into());
+    }
+    schema
+}
+
+impl CatalogTool {
+    /// The access the server's annotations give the tool, whatever the McpServer overrides.
+    pub fn served_access(&self) -> Access {
+        self.served_access.unwrap_or(self.access)
+    }
+
+    /// The access the McpServer's `tools.overrides` set for this tool, if they name it.
+    pub fn tenant_override(&self) -> Option<Access> {
+        self.served_access.map(|_| self.access)
+    }
 }
 
 /// MCP tool annotations (hints, not guarantees).
@@ -114,8 +173,8 @@ pub struct ToolAnnotations {
 /// Longest description kept in the catalogue (characters); the full text stays on the server.
 pub const DESCRIPTION_DISPLAY_CHARS: usize = 200;
 
-/// Builds the catalogue from raw tool definitions. `overrides` (tool name → access) beat the
-/// server's hints.
+/// Builds the catalogue from raw tool definitions. `overrides` (tool name → access, the
+/// McpServer's `tools.overrides`) set `access`; the served access is kept beside it.
 pub fn build(
     tools: &[Map<String, Value>],
     overrides: &BTreeMap<String, Access>,
@@ -127,8 +186,23 @@ pub fn build(
         tool_count: tools.len() as u32,
         digest: catalog_digest(&tools),
         pages_read,
+        overrides_digest: overrides_digest(overrides),
         tools,
     }
+}
+
+/// `sha256:<hex>` over `name=access` lines of the overrides in name order; None without any.
+/// A restarted controller compares it with the spec's to tell whether status still holds the
+/// classification the spec asks for.
+pub fn overrides_digest(overrides: &BTreeMap<String, Access>) -> Option<String> {
+    if overrides.is_empty() {
+        return None;
+    }
+    let mut hasher = Sha256::new();
+    for (name, access) in overrides {
+        hasher.update(format!("{name}={access}\n").as_bytes());
+    }
+    Some(format!("sha256:{}", hex::encode(hasher.finalize())))
 }
 
 fn catalog_tool(tool: &Map<String, Value>, overrides: &BTreeMap<String, Access>) -> CatalogTool {
@@ -140,10 +214,8 @@ fn catalog_tool(tool: &Map<String, Value>, overrides: &BTreeMap<String, Access>)
     let annotations: Option<ToolAnnotations> = tool
         .get("annotations")
         .and_then(|a| serde_json::from_value(a.clone()).ok());
-    let access = overrides
-        .get(&name)
-        .copied()
-        .unwrap_or_else(|| classify(annotations.as_ref()));
+    let served = classify(annotations.as_ref());
+    let overridden = overrides.get(&name).copied();
     let idempotent = annotations
         .as_ref()
         .and_then(|a| a.idempotent_hint)
@@ -162,7 +234,8 @@ fn catalog_tool(tool: &Map<String, Value>, overrides: &BTreeMap<String, Access>)
             .get("description")
             .and_then(Value::as_str)
             .map(|d| cut(d, DESCRIPTION_DISPLAY_CHARS)),
-        access,
+        access: overridden.unwrap_or(served),
+        served_access: overridden.map(|_| served),
         idempotent,
         annotations,
         schema_bytes,
@@ -249,6 +322,13 @@ mod tests {
     }
 
     #[test]
+    fn access_words_are_the_serde_words() {
+        for a in [Access::Read, Access::Write, Access::Destructive] {
+            assert_eq!(serde_json::to_value(a).unwrap(), a.as_str());
+        }
+    }
+
+    #[test]
     fn overrides_beat_hints() {
         let tools = [tool(
             json!({"name": "rm", "inputSchema": {"type": "object"},
@@ -257,6 +337,70 @@ mod tests {
         let overrides = BTreeMap::from([("rm".to_string(), Access::Destructive)]);
         let cat = build(&tools, &overrides, 1);
         assert_eq!(cat.tools[0].access, Access::Destructive);
+        // What the server said stays beside it: a policy judges that, not the override.
+        assert_eq!(cat.tools[0].served_access, Some(Access::Read));
+        assert_eq!(cat.tools[0].served_access(), Access::Read);
+        assert_eq!(cat.tools[0].tenant_override(), Some(Access::Destructive));
+        assert!(cat.overrides_digest.is_some());
+    }
+
+    #[test]
+    fn a_tool_without_override_has_only_its_served_access() {
+        let tools = [
+            tool(json!({"name": "ls", "inputSchema": {}, "annotations": {"readOnlyHint": true}})),
+            tool(json!({"name": "rm", "inputSchema": {}})),
+        ];
+        let overrides = BTreeMap::from([("rm".to_string(), Access::Read)]);
+        let cat = build(&tools, &overrides, 1);
+        let ls = &cat.tools[0];
+        assert_eq!(
+            (ls.access, ls.served_access, ls.tenant_override()),
+            (Access::Read, None, None)
+        );
+        let json = serde_json::to_value(ls).unwrap();
+        assert!(
+            json.get("servedAccess").is_none(),
+            "status stays as it was: {json}"
+        );
+        let rm = &cat.tools[1];
+        assert_eq!(
+            (rm.access, rm.served_access()),
+            (Access::Read, Access::Destructive)
+        );
+        assert_eq!(
+            serde_json::to_value(rm).unwrap()["servedAccess"],
+            "destructive"
+        );
+        // A catalogue stored before servedAccess existed still reads.
+        let old: CatalogTool = serde_json::from_value(
+            json!({"name": "x", "access": "read", "idempotent": false, "schemaBytes": 2,
+                   "definitionDigest": "sha256:x"}),
+        )
+        .unwrap();
+        assert_eq!(
+            (old.served_access(), old.tenant_override()),
+            (Access::Read, None)
+        );
+    }
+
+    #[test]
+    fn the_overrides_digest_follows_the_classification_and_nothing_else() {
+        let none = BTreeMap::new();
+        assert_eq!(overrides_digest(&none), None);
+        let read = BTreeMap::from([("rm".to_string(), Access::Read)]);
+        let write = BTreeMap::from([("rm".to_string(), Access::Write)]);
+        assert_ne!(overrides_digest(&read), overrides_digest(&write));
+        assert_eq!(overrides_digest(&read), overrides_digest(&read.clone()));
+        let tools = [tool(json!({"name": "rm", "inputSchema": {}}))];
+        // The catalogue digest is the definitions' only: pinning never waits on a classification.
+        assert_eq!(
+            build(&tools, &read, 1).digest,
+            build(&tools, &none, 1).digest
+        );
+        assert_ne!(
+            build(&tools, &read, 1).overrides_digest,
+            build(&tools, &write, 1).overrides_digest
+        );
     }
 
     #[test]

@@ -24,7 +24,8 @@
 //!   tool as served). An approved tool stops waiting, so its served digest becomes its pin.
 //! - A removed tool disappears with its pin; if it comes back, it is new.
 //! - Classification (`tools.overrides`) is not part of the definition, so it never needs
-//!   approval.
+//!   approval; both the served and the overridden access are kept as read (a policy judges
+//!   the served one), and a changed override changes the [`content_key`].
 //! - An approval in the spec that the server does not serve is reported, never an error.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -362,17 +363,21 @@ pub fn waiting(catalog: &Catalog) -> impl Iterator<Item = &super::CatalogTool> {
         .filter(|t| t.awaiting_approval.is_some())
 }
 
-/// A key that changes whenever the catalogue's served content or its waiting set changes: the
-/// catalogue digest when nothing waits (so catalogues without pinning keep their key), else a
-/// digest over it and every waiting tool's pin. The spilled ConfigMap and its readers' caches
-/// are keyed by it.
+/// A key that changes whenever the catalogue's served content, its classification (the
+/// McpServer's tools.overrides) or its waiting set changes: the catalogue digest when nothing
+/// waits and nothing is overridden (so such catalogues keep their key), else a digest over it,
+/// the overrides' digest and every waiting tool's pin. The spilled ConfigMap and its readers'
+/// caches are keyed by it, so an override changed alone still reaches the grants.
 pub fn content_key(catalog: &Catalog) -> String {
     let mut waiting = waiting(catalog).peekable();
-    if waiting.peek().is_none() {
+    if waiting.peek().is_none() && catalog.overrides_digest.is_none() {
         return catalog.digest.clone();
     }
     let mut hasher = Sha256::new();
     hasher.update(catalog.digest.as_bytes());
+    if let Some(overrides) = &catalog.overrides_digest {
+        hasher.update(format!("\noverrides {overrides}").as_bytes());
+    }
     for tool in waiting {
         let pin = tool
             .awaiting_approval

@@ -5,10 +5,11 @@
 //! ```text
 //! ResolveInput ── servers[] AgentServerInput ──server──► McpServerInput ──catalog──► &Catalog
 //!      │                (the AgentSpec's entry)           (None: no such McpServer)
-//!      └── policies[] PolicyInput ── rules[] RuleInput { servers: names this rule picks }
+//!      └── policies[] PolicyInput ── rules[] RuleInput { servers: names this rule picks,
+//!                                                          bounds_only, bounds, overrides }
 //! ```
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::str::FromStr;
 
@@ -62,8 +63,8 @@ pub struct McpServerInput<'a> {
     pub not_ready_reason: Option<String>,
     /// `spec.optional`.
     pub optional: bool,
-    /// Its catalogue (with `tools.overrides` already applied to access); None when it has none
-    /// yet. Only used when `ready`.
+    /// Its catalogue (each tool's `access` with `tools.overrides` applied, and the served access
+    /// beside it); None when it has none yet. Only used when `ready`.
     pub catalog: Option<&'a Catalog>,
     /// `spec.tools.allow`.
     pub allow: Vec<String>,
@@ -82,12 +83,19 @@ pub struct PolicyInput {
     pub rules: Vec<RuleInput>,
 }
 
-/// One rule of a tenant policy.
+/// One rule of a tenant policy. Every rule that picks a server bounds it; a rule never adds to
+/// what another rule of its policy permits.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RuleInput {
-    /// Names of the McpServers (among those the AgentSpec references) this rule picks, by name
-    /// or by label: the controller evaluates `servers.names` and `servers.selector`.
+    /// Its index in the policy's `spec.rules`, quoted in findings (`rules[2]`).
+    pub position: usize,
+    /// Names of the McpServers (among those the AgentSpec references) this rule picks: the
+    /// controller evaluates `servers.names`, `servers.selector` and `servers.urls`.
     pub servers: BTreeSet<String>,
+    /// McpServers this rule bounds without picking them: those its label selector might pick
+    /// when the selector cannot be evaluated. Failing closed, the rule's bounds hold for them,
+    /// but it does not count as a rule that lets them in.
+    pub bounds_only: BTreeSet<String>,
     /// Tool-name patterns permitted (empty: all).
     pub allow: Vec<String>,
     /// Tool-name patterns never permitted on the servers this rule picks.
@@ -96,6 +104,9 @@ pub struct RuleInput {
     pub max_access: Option<Access>,
     /// Access level at or above which every call to the servers this rule picks needs approval.
     pub require_approval_for: Option<Access>,
+    /// The platform's classification of tools (exact name → access) on the servers this rule
+    /// picks: replaces what the server's annotations say, and may lower it.
+    pub overrides: BTreeMap<String, Access>,
 }
 
 /// What a namespace that no McpTenantPolicy selects may be granted.

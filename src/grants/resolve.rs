@@ -9,12 +9,26 @@
 //!
 //! Rules the design left open, decided here:
 //!
-//! - Within one policy, a tool on server S is permitted when some rule picking S allows it
-//!   (its allow list, and access ≤ its maxAccess) and **no** rule picking S denies it: deny wins
-//!   across the rules of a policy, as it does everywhere else. A policy none of whose rules
-//!   picks S permits none of S's tools (the safe default; an empty rule list permits nothing).
-//! - A rule's `requireApprovalFor` applies to every granted tool of every server the rule picks,
-//!   whether or not that rule is the one permitting the tool.
+//! - Rules bound; they do not add up. Within one policy, a tool on server S is permitted when
+//!   at least one rule picks S and **every** rule that picks S permits it: its allow list
+//!   matches (empty: all), none of its denies matches, and the tool's access is at most its
+//!   maxAccess. So the tightest ceiling and every deny apply, and a rule's match (a label or a
+//!   name the tenant adds) can only narrow. A policy none of whose rules picks S permits none of
+//!   S's tools (the safe default; an empty rule list permits nothing). A rule whose label
+//!   selector cannot be evaluated bounds the servers it might pick (`bounds_only`) without
+//!   letting them in.
+//! - The access a policy judges is the platform's: where policies select the tenant, every
+//!   rule bounding the server classifies each tool, by its `overrides` when they name the tool
+//!   (the platform's reclassification, which may lower), else as the server serves it (its
+//!   annotations), and the strictest of these counts. So a reclassification downward holds
+//!   where every rule bounding the server makes it, and one more rule match can only raise a
+//!   classification, never lower it. The McpServer's own `tools.overrides` (the tenant's) can
+//!   only raise it further. Without any policy (tenant default allow) the McpServer's
+//!   overrides apply as they are. That one access is what maxAccess, every approval level and
+//!   the published `access` speak of, and an override the policy does not follow is reported
+//!   (`OverrideNotApplied`).
+//! - Every `requireApprovalFor` of a rule that picks the server applies (the lowest level
+//!   wins), to every granted tool of the server.
 //! - A server that is missing, not Ready, or has no catalogue grants nothing (a stale catalogue
 //!   is not used) and is listed as unavailable. A missing server's `optional` is unknown, so it
 //!   is treated as required.
@@ -28,6 +42,7 @@
 //!   nobody; only an AgentSpec that would have been granted it counts it and hears why.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
 
 use serde::Serialize;
 
@@ -132,6 +147,9 @@ pub enum Reason {
     /// A tool the agent would be granted is withheld: its server pins tool definitions and
     /// this one changed (or is new) and waits for a person's approval.
     AwaitingApproval,
+    /// The McpServer's tools.overrides would lower a tool's classification where a tenant
+    /// policy bounds the server: the policy judges the stricter classification instead.
+    OverrideNotApplied,
 }
 
 impl Reason {
@@ -145,6 +163,7 @@ impl Reason {
             Reason::PatternMatchesNothing => "PatternMatchesNothing",
             Reason::RequireApprovalNotOffered => "RequireApprovalNotOffered",
             Reason::AwaitingApproval => "AwaitingApproval",
+            Reason::OverrideNotApplied => "OverrideNotApplied",
         }
     }
 }
@@ -310,7 +329,13 @@ fn resolve_server(
             continue;
         }
         offered.push(&tool.name);
-        let denying = rules.denying(tool);
+        let access = rules.access(tool);
+        if let Some(finding) = rules.override_not_applied(name, tool, access)
+            && spec_plane.permits(&tool.name)
+        {
+            findings.push(finding);
+        }
+        let denying = rules.denying(tool, access);
         if !denying.is_empty() {
             outcome.withheld_by_policy += 1;
             if asked_by_name.contains(tool.name.as_str()) && spec_plane.permits(&tool.name) {
@@ -347,16 +372,16 @@ fn resolve_server(
             ));
             continue;
         }
-        let requires_approval = input_approval(input.approval, tool.access)
+        let requires_approval = input_approval(input.approval, access)
             || approval_names.contains(tool.name.as_str())
-            || rules.require_approval(tool.access);
+            || rules.require_approval(access);
         outcome.granted_schema_bytes = outcome
             .granted_schema_bytes
             .saturating_add(tool.schema_bytes);
         grants.tools.push(GrantedTool {
             qualified_name: qualified_name(&prefix, &tool.name),
             name: tool.name.clone(),
-            access: tool.access,
+            access,
             idempotent: tool.idempotent,
             requires_approval,
             definition_digest: tool.definition_digest.clone(),
@@ -472,28 +497,89 @@ struct CompiledPolicy {
 }
 
 struct CompiledRule {
+    position: usize,
     servers: BTreeSet<String>,
+    bounds_only: BTreeSet<String>,
     patterns: PatternSet,
+    /// The allow patterns, sorted, as a finding quotes them.
+    allow: Vec<String>,
     max_access: Access,
     require_approval_for: Option<Access>,
+    overrides: BTreeMap<String, Access>,
+}
+
+impl CompiledRule {
+    fn bounds(&self, server: &str) -> bool {
+        self.servers.contains(server) || self.bounds_only.contains(server)
+    }
+
+    /// Why this rule refuses a tool of the given access, if it does.
+    fn refusal(&self, tool: &str, access: Access) -> Option<String> {
+        let rule = format!("rules[{}]", self.position);
+        if self.patterns.denies(tool) {
+            Some(format!("its {rule} denies it"))
+        } else if !self.patterns.allows(tool) {
+            Some(format!(
+                "its {rule} allows only {}",
+                quoted_list(&self.allow)
+            ))
+        } else if access > self.max_access {
+            Some(format!(
+                "its {rule} caps access at {} and {tool} counts as {access}",
+                self.max_access
+            ))
+        } else {
+            None
+        }
+    }
+}
+
+/// "a, b, c" for a few patterns, "a, b, c and 4 more" for many.
+fn quoted_list(items: &[String]) -> String {
+    const SHOWN: usize = 3;
+    let mut text = items
+        .iter()
+        .take(SHOWN)
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .join(", ");
+    if items.len() > SHOWN {
+        let _ = write!(text, " and {} more", items.len() - SHOWN);
+    }
+    text
 }
 
 impl PolicyPlane {
     fn new(policies: &[PolicyInput], tenant_default: TenantDefault) -> Self {
         let mut policies: Vec<CompiledPolicy> = policies
             .iter()
-            .map(|p| CompiledPolicy {
-                name: p.name.clone(),
-                rules: p
+            .map(|p| {
+                let mut rules: Vec<CompiledRule> = p
                     .rules
                     .iter()
-                    .map(|r| CompiledRule {
-                        servers: r.servers.clone(),
-                        patterns: PatternSet::new(&r.allow, &r.deny),
-                        max_access: r.max_access.unwrap_or(Access::Destructive),
-                        require_approval_for: r.require_approval_for,
+                    .map(|r| {
+                        let mut allow = r.allow.clone();
+                        allow.sort();
+                        allow.dedup();
+                        CompiledRule {
+                            position: r.position,
+                            servers: r.servers.clone(),
+                            bounds_only: r.bounds_only.clone(),
+                            patterns: PatternSet::new(&r.allow, &r.deny),
+                            allow,
+                            max_access: r.max_access.unwrap_or(Access::Destructive),
+                            require_approval_for: r.require_approval_for,
+                            overrides: r.overrides.clone(),
+                        }
                     })
-                    .collect(),
+                    .collect();
+                // The first refusing rule is quoted: in spec order, so the input's order of
+                // rules cannot show through.
+                rules.sort_by_key(|r| r.position);
+                CompiledPolicy {
+                    name: p.name.clone(),
+                    rules,
+                }
             })
             .collect();
         // Names are quoted in findings; sorted, the input's order cannot show through.
@@ -504,38 +590,54 @@ impl PolicyPlane {
         }
     }
 
-    /// The policies' rules that pick one server.
+    /// The policies' rules that bound one server.
     fn for_server(&self, server: &str) -> ServerRules<'_> {
         ServerRules {
             tenant_default: self.tenant_default,
             policies: self
                 .policies
                 .iter()
-                .map(|p| {
-                    let rules = p
-                        .rules
-                        .iter()
-                        .filter(|r| r.servers.contains(server))
-                        .collect();
-                    (p.name.as_str(), rules)
+                .map(|p| PolicyOnServer {
+                    name: p.name.as_str(),
+                    picked: p.rules.iter().any(|r| r.servers.contains(server)),
+                    rules: p.rules.iter().filter(|r| r.bounds(server)).collect(),
                 })
                 .collect(),
         }
     }
 }
 
-/// The tenant plane as it applies to one server: for every selecting policy, its rules that pick
-/// the server (possibly none).
+/// The tenant plane as it applies to one server: for every selecting policy, whether a rule
+/// picks the server and the rules that bound it (possibly none).
 struct ServerRules<'p> {
     tenant_default: TenantDefault,
-    policies: Vec<(&'p str, Vec<&'p CompiledRule>)>,
+    policies: Vec<PolicyOnServer<'p>>,
+}
+
+struct PolicyOnServer<'p> {
+    name: &'p str,
+    /// Some rule picks the server (a rule that only bounds it does not let it in).
+    picked: bool,
+    /// Every rule that bounds the server, in spec order.
+    rules: Vec<&'p CompiledRule>,
+}
+
+impl PolicyOnServer<'_> {
+    /// Why this policy refuses the tool, if it does.
+    fn refusal(&self, tool: &str, access: Access) -> Option<String> {
+        if !self.picked {
+            return Some("it has no rule that picks the server".to_string());
+        }
+        self.rules.iter().find_map(|r| r.refusal(tool, access))
+    }
 }
 
 /// Who, on the tenant plane, withholds a tool.
 enum Denial<'p> {
     Nobody,
     TenantDefault,
-    Policies(Vec<&'p str>),
+    /// The refusing policies, each with why.
+    Policies(Vec<(&'p str, String)>),
 }
 
 impl Denial<'_> {
@@ -547,11 +649,21 @@ impl Denial<'_> {
         match self {
             Denial::Nobody => String::new(),
             Denial::TenantDefault => NO_POLICY_DENY.to_string(),
-            Denial::Policies(names) if names.len() == 1 => {
-                format!("McpTenantPolicy {} does not permit it", names[0])
+            Denial::Policies(refusals) if refusals.len() == 1 => {
+                let (name, why) = &refusals[0];
+                format!("McpTenantPolicy {name} does not permit it: {why}")
             }
-            Denial::Policies(names) => {
-                format!("McpTenantPolicies {} do not permit it", names.join(", "))
+            Denial::Policies(refusals) => {
+                let names: Vec<&str> = refusals.iter().map(|(n, _)| *n).collect();
+                let whys: Vec<String> = refusals
+                    .iter()
+                    .map(|(name, why)| format!("{name}: {why}"))
+                    .collect();
+                format!(
+                    "McpTenantPolicies {} do not permit it ({})",
+                    names.join(", "),
+                    whys.join("; ")
+                )
             }
         }
     }
@@ -561,30 +673,88 @@ const NO_POLICY_DENY: &str =
     "no McpTenantPolicy selects this namespace and the controller's tenant default is deny";
 
 impl<'p> ServerRules<'p> {
-    fn denying(&self, tool: &CatalogTool) -> Denial<'p> {
+    /// The one access a tool has for this tenant. Without policies: the McpServer's
+    /// classification as it stands. Under policies: every rule bounding the server classifies
+    /// the tool, by its `overrides` when they name it, else as the server serves it, and the
+    /// strictest counts (so a reclassification downward holds only where every such rule makes
+    /// it: a label that makes one more rule pick the server can only raise it); the McpServer's
+    /// own override then only raises that.
+    fn access(&self, tool: &CatalogTool) -> Access {
+        if self.policies.is_empty() {
+            return tool.access;
+        }
+        let base = self.platform_access(tool);
+        tool.tenant_override().map_or(base, |o| o.max(base))
+    }
+
+    /// The platform's classification of a tool: the strictest of the bounding rules' (each
+    /// its override for the tool, or the served access).
+    fn platform_access(&self, tool: &CatalogTool) -> Access {
+        let served = tool.served_access();
+        self.policies
+            .iter()
+            .flat_map(|p| &p.rules)
+            .map(|r| r.overrides.get(&tool.name).copied().unwrap_or(served))
+            .max()
+            .unwrap_or(served)
+    }
+
+    /// The finding for an McpServer override the policies do not follow: one that would lower
+    /// the tool below `access`, where every selecting policy picks the server (elsewhere
+    /// nothing of it is granted and the override does not matter).
+    fn override_not_applied(
+        &self,
+        server: &str,
+        tool: &CatalogTool,
+        access: Access,
+    ) -> Option<Finding> {
+        let lowered = tool.tenant_override().filter(|o| *o < access)?;
+        if self.policies.is_empty() || !self.policies.iter().all(|p| p.picked) {
+            return None;
+        }
+        let whose = if self.platform_access(tool) == tool.served_access() {
+            "as the server classifies it"
+        } else {
+            "as the McpTenantPolicy rules picking the server classify it"
+        };
+        Some(Finding::new(
+            Reason::OverrideNotApplied,
+            Some(server),
+            format!(
+                "McpServer {server}'s tools.overrides classify {} as {lowered}, but a \
+                 McpTenantPolicy bounds this server, and there an McpServer's override can \
+                 only raise a classification: {} counts as {access}, {whose}; a platform \
+                 engineer can reclassify it in the rules[].overrides of every policy rule that \
+                 picks the server",
+                tool.name, tool.name
+            ),
+            false,
+        ))
+    }
+
+    fn denying(&self, tool: &CatalogTool, access: Access) -> Denial<'p> {
         if self.policies.is_empty() {
             return match self.tenant_default {
                 TenantDefault::Allow => Denial::Nobody,
                 TenantDefault::Deny => Denial::TenantDefault,
             };
         }
-        let names: Vec<&str> = self
+        let refusals: Vec<(&str, String)> = self
             .policies
             .iter()
-            .filter(|(_, rules)| !permits(rules, tool))
-            .map(|(name, _)| *name)
+            .filter_map(|p| p.refusal(&tool.name, access).map(|why| (p.name, why)))
             .collect();
-        if names.is_empty() {
+        if refusals.is_empty() {
             Denial::Nobody
         } else {
-            Denial::Policies(names)
+            Denial::Policies(refusals)
         }
     }
 
     fn require_approval(&self, access: Access) -> bool {
         self.policies
             .iter()
-            .flat_map(|(_, rules)| rules)
+            .flat_map(|p| &p.rules)
             .any(|r| r.require_approval_for.is_some_and(|level| level <= access))
     }
 
@@ -596,8 +766,8 @@ impl<'p> ServerRules<'p> {
         let without_rule: Vec<&str> = self
             .policies
             .iter()
-            .filter(|(_, rules)| rules.is_empty())
-            .map(|(name, _)| *name)
+            .filter(|p| !p.picked)
+            .map(|p| p.name)
             .collect();
         match without_rule.as_slice() {
             [] => None,
@@ -608,14 +778,6 @@ impl<'p> ServerRules<'p> {
             )),
         }
     }
-}
-
-/// One policy's verdict: some rule allows the tool within its ceiling and no rule denies it.
-fn permits(rules: &[&CompiledRule], tool: &CatalogTool) -> bool {
-    !rules.iter().any(|r| r.patterns.denies(&tool.name))
-        && rules
-            .iter()
-            .any(|r| r.patterns.allows(&tool.name) && tool.access <= r.max_access)
 }
 
 fn collisions(servers: &[ServerGrants]) -> Vec<Collision> {

@@ -1124,7 +1124,7 @@ fn refused_cases() -> Vec<Refused> {
         json!({"rules": [{"servers": {}}]}),
         &[
             "spec.rules[0].servers",
-            "servers must pick servers by names, by selector, or both",
+            "servers must pick servers by names, selector or urls",
         ],
     );
     c.policy(
@@ -1132,8 +1132,31 @@ fn refused_cases() -> Vec<Refused> {
         json!({"rules": [{"servers": {"names": []}}]}),
         &[
             "spec.rules[0].servers",
-            "servers must pick servers by names, by selector, or both",
+            "servers must pick servers by names, selector or urls",
         ],
+    );
+    c.policy(
+        "rule-servers-no-urls",
+        json!({"rules": [{"servers": {"urls": []}}]}),
+        &[
+            "spec.rules[0].servers",
+            "servers must pick servers by names, selector or urls",
+        ],
+    );
+    c.policy(
+        "rule-url-with-space",
+        json!({"rules": [{"servers": {"urls": ["*.corp.example", "mcp .corp.example"]}}]}),
+        &["spec.rules[0].servers.urls[1]", "should match"],
+    );
+    c.policy(
+        "rule-override-wildcard",
+        json!({"rules": [{"servers": {"names": ["files"]}, "overrides": {"delete_*": "read"}}]}),
+        &["rules[].overrides keys must be exact tool names"],
+    );
+    c.policy(
+        "rule-override-value",
+        json!({"rules": [{"servers": {"names": ["files"]}, "overrides": {"wipe": "none"}}]}),
+        &["spec.rules[0].overrides.wipe", "Unsupported value"],
     );
     c.policy(
         "rule-server-name-not-dns",

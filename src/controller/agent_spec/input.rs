@@ -4,14 +4,15 @@
 //!
 //! ```text
 //! [ Namespace ].labels ──namespaceSelector──► selecting [ McpTenantPolicy ]s ──rules──► PolicyInput
-//!                                                         names / selector vs McpServer labels
+//!                                      names / selector vs McpServer labels / urls vs spec.url
 //! [ AgentSpec ].servers[] ──name──► [ McpServer ] (spec + status.catalog) ──► AgentServerInput
 //!                                          └──► Endpoint (URL, transport, era, Secret *references*)
 //! ```
 //!
 //! Invalid label selectors fail closed: a policy whose namespaceSelector cannot be evaluated
 //! selects every namespace (it can only take tools away, and its status says why); a rule whose
-//! server selector cannot be evaluated picks servers by name only.
+//! server selector cannot be evaluated picks servers by name (and URL) only, and still bounds
+//! every other server it might pick.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -28,6 +29,7 @@ use crate::grants::{
     resolve,
 };
 
+use crate::controller::shared::picking::{self, Pick};
 use crate::controller::shared::selector as grants_selector;
 
 /// Whether a policy applies to a namespace with these labels. An invalid namespaceSelector
@@ -41,7 +43,8 @@ pub fn policy_selects(
 
 /// One policy as the core sees it, for an AgentSpec using `servers` (its referenced McpServers
 /// that exist, by name; `referenced` are all the names it references). A rule picks a server by
-/// name, or by labels when the server exists.
+/// name, or by labels when the server exists, and only at a URL its `servers.urls` names when
+/// it has any (see [`picking`]).
 pub fn policy_input(
     policy: &McpTenantPolicy,
     referenced: &BTreeSet<String>,
@@ -51,27 +54,26 @@ pub fn policy_input(
         .spec
         .rules
         .iter()
-        .map(|rule| {
-            let mut picked: BTreeSet<String> = rule
-                .servers
-                .names
-                .iter()
-                .filter(|n| referenced.contains(*n))
-                .cloned()
-                .collect();
-            if let Some(selector) = &rule.servers.selector {
-                for (name, server) in servers {
-                    if grants_selector::matches(selector, server.labels()).unwrap_or(false) {
-                        picked.insert(name.clone());
-                    }
-                }
+        .enumerate()
+        .map(|(position, rule)| {
+            let mut picked = BTreeSet::new();
+            let mut bounds_only = BTreeSet::new();
+            for name in referenced {
+                match picking::pick(&rule.servers, name, servers.get(name).copied()) {
+                    Pick::Picked => picked.insert(name.clone()),
+                    Pick::Unknown => bounds_only.insert(name.clone()),
+                    Pick::NotPicked => false,
+                };
             }
             RuleInput {
+                position,
                 servers: picked,
+                bounds_only,
                 allow: rule.allow.clone(),
                 deny: rule.deny.clone(),
                 max_access: rule.max_access,
                 require_approval_for: rule.require_approval_for,
+                overrides: rule.overrides.clone(),
             }
         })
         .collect();
@@ -305,22 +307,35 @@ mod tests {
                 {"servers": {"selector": {"matchLabels": {"tier": "prod"}}}, "deny": ["delete_*"]},
                 {"servers": {"names": ["fs"], "selector": {"matchExpressions": [{"key": "tier", "operator": "Bogus"}]}}},
                 {"servers": {"selector": {}}, "requireApprovalFor": "write"},
+                {"servers": {"urls": ["gh.example"]}, "overrides": {"delete_file": "write"}},
+                {"servers": {"names": ["gh", "fs"], "urls": ["https://fs.example/*"]}},
             ]}),
         );
         let input = policy_input(&p, &referenced, &servers);
         assert_eq!(input.name, "p");
-        let picked: Vec<Vec<&str>> = input
-            .rules
-            .iter()
-            .map(|r| r.servers.iter().map(String::as_str).collect())
-            .collect();
+        let names = |set: &BTreeSet<String>| set.iter().cloned().collect::<Vec<_>>();
+        let picked: Vec<Vec<String>> = input.rules.iter().map(|r| names(&r.servers)).collect();
         assert_eq!(
             picked,
-            vec![vec!["gone"], vec!["gh"], vec!["fs"], vec!["fs", "gh"]]
+            vec![
+                vec!["gone"],
+                vec!["gh"],
+                vec!["fs"],
+                vec!["fs", "gh"],
+                vec!["gh"],
+                vec!["fs"]
+            ]
         );
+        // The invalid selector still bounds gh, which it might pick, without letting it in.
+        assert_eq!(names(&input.rules[2].bounds_only), ["gh"]);
+        assert!(input.rules.iter().enumerate().all(|(i, r)| r.position == i));
         assert_eq!(input.rules[0].max_access, Some(Access::Read));
         assert_eq!(input.rules[1].deny, vec!["delete_*".to_string()]);
         assert_eq!(input.rules[3].require_approval_for, Some(Access::Write));
+        assert_eq!(
+            input.rules[4].overrides,
+            BTreeMap::from([("delete_file".to_string(), Access::Write)])
+        );
     }
 
     #[test]

@@ -309,10 +309,12 @@ async fn publish(
 async fn spilled_catalog(ctx: &AgentContext, server: &McpServer) -> Option<Arc<Catalog>> {
     let status = server.status.as_ref()?;
     status.catalog_config_map.as_ref()?;
-    // Under pinning the same served catalogue can differ in which tools wait.
+    // Under pinning the same served catalogue can differ in which tools wait, and with
+    // tools.overrides in how they are classified: the content key follows both (the status's
+    // catalogue has no tools, but keeps the overrides' digest).
     let digest = match &status.pinning {
         Some(p) => p.content_key.clone(),
-        None => status.catalog.as_ref()?.catalog.digest.clone(),
+        None => crate::core::pinning::content_key(&status.catalog.as_ref()?.catalog),
     };
     let key = server_key(server);
     if let Some(catalog) = ctx.spilled.get(&key, &digest) {

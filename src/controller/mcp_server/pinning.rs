@@ -20,6 +20,7 @@ use crate::api::mcp_server::{
     approved_by_annotation,
 };
 use crate::api::tenant_policy::McpTenantPolicy;
+use crate::controller::shared::picking::{self, Pick};
 use crate::controller::shared::selector;
 use crate::core::Catalog;
 use crate::core::pinning::{self, Approvals, Pinned};
@@ -37,9 +38,10 @@ pub struct Settings {
 }
 
 /// What turns pinning on for `server`: its spec, and every policy that selects its namespace
-/// (an invalid namespaceSelector selects every namespace: fail closed) with a rule that
-/// requires pinning and picks the server by name or by labels (an invalid server selector
-/// picks nothing but the names).
+/// (an invalid namespaceSelector selects every namespace: fail closed) with any rule that
+/// requires pinning and picks the server (by name, labels or URL, as the grants read it; a
+/// rule whose label selector cannot be evaluated counts as picking it: fail closed). One such
+/// rule is enough, whatever the policy's other rules say.
 pub fn required_by<'a>(
     server: &McpServer,
     policies: impl IntoIterator<Item = &'a McpTenantPolicy>,
@@ -56,10 +58,7 @@ pub fn required_by<'a>(
         .filter(|p| {
             p.spec.rules.iter().any(|rule| {
                 rule.require_pinning
-                    && (rule.servers.names.contains(&name)
-                        || rule.servers.selector.as_ref().is_some_and(|s| {
-                            selector::matches(s, server.labels()).unwrap_or(false)
-                        }))
+                    && picking::pick(&rule.servers, &name, Some(server)) != Pick::NotPicked
             })
         })
         .map(|p| format!("McpTenantPolicy/{}", p.name_any()))
@@ -260,6 +259,44 @@ mod tests {
                 "McpTenantPolicy/broken-selector",
                 "McpTenantPolicy/by-label"
             ]
+        );
+    }
+
+    #[test]
+    fn pinning_follows_urls_and_an_unreadable_server_selector_pins() {
+        let corp = server(json!({"url": "https://files.corp.example/mcp"}), json!({}));
+        let elsewhere = server(json!({"url": "https://files.evil.example/mcp"}), json!({}));
+        let ns = BTreeMap::new();
+        let policies = [
+            policy(
+                "corp-hosts",
+                json!({"namespaceSelector": {}, "rules": [
+                    {"servers": {"urls": ["*.corp.example"]}, "requirePinning": true}]}),
+            ),
+            policy(
+                "unreadable",
+                json!({"namespaceSelector": {}, "rules": [
+                    {"servers": {"selector": {"matchExpressions": [{"key": "k", "operator": "Bogus"}]}},
+                     "requirePinning": true}]}),
+            ),
+            policy(
+                "files-on-corp",
+                json!({"namespaceSelector": {}, "rules": [
+                    {"servers": {"names": ["files"], "urls": ["*.corp.example"]},
+                     "requirePinning": true}]}),
+            ),
+        ];
+        assert_eq!(
+            required_by(&corp, policies.iter(), &ns),
+            vec![
+                "McpTenantPolicy/corp-hosts",
+                "McpTenantPolicy/files-on-corp",
+                "McpTenantPolicy/unreadable"
+            ]
+        );
+        assert_eq!(
+            required_by(&elsewhere, policies.iter(), &ns),
+            vec!["McpTenantPolicy/unreadable"]
         );
     }
 

@@ -2,8 +2,8 @@
 //! in its first second: when a Ready server was last read, so that its next probe is due one
 //! refresh interval after that read (spread out when that time has passed). Pure.
 //!
-//! Only a status that can be trusted for it counts: Ready, written for the current generation
-//! and for what turns pinning on now, and nothing a probe depends on changed after that write,
+//! Only a status that can be trusted for it counts: Ready, written for the current generation,
+//! for what turns pinning on now and for the spec's tools.overrides, and nothing a probe depends on changed after that write,
 //! neither the object by anyone else (an annotation asking for a refresh or approving a tool)
 //! nor a Secret or ConfigMap it names. Any doubt means a probe at once, as before.
 //!
@@ -19,6 +19,7 @@ use kube::Resource;
 
 use crate::api::conditions::{READY, TRUE, find};
 use crate::api::mcp_server::McpServer;
+use crate::core::catalog::overrides_digest;
 
 /// When the status says the server was last read, if a restarted controller may schedule its
 /// next probe from there. `field_manager` is the controller's own; `pinning_required_by` what
@@ -45,6 +46,22 @@ pub fn last_read(
         .map(|p| p.required_by.as_slice())
         .unwrap_or_default();
     if shown != pinning_required_by {
+        return None;
+    }
+    // A catalogue classified with other overrides than the spec's (one written before the
+    // served access was kept beside them, or while the controller was away) is read again.
+    let overrides = server
+        .spec
+        .tools
+        .as_ref()
+        .map(|t| overrides_digest(&t.overrides))
+        .unwrap_or_default();
+    if status
+        .catalog
+        .as_ref()
+        .and_then(|c| c.catalog.overrides_digest.clone())
+        != overrides
+    {
         return None;
     }
     let fields = server.meta().managed_fields.as_deref().unwrap_or_default();
@@ -223,6 +240,34 @@ mod tests {
         probe_at_once("pinning turned on since", &fresh, &required, &[]);
         probe_at_once("a Secret changed since", &fresh, none, &[Some(at(120))]);
         probe_at_once("a Secret of unknown age", &fresh, none, &[None]);
+        // A catalogue classified before the served access was kept (or with other overrides)
+        // is read again, so no status holds an override's access where the served one belongs.
+        let mut overridden = ready_server(100, None);
+        overridden.spec.tools =
+            Some(serde_json::from_value(json!({"overrides": {"delete_file": "read"}})).unwrap());
+        probe_at_once(
+            "overrides the catalogue was not built with",
+            &overridden,
+            none,
+            &[],
+        );
+        let built_with_them = crate::core::catalog::overrides_digest(
+            &overridden.spec.tools.as_ref().unwrap().overrides,
+        );
+        overridden
+            .status
+            .as_mut()
+            .unwrap()
+            .catalog
+            .as_mut()
+            .unwrap()
+            .catalog
+            .overrides_digest = built_with_them;
+        assert_eq!(
+            last_read(&overridden, MANAGER, none, &[]),
+            Some(at(100)),
+            "the same overrides: trusted"
+        );
         assert_eq!(
             last_read(&ready_server(100, None), "another-manager", &[], &[]),
             None,

@@ -1,6 +1,6 @@
 //! What the three reconcilers write the same way: a status by server-side apply, events about an
 //! object, an owned ConfigMap published only when its digest changed, and the label-selector
-//! evaluation the AgentSpec and McpTenantPolicy reconcilers share.
+//! and rule-picking evaluation the reconcilers share.
 //!
 //! - [`status`]: `apply_status`, the one status write (SSA, forced, the operator's field manager).
 //! - [`events`]: `publish`, events whose failure is logged, never fatal.
@@ -8,9 +8,11 @@
 //!   annotation differs.
 //! - [`ready`]: `ReadyChange`, whether the Ready condition went down or came back.
 //! - [`selector`]: Kubernetes label-selector semantics, invalid selectors reported.
+//! - [`picking`]: which McpServers a tenant-policy rule picks (names, labels, URL patterns).
 
 pub mod config_map;
 pub mod events;
+pub mod picking;
 pub mod ready;
 pub mod selector;
 pub mod status;

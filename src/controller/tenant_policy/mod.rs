@@ -30,6 +30,7 @@ use crate::api::tenant_policy::{McpTenantPolicy, McpTenantPolicyStatus};
 use super::agent_spec::policy_selects;
 use super::context::Context;
 use super::error::ReconcileError;
+use super::shared::picking;
 use super::shared::selector as grants_selector;
 use super::shared::{events, status::apply_status_with};
 use status::next_policy_status;
@@ -83,8 +84,16 @@ pub fn selector_problems(policy: &McpTenantPolicy) -> Vec<String> {
         {
             problems.push(format!(
                 "rules[{i}].servers.selector is invalid: {e}; until it is fixed the rule picks \
-                 servers by name only."
+                 servers by name only, and its bounds still hold for every server it might \
+                 pick (it fails closed)."
             ));
+        }
+        for pattern in &rule.servers.urls {
+            if let Err(e) = picking::check_url_pattern(pattern) {
+                problems.push(format!(
+                    "rules[{i}].servers.urls: {e}; it picks no server until it is fixed."
+                ));
+            }
         }
     }
     problems
@@ -198,6 +207,20 @@ mod tests {
         assert!(
             problems[1].starts_with("rules[1].servers.selector is invalid")
                 && problems[1].contains("by name only")
+                && problems[1].contains("fails closed")
+        );
+        let no_host = policy(
+            "p",
+            json!({"namespaceSelector": {},
+                   "rules": [{"servers": {"urls": ["*.corp.example", "https:///mcp"]}}]}),
+        );
+        assert_eq!(
+            selector_problems(&no_host),
+            [
+                "rules[0].servers.urls: the urls pattern \"https:///mcp\" names no host; write a \
+              host such as mcp.corp.example or *.corp.example, optionally with a scheme, port \
+              and path; it picks no server until it is fixed."
+            ]
         );
     }
 }

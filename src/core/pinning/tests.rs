@@ -316,6 +316,21 @@ fn a_changed_override_needs_no_approval() {
     let next = pin(Some(&first.catalog), overridden, &none());
     assert!(waiting_names(&next.catalog).is_empty());
     assert_eq!(tool(&next.catalog, "t").access, Access::Read);
+    // Pinning keeps what the server said beside the override, for the policy to judge.
+    assert_eq!(
+        tool(&next.catalog, "t").served_access(),
+        Access::Destructive
+    );
+    // And the spilled catalogue is rewritten: its key follows the classification.
+    assert_eq!(next.catalog.digest, first.catalog.digest);
+    assert_ne!(content_key(&next.catalog), content_key(&first.catalog));
+    let written = build(
+        &tools,
+        &BTreeMap::from([("t".to_string(), Access::Write)]),
+        1,
+    );
+    let rewritten = pin(Some(&next.catalog), written, &none());
+    assert_ne!(content_key(&rewritten.catalog), content_key(&next.catalog));
 }
 
 #[test]

@@ -146,19 +146,25 @@ fn names() -> impl Strategy<Value = Vec<String>> {
 fn catalog() -> impl Strategy<Value = Catalog> {
     prop::collection::btree_map(
         "[ab_]{1,2}",
-        (access(), any::<bool>(), 0u64..50, prop::bool::weighted(0.2)),
+        (
+            (access(), prop::option::weighted(0.3, access())),
+            any::<bool>(),
+            0u64..50,
+            prop::bool::weighted(0.2),
+        ),
         0..7,
     )
     .prop_map(|tools| {
         let tools: Vec<CatalogTool> = tools
             .into_iter()
             .map(
-                |(name, (access, idempotent, schema_bytes, waits))| CatalogTool {
+                |(name, ((served, overridden), idempotent, schema_bytes, waits))| CatalogTool {
                     definition_digest: format!("sha256:{name}"),
                     name,
                     title: None,
                     description: None,
-                    access,
+                    access: overridden.unwrap_or(served),
+                    served_access: overridden.map(|_| served),
                     idempotent,
                     annotations: None,
                     schema_bytes,
@@ -175,6 +181,7 @@ fn catalog() -> impl Strategy<Value = Catalog> {
             tool_count: tools.len() as u32,
             digest: String::new(),
             pages_read: 1,
+            overrides_digest: None,
             tools,
         }
     })
@@ -216,21 +223,40 @@ fn server_case(name: &'static str) -> impl Strategy<Value = ServerCase> {
         )
 }
 
+/// A platform's reclassification: mostly none, sometimes a tool or two.
+fn platform_overrides() -> impl Strategy<Value = BTreeMap<String, Access>> {
+    prop_oneof![
+        3 => Just(BTreeMap::new()),
+        1 => prop::collection::btree_map("[ab_]{1,2}", access(), 1..3),
+    ]
+}
+
+/// A rule; its position is set by [`case`], once the policy's rules are known.
 fn rule() -> impl Strategy<Value = RuleInput> {
     (
         prop::sample::subsequence(SERVER_NAMES.to_vec(), 1..=3),
+        prop_oneof![
+            4 => Just(Vec::new()),
+            1 => prop::sample::subsequence(SERVER_NAMES.to_vec(), 1..=2),
+        ],
         patterns(),
         denies(),
         prop::option::of(access()),
         prop::option::weighted(0.3, access()),
+        platform_overrides(),
     )
         .prop_map(
-            |(servers, allow, deny, max_access, require_approval_for)| RuleInput {
-                servers: servers.into_iter().map(str::to_string).collect(),
-                allow,
-                deny,
-                max_access,
-                require_approval_for,
+            |(servers, bounds_only, allow, deny, max_access, require_approval_for, overrides)| {
+                RuleInput {
+                    position: 0,
+                    servers: servers.into_iter().map(str::to_string).collect(),
+                    bounds_only: bounds_only.into_iter().map(str::to_string).collect(),
+                    allow,
+                    deny,
+                    max_access,
+                    require_approval_for,
+                    overrides,
+                }
             },
         )
 }
@@ -245,7 +271,11 @@ fn case() -> impl Strategy<Value = Case> {
                 .enumerate()
                 .map(|(i, rules)| PolicyInput {
                     name: format!("p{i}"),
-                    rules,
+                    rules: rules
+                        .into_iter()
+                        .enumerate()
+                        .map(|(position, rule)| RuleInput { position, ..rule })
+                        .collect(),
                 })
                 .collect::<Vec<_>>()
         });
@@ -272,36 +302,57 @@ fn case() -> impl Strategy<Value = Case> {
         )
 }
 
-/// The rules that pick `server`, per policy.
+/// The rules that bound `server` (picking it, or bounding it only), per policy.
 fn picking<'c>(case: &'c Case, server: &str) -> Vec<Vec<&'c RuleInput>> {
     case.policies
         .iter()
         .map(|p| {
             p.rules
                 .iter()
-                .filter(|r| r.servers.contains(server))
+                .filter(|r| r.servers.contains(server) || r.bounds_only.contains(server))
                 .collect()
         })
         .collect()
 }
 
-/// The tenant plane, restated: no policy → the default; otherwise every policy has a rule
-/// picking the server that allows the tool within its ceiling, and none of its picking rules
-/// denies it.
+/// The one access of a tool, restated: without policies the McpServer's classification;
+/// under policies the strictest of the rules bounding the server, each classifying the tool by
+/// its override or else as served, raised (never lowered) by the McpServer's override.
+fn expected_access(case: &Case, server: &str, tool: &CatalogTool) -> Access {
+    if case.policies.is_empty() {
+        return tool.access;
+    }
+    let served = tool.served_access.unwrap_or(tool.access);
+    let base = picking(case, server)
+        .iter()
+        .flatten()
+        .map(|r| r.overrides.get(&tool.name).copied().unwrap_or(served))
+        .max()
+        .unwrap_or(served);
+    match tool.served_access {
+        Some(_) => base.max(tool.access),
+        None => base,
+    }
+}
+
+/// The tenant plane, restated: no policy → the default; otherwise, in every policy, some rule
+/// picks the server, and every rule that bounds it permits the tool: not denied, allowed, and
+/// within its ceiling.
 fn tenant_permits(case: &Case, server: &str, tool: &CatalogTool) -> bool {
     if case.policies.is_empty() {
         return case.tenant_default == TenantDefault::Allow;
     }
-    picking(case, server).iter().all(|rules| {
-        let sets: Vec<(PatternSet, &RuleInput)> = rules
-            .iter()
-            .map(|r| (PatternSet::new(&r.allow, &r.deny), *r))
-            .collect();
-        !sets.iter().any(|(set, _)| set.denies(&tool.name))
-            && sets.iter().any(|(set, r)| {
-                set.allows(&tool.name) && tool.access <= r.max_access.unwrap_or(Access::Destructive)
-            })
-    })
+    let access = expected_access(case, server, tool);
+    case.policies
+        .iter()
+        .zip(picking(case, server))
+        .all(|(p, rules)| {
+            p.rules.iter().any(|r| r.servers.contains(server))
+                && rules.iter().all(|r| {
+                    PatternSet::new(&r.allow, &r.deny).permits(&tool.name)
+                        && access <= r.max_access.unwrap_or(Access::Destructive)
+                })
+        })
 }
 
 /// The tools that pass every plane and do not wait for approval under pinning, restated
@@ -360,7 +411,7 @@ fn check_against_the_planes(case: &Case) -> Result<(), TestCaseError> {
         let (server, g) = doc.find(qualified).expect("granted");
         prop_assert_eq!(&server.name, &s.name);
         prop_assert_eq!(&g.name, &tool.name);
-        prop_assert_eq!(g.access, tool.access);
+        prop_assert_eq!(g.access, expected_access(case, &s.name, tool));
         prop_assert_eq!(g.idempotent, tool.idempotent);
         prop_assert_eq!(&g.definition_digest, &tool.definition_digest);
     }
@@ -437,6 +488,7 @@ proptest! {
         for server in &doc.servers {
             let s = case.servers.iter().find(|s| s.name == server.name).unwrap();
             for g in &server.tools {
+                // g.access is the one access (checked against expected_access above).
                 let by_level = match case.approval {
                     Approval::None => false,
                     Approval::Destructive => g.access == Access::Destructive,
@@ -519,6 +571,142 @@ proptest! {
                     );
                 }
             }
+        }
+    }
+}
+
+// Nothing a tenant adds widens its grants under a policy: a label (to a rule, one more server
+// it picks), a rule of the platform's that picks only servers the policy already picks, or an
+// override on its McpServer. "Widens" is any of: a tool granted that was not, a tool that
+// needed approval and no longer does, an access that went down.
+
+/// Per (server, tool): the granted access and whether a call needs approval.
+fn what_is_granted(case: &Case) -> BTreeMap<(String, String), (Access, bool)> {
+    let res = resolve(&case.input());
+    let doc = res.document.expect("distinct prefixes: no collision");
+    doc.servers
+        .iter()
+        .flat_map(|s| {
+            s.tools.iter().map(|t| {
+                (
+                    (s.name.clone(), t.name.clone()),
+                    (t.access, t.requires_approval),
+                )
+            })
+        })
+        .collect()
+}
+
+fn never_wider(before: &Case, after: &Case) -> Result<(), TestCaseError> {
+    let before = what_is_granted(before);
+    for (tool, (access, approval)) in what_is_granted(after) {
+        let Some((was_access, was_approval)) = before.get(&tool) else {
+            return Err(TestCaseError::fail(format!("{tool:?} is newly granted")));
+        };
+        prop_assert!(
+            access >= *was_access,
+            "{:?}: access went down to {}",
+            tool,
+            access
+        );
+        prop_assert!(
+            approval || !was_approval,
+            "{:?} no longer needs approval",
+            tool
+        );
+    }
+    Ok(())
+}
+
+/// The case with every server under its own name as prefix, so no two tools collide.
+fn without_prefixes(mut case: Case) -> Case {
+    for s in &mut case.servers {
+        s.prefix = None;
+    }
+    case
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// One more rule picks a server (the tenant labelled it, or named it so): if the policy
+    /// already picks the server, that rule now bounds it too; a rule that can only bound it
+    /// (an unreadable selector) never lets it in. Either way nothing widens.
+    #[test]
+    fn a_rule_match_never_widens(
+        case in case().prop_map(without_prefixes),
+        policy in any::<prop::sample::Index>(),
+        rule in any::<prop::sample::Index>(),
+        server in any::<prop::sample::Index>(),
+    ) {
+        prop_assume!(!case.policies.is_empty());
+        let mut after = case.clone();
+        let p = &mut after.policies[policy.index(case.policies.len())];
+        prop_assume!(!p.rules.is_empty());
+        let name = case.servers[server.index(case.servers.len())].name.clone();
+        let already_picked = p.rules.iter().any(|r| r.servers.contains(&name));
+        let r = rule.index(p.rules.len());
+        if already_picked {
+            p.rules[r].servers.insert(name);
+        } else {
+            p.rules[r].bounds_only.insert(name);
+        }
+        never_wider(&case, &after)?;
+    }
+
+    /// The platform adds a rule that picks only servers the policy already picks: a bound,
+    /// never a grant.
+    #[test]
+    fn a_rule_for_servers_already_picked_never_widens(
+        case in case().prop_map(without_prefixes),
+        policy in any::<prop::sample::Index>(),
+        extra in rule(),
+    ) {
+        prop_assume!(!case.policies.is_empty());
+        let mut after = case.clone();
+        let p = &mut after.policies[policy.index(case.policies.len())];
+        let picked: std::collections::BTreeSet<String> =
+            p.rules.iter().flat_map(|r| r.servers.iter().cloned()).collect();
+        let mut extra = extra;
+        extra.servers.retain(|s| picked.contains(s));
+        extra.position = p.rules.len();
+        p.rules.push(extra);
+        never_wider(&case, &after)?;
+    }
+
+    /// The tenant overrides a tool's classification on its McpServer, to anything: under a
+    /// policy, it can only tighten.
+    #[test]
+    fn a_tenant_override_never_widens_under_a_policy(
+        case in case().prop_map(without_prefixes),
+        server in any::<prop::sample::Index>(),
+        tool in any::<prop::sample::Index>(),
+        overridden in access(),
+    ) {
+        prop_assume!(!case.policies.is_empty());
+        let mut after = case.clone();
+        let s = server.index(case.servers.len());
+        let Some(catalog) = after.servers[s].catalog.as_mut() else { return Ok(()) };
+        prop_assume!(!catalog.tools.is_empty());
+        let i = tool.index(catalog.tools.len());
+        let t = &mut catalog.tools[i];
+        prop_assume!(t.served_access.is_none());
+        t.served_access = Some(t.access);
+        t.access = overridden;
+        never_wider(&case, &after)?;
+    }
+
+    /// And without a policy (tenant default allow) an override is the McpServer owner's to
+    /// make, down as well as up: what it says is what is published.
+    #[test]
+    fn without_a_policy_the_override_is_the_access(case in case().prop_map(without_prefixes)) {
+        let mut case = case;
+        case.policies.clear();
+        case.tenant_default = TenantDefault::Allow;
+        for ((server, tool), (access, _)) in what_is_granted(&case) {
+            let s = case.servers.iter().find(|s| s.name == server).unwrap();
+            let t = s.catalog.as_ref().unwrap().tools.iter().find(|t| t.name == tool).unwrap();
+            prop_assert_eq!(access, t.access);
         }
     }
 }

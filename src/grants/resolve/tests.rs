@@ -21,6 +21,7 @@ fn tool(name: &str, access: Access) -> CatalogTool {
         definition_digest: format!("sha256:{name}"),
         parts: Default::default(),
         awaiting_approval: None,
+        served_access: None,
     }
 }
 
@@ -30,6 +31,7 @@ fn catalog(tools: &[(&str, Access)]) -> Catalog {
         tool_count: tools.len() as u32,
         digest: "sha256:cat".into(),
         pages_read: 1,
+        overrides_digest: None,
         tools,
     }
 }
@@ -262,11 +264,10 @@ fn approval_is_also_required_by_name_and_by_policy() {
     let res = resolve(&input(vec![e.clone()]));
     assert_eq!(approval_required(&res), ["get_issue", "list_issues"]);
 
-    // A rule's requireApprovalFor covers every tool of the servers it picks, even those another
-    // rule permits.
+    // A rule's requireApprovalFor covers every tool of the servers it picks, whichever other
+    // rules pick them too.
     let mut i = input(vec![e]);
     let mut bound = rule(&["github"]);
-    bound.allow = strings(&["nothing-here"]);
     bound.require_approval_for = Some(Write);
     i.policies = vec![policy("p", vec![rule(&["github"]), bound])];
     let res = resolve(&i);
@@ -431,30 +432,265 @@ fn a_policy_with_no_rule_for_the_server_permits_none_of_its_tools() {
 }
 
 #[test]
-fn within_a_policy_rules_add_permissions_but_any_deny_wins() {
+fn within_a_policy_every_rule_that_picks_a_server_bounds_it() {
     let gh = github();
     let mut i = input(vec![entry("github", &gh)]);
     let mut reads = rule(&["github"]);
     reads.max_access = Some(Read);
     let mut create = rule(&["github", "elsewhere"]);
-    create.allow = strings(&["create_*"]);
+    create.allow = strings(&["create_*", "get_*"]);
     create.max_access = Some(Write);
+    // Rules do not add up: a tool must pass both, so only get_issue (a read that create_*,
+    // get_* allows) is left.
     i.policies = vec![policy("p", vec![reads.clone(), create.clone()])];
+    assert_eq!(granted(&resolve(&i), "github"), ["get_issue"]);
+
+    // A third rule's deny takes a tool away from both.
+    let mut no_get = rule(&["github"]);
+    no_get.deny = strings(&["get_*"]);
+    i.policies = vec![policy("p", vec![reads, create, no_get])];
+    let res = resolve(&i);
+    assert!(granted(&res, "github").is_empty());
+    assert_eq!(outcome(&res, "github").withheld_by_policy, 5);
+}
+
+#[test]
+fn the_tightest_ceiling_and_the_lowest_approval_level_apply() {
+    let gh = github();
+    let mut i = input(vec![entry("github", &gh)]);
+    let mut writes = rule(&["github"]);
+    writes.max_access = Some(Write);
+    writes.require_approval_for = Some(Destructive);
+    let mut reads = rule(&["github"]);
+    reads.max_access = Some(Read);
+    i.policies = vec![policy("p", vec![writes.clone(), reads])];
     assert_eq!(
         granted(&resolve(&i), "github"),
-        ["create_issue", "get_issue", "list_issues"]
+        ["get_issue", "list_issues"]
     );
 
-    // A rule that permits little but denies list_issues takes it away from the rule that
-    // permits every read.
-    let mut no_list = rule(&["github"]);
-    no_list.allow = strings(&["get_issue"]);
-    no_list.deny = strings(&["list_issues"]);
-    i.policies = vec![policy("p", vec![reads, create, no_list])];
+    let mut all_approved = rule(&["github"]);
+    all_approved.require_approval_for = Some(Read);
+    i.policies = vec![policy("p", vec![writes, all_approved])];
+    let res = resolve(&i);
+    assert_eq!(granted(&res, "github").len(), 4);
     assert_eq!(
-        granted(&resolve(&i), "github"),
-        ["create_issue", "get_issue"]
+        approval_required(&res).len(),
+        4,
+        "read is the lowest level: every call"
     );
+}
+
+#[test]
+fn a_label_that_makes_a_second_rule_pick_a_server_only_narrows_it() {
+    // Issue 19: rules {names: [files], maxAccess: read} and {selector: {tier: admin}, deny:
+    // [delete_*]}; the tenant labels files tier=admin, so the second rule picks it too.
+    let files = catalog(&[
+        ("read_file", Read),
+        ("write_file", Write),
+        ("delete_file", Destructive),
+        ("wipe", Destructive),
+    ]);
+    let mut i = input(vec![entry("files", &files)]);
+    let mut by_name = rule(&["files"]);
+    by_name.max_access = Some(Read);
+    let mut admin = rule(&[]);
+    admin.deny = strings(&["delete_*"]);
+    i.policies = vec![policy("tenants", vec![by_name.clone(), admin.clone()])];
+    let unlabelled = resolve(&i);
+    assert_eq!(granted(&unlabelled, "files"), ["read_file"]);
+
+    admin.servers.insert("files".into());
+    i.policies = vec![policy("tenants", vec![by_name, admin])];
+    let labelled = resolve(&i);
+    assert_eq!(
+        granted(&labelled, "files"),
+        ["read_file"],
+        "still read-only"
+    );
+}
+
+#[test]
+fn a_rule_that_only_bounds_a_server_never_lets_it_in() {
+    let gh = github();
+    let other = catalog(&[("ping", Read), ("reset", Destructive)]);
+    let mut i = input(vec![entry("github", &gh), entry("other", &other)]);
+    // An unreadable selector: the rule's bounds hold for every server it might pick.
+    let mut unreadable = rule(&[]);
+    unreadable.bounds_only = ["github", "other"].iter().map(|s| s.to_string()).collect();
+    unreadable.max_access = Some(Read);
+    i.policies = vec![policy("p", vec![rule(&["github"]), unreadable])];
+    let res = resolve(&i);
+    assert_eq!(granted(&res, "github"), ["get_issue", "list_issues"]);
+    assert!(granted(&res, "other").is_empty(), "no rule picks other");
+    let f = with_reason(&res, Reason::DeniedByPolicy);
+    assert_eq!(f.len(), 1);
+    assert_eq!(
+        f[0].message,
+        "no tool of McpServer other is granted: McpTenantPolicy p has no rule that picks it"
+    );
+}
+
+/// A tool the server serves as `served` that the McpServer's tools.overrides set to `access`.
+fn overridden(name: &str, served: Access, access: Access) -> CatalogTool {
+    CatalogTool {
+        served_access: Some(served),
+        ..tool(name, access)
+    }
+}
+
+/// Issue 19's server: wipe and write_file, both overridden to read by the tenant.
+fn capped() -> Catalog {
+    let mut c = catalog(&[("read_file", Read)]);
+    c.tools.push(overridden("wipe", Destructive, Read));
+    c.tools.push(overridden("write_file", Write, Read));
+    c.tools.sort_by(|a, b| a.name.cmp(&b.name));
+    c.tool_count = 3;
+    c
+}
+
+#[test]
+fn under_a_policy_a_tenant_override_cannot_lower_the_ceiling_it_is_judged_by() {
+    let cap = capped();
+    let mut e = entry("capped", &cap);
+    e.allow = strings(&["wipe", "write_file", "read_file"]);
+    let mut i = input(vec![e]);
+    let mut r = rule(&["capped"]);
+    r.max_access = Some(Read);
+    i.policies = vec![policy("p", vec![r])];
+    let res = resolve(&i);
+    assert_eq!(granted(&res, "capped"), ["read_file"]);
+    let denied = with_reason(&res, Reason::DeniedByPolicy);
+    assert_eq!(
+        denied[0].message,
+        "tool wipe of McpServer capped is asked for by name, but McpTenantPolicy p does not \
+         permit it: its rules[0] caps access at read and wipe counts as destructive"
+    );
+    let ignored = with_reason(&res, Reason::OverrideNotApplied);
+    assert_eq!(ignored.len(), 2, "{ignored:?}");
+    assert_eq!(
+        ignored[0].message,
+        "McpServer capped's tools.overrides classify wipe as read, but a McpTenantPolicy bounds \
+         this server, and there an McpServer's override can only raise a classification: wipe \
+         counts as destructive, as the server classifies it; a platform engineer can \
+         reclassify it in the rules[].overrides of every policy rule that picks the server"
+    );
+    assert!(!ignored[0].blocking && res.ready);
+}
+
+#[test]
+fn under_a_policy_a_tenant_override_cannot_dodge_an_approval() {
+    let cap = capped();
+    let mut i = input(vec![entry("capped", &cap)]);
+    let mut r = rule(&["capped"]);
+    r.require_approval_for = Some(Write);
+    i.policies = vec![policy("p", vec![r])];
+    let res = resolve(&i);
+    assert_eq!(approval_required(&res), ["wipe", "write_file"]);
+    let doc = res.document.as_ref().unwrap();
+    let published = |name: &str| {
+        doc.servers[0]
+            .tools
+            .iter()
+            .find(|t| t.name == name)
+            .unwrap()
+    };
+    assert_eq!(
+        published("wipe").access,
+        Destructive,
+        "grants.json shows the access that applies"
+    );
+    assert_eq!(published("write_file").access, Write);
+
+    // The AgentSpec's own approval level judges the same access.
+    let mut r = rule(&["capped"]);
+    r.allow = strings(&["*"]);
+    i.policies = vec![policy("p", vec![r])];
+    i.approval = Approval::Destructive;
+    assert_eq!(approval_required(&resolve(&i)), ["wipe"]);
+}
+
+#[test]
+fn an_override_that_tightens_works_with_and_without_a_policy() {
+    let mut c = catalog(&[("list", Read)]);
+    c.tools.push(overridden("purge", Read, Destructive));
+    let mut i = input(vec![entry("s", &c)]);
+    i.approval = Approval::Destructive;
+    assert_eq!(approval_required(&resolve(&i)), ["purge"], "no policy");
+    let mut r = rule(&["s"]);
+    r.max_access = Some(Write);
+    i.policies = vec![policy("p", vec![r])];
+    let res = resolve(&i);
+    assert_eq!(
+        granted(&res, "s"),
+        ["list"],
+        "a policy: purge counts as destructive"
+    );
+    assert!(with_reason(&res, Reason::OverrideNotApplied).is_empty());
+}
+
+#[test]
+fn without_a_policy_the_mcp_servers_overrides_apply_as_they_are() {
+    let cap = capped();
+    let mut i = input(vec![entry("capped", &cap)]);
+    i.approval = Approval::Destructive;
+    let res = resolve(&i);
+    assert_eq!(granted(&res, "capped"), ["read_file", "wipe", "write_file"]);
+    assert!(
+        approval_required(&res).is_empty(),
+        "the owner's classification: read"
+    );
+    assert!(with_reason(&res, Reason::OverrideNotApplied).is_empty());
+}
+
+#[test]
+fn the_platform_reclassifies_and_the_strictest_reclassification_wins() {
+    let cap = capped();
+    let mut i = input(vec![entry("capped", &cap)]);
+    let mut r = rule(&["capped"]);
+    r.max_access = Some(Read);
+    r.overrides = [("wipe".to_string(), Read)].into();
+    i.policies = vec![policy("p", vec![r.clone()])];
+    let res = resolve(&i);
+    assert_eq!(granted(&res, "capped"), ["read_file", "wipe"]);
+    assert_eq!(
+        with_reason(&res, Reason::OverrideNotApplied).len(),
+        1,
+        "write_file only"
+    );
+
+    // Another policy's rule says write: the strictest applies, and write is over the cap.
+    let mut other = rule(&["capped"]);
+    other.overrides = [("wipe".to_string(), Write)].into();
+    i.policies = vec![policy("p", vec![r.clone()]), policy("q", vec![other])];
+    assert_eq!(granted(&resolve(&i), "capped"), ["read_file"]);
+
+    // A rule picking the server that does not reclassify wipe counts it as served
+    // (destructive): a label that makes it pick the server cannot lower anything.
+    let mut labelled = rule(&["capped"]);
+    labelled.position = 1;
+    labelled.deny = strings(&["nothing"]);
+    i.policies = vec![policy("p", vec![r.clone(), labelled])];
+    let res = resolve(&i);
+    assert_eq!(granted(&res, "capped"), ["read_file"]);
+    let ignored = with_reason(&res, Reason::OverrideNotApplied);
+    assert!(
+        ignored[0]
+            .message
+            .contains("wipe counts as destructive, as the server classifies it"),
+        "{}",
+        ignored[0].message
+    );
+
+    // The tenant can still raise what the platform lowered.
+    let mut raised = capped();
+    raised.tools[1] = overridden("wipe", Destructive, Destructive);
+    let mut i = input(vec![entry("capped", &raised)]);
+    let mut no_cap = r.clone();
+    no_cap.max_access = None;
+    i.policies = vec![policy("p", vec![no_cap])];
+    i.approval = Approval::Destructive;
+    assert_eq!(approval_required(&resolve(&i)), ["wipe"]);
 }
 
 #[test]
@@ -476,10 +712,12 @@ fn a_tool_asked_for_by_name_but_denied_by_policy_is_reported() {
         1,
         "update_* is a wildcard: counted, not named: {f:?}"
     );
-    assert!(f[0].message.contains("delete_repo"));
-    assert!(
-        f[0].message
-            .contains("McpTenantPolicies reads, writes do not permit it")
+    assert_eq!(
+        f[0].message,
+        "tool delete_repo of McpServer github is asked for by name, but McpTenantPolicies \
+         reads, writes do not permit it (reads: its rules[0] caps access at read and \
+         delete_repo counts as destructive; writes: its rules[0] caps access at write and \
+         delete_repo counts as destructive)"
     );
     assert!(!f[0].blocking && res.ready);
 }
@@ -608,6 +846,7 @@ fn reason_words_are_the_condition_reasons() {
             Reason::RequireApprovalNotOffered,
             "RequireApprovalNotOffered",
         ),
+        (Reason::OverrideNotApplied, "OverrideNotApplied"),
     ] {
         assert_eq!(reason.to_string(), word);
         assert_eq!(serde_json::to_value(reason).unwrap(), word);
@@ -660,5 +899,37 @@ fn a_tool_waiting_for_approval_is_granted_to_nobody_and_the_agent_hears_why() {
             && why[0].message.contains("description changed"),
         "{}",
         why[0].message
+    );
+}
+
+#[test]
+fn a_denied_tool_hears_which_rule_refuses_it() {
+    let gh = github();
+    let mut e = entry("github", &gh);
+    e.allow = strings(&["get_issue", "create_issue", "update_issue"]);
+    let mut i = input(vec![e]);
+    let open = rule(&["github"]);
+    let mut only_reads = rule(&["github"]);
+    only_reads.position = 1;
+    only_reads.allow = strings(&["list_*", "get_*"]);
+    let mut no_update = rule(&["github"]);
+    no_update.position = 2;
+    no_update.deny = strings(&["update_*"]);
+    // Given in another order than the spec's: the message quotes the first in spec order.
+    i.policies = vec![policy("p", vec![no_update, only_reads, open])];
+    let res = resolve(&i);
+    assert_eq!(granted(&res, "github"), ["get_issue"]);
+    let messages: Vec<&str> = with_reason(&res, Reason::DeniedByPolicy)
+        .iter()
+        .map(|f| f.message.as_str())
+        .collect();
+    assert_eq!(
+        messages,
+        [
+            "tool create_issue of McpServer github is asked for by name, but McpTenantPolicy p \
+             does not permit it: its rules[1] allows only get_*, list_*",
+            "tool update_issue of McpServer github is asked for by name, but McpTenantPolicy p \
+             does not permit it: its rules[1] allows only get_*, list_*",
+        ]
     );
 }

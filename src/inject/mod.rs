@@ -233,7 +233,7 @@ pub enum Refusal {
         key: String,
     },
     #[error(
-        "the pod brings its own {SIDECAR_CONTAINER} container (its {field} is not the operator's): the {SIDECAR_CONTAINER} container is the operator's; remove it from the pod spec and the operator injects it"
+        "the pod brings its own {SIDECAR_CONTAINER} container ({field} differs from the one the operator injects now): the {SIDECAR_CONTAINER} container is the operator's; remove it from the pod spec and the operator injects it"
     )]
     OwnSidecar { field: String },
     #[error(

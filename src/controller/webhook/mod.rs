@@ -25,11 +25,11 @@
 //! Its client is not fenced by the leader's lease: followers answer admissions and keep the
 //! certificate too.
 //!
-//! Who may call it: anything that reaches the Service, as far as this server knows (it asks
-//! for no client certificate). A caller other than the apiserver learns nothing it could not
-//! read itself (the sidecar's settings are the chart's values) and admits nothing: only the
-//! apiserver's call decides whether an object is stored. See the chart's README for limiting
-//! it to the apiserver.
+//! Who may call it: anything that reaches the Service (it asks for no client certificate: the
+//! apiserver presents one only when its `--admission-control-config-file` says so, which a
+//! chart cannot set). A caller other than the apiserver learns nothing it could not read itself
+//! (the sidecar's settings are the chart's values) and admits nothing: only the apiserver's
+//! call decides whether an object is stored. README, *Who may call the webhook*.
 
 pub mod certs;
 

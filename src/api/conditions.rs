@@ -22,6 +22,10 @@ pub const REACHABLE: &str = "Reachable";
 pub const CATALOG_SYNCED: &str = "CatalogSynced";
 /// McpServer under pinning: no tool waits for a person's approval.
 pub const TOOLS_APPROVED: &str = "ToolsApproved";
+/// McpServer, present only while it holds: the spec's credentials go over plain `http://` to
+/// an address outside the cluster and this machine, readable on the way (a warning; Ready is
+/// left as it is).
+pub const CREDENTIALS_OVER_PLAIN_HTTP: &str = "CredentialsOverPlainHttp";
 /// Every kind: the object is fully usable.
 pub const READY: &str = "Ready";
 /// AgentSpec: every referenced server, policy and pattern resolved to a grant set without

@@ -57,7 +57,7 @@ pub struct Metrics {
     /// The response budget's size and the most of it ever held at once, in bytes.
     pub response_budget_bytes: Gauge,
     pub response_budget_high_water_bytes: Gauge,
-    /// Admission reviews of the sidecar-injection webhook by result.
+    /// Admission reviews of the webhook (injection and pod validation) by result.
     admissions: Family<ResultLabels, Counter>,
     /// (namespace, name) → Ready reason, from which `servers_by_reason` is derived.
     reasons: Mutex<HashMap<(String, String), String>>,
@@ -149,7 +149,7 @@ impl Default for Metrics {
         let admissions = Family::<ResultLabels, Counter>::default();
         registry.register(
             "admissions",
-            "Pods the sidecar-injection webhook answered, by result (Injected, AlreadyInjected, Refused, ApiError, NotLabelled, Invalid, Error)",
+            "Pods the webhook answered, by result (injection: Injected, AlreadyInjected, NotLabelled; validation: Valid; both: Refused, ApiError, Invalid, Error)",
             admissions.clone(),
         );
         Metrics {

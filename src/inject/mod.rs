@@ -18,7 +18,10 @@
 //!                                                  (names and keys, no value; see `drift`)
 //! ```
 //!
-//! A pod that already has the sidecar gets no patch (re-admission never injects twice).
+//! A pod that already has the sidecar gets no patch (re-admission never injects twice); a pod
+//! that brings a container of the sidecar's name that is not the one the injection builds is
+//! refused. What a labelled pod may not do once injected (mount the sidecar's volumes, host
+//! networking, change its label) is judged by [`validate`], behind `/validate/pods`.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -36,6 +39,8 @@ use crate::grants::Endpoint;
 
 pub mod drift;
 pub use drift::{MOUNTS_ANNOTATION, PodDrift, drift};
+pub mod validate;
+pub use validate::SIDECAR_VOLUMES;
 
 /// The label that opts a pod in; its value names the AgentSpec in the pod's namespace.
 pub const AGENT_LABEL: &str = "mcp-operator.dev/agent";
@@ -227,6 +232,45 @@ pub enum Refusal {
         name: String,
         key: String,
     },
+    #[error(
+        "the pod brings its own {SIDECAR_CONTAINER} container ({field} differs from the one the operator injects now): the {SIDECAR_CONTAINER} container is the operator's; remove it from the pod spec and the operator injects it"
+    )]
+    OwnSidecar { field: String },
+    #[error(
+        "the pod is labelled {AGENT_LABEL} but has no {SIDECAR_CONTAINER} init container: the injection webhook did not run for it (check that the MutatingWebhookConfiguration of the mcp-operator chart exists and selects this namespace), or a later admission step removed it"
+    )]
+    MissingSidecar,
+    #[error(
+        "the {kind} {container:?} mounts the volume {volume:?}, which only the MCP sidecar may mount (it holds the grants, the credentials or the sidecar's state): remove that volumeMount; the agent reaches its MCP servers through the sidecar at ${SERVER_URL_ENV}"
+    )]
+    SidecarVolumeMounted {
+        kind: &'static str,
+        container: String,
+        volume: String,
+    },
+    #[error(
+        "the pod sets hostNetwork: true, which would put the MCP sidecar's 127.0.0.1 listener on the node, where every pod and process of the node could call it: remove hostNetwork, or the label {AGENT_LABEL} if this pod is no agent"
+    )]
+    HostNetwork,
+    #[error(
+        "the pod sets {field}: true, which lets its other containers read the MCP sidecar's credentials through /proc: remove {field}, or the label {AGENT_LABEL} if this pod is no agent"
+    )]
+    SharedProcesses { field: &'static str },
+    #[error(
+        "the label {AGENT_LABEL} cannot be added, changed or removed on an existing pod (it was {was:?}, the update makes it {now:?}): the sidecar is injected, or not, when the pod is created; delete the pod and create it with the label you want"
+    )]
+    LabelChanged {
+        was: Option<String>,
+        now: Option<String>,
+    },
+    #[error(
+        "the image of the {SIDECAR_CONTAINER} container is the operator's and cannot be changed in a running pod (it was {was:?}, the update makes it {now:?}): change injection.sidecar.image in the operator's chart and recreate the pod"
+    )]
+    SidecarImageChanged { was: String, now: String },
+    #[error(
+        "the ephemeral container {container:?} targets the {SIDECAR_CONTAINER} container, whose process (and so its credentials) it could read: target one of the agent's containers instead (kubectl debug --target=<container>)"
+    )]
+    DebugsSidecar { container: String },
 }
 
 /// The AgentSpec a pod opts into, if it is labelled (an empty value is refused).
@@ -239,7 +283,8 @@ pub fn agent_of(pod: &Pod) -> Option<Result<&str, Refusal>> {
     })
 }
 
-/// Whether the pod already carries the injected sidecar.
+/// Whether the pod has an init container of the sidecar's name (whether it is the operator's,
+/// `decide` and `validate` judge by comparing it with the one the injection builds).
 pub fn is_injected(pod: &Pod) -> bool {
     pod.spec
         .as_ref()
@@ -255,8 +300,14 @@ pub fn decide(
     refs: &References,
     settings: &SidecarSettings,
 ) -> Result<Outcome, Refusal> {
-    if is_injected(pod) {
-        return Ok(Outcome::AlreadyInjected);
+    // Injected already (a reinvocation after another webhook changed the pod) only if the
+    // sidecar is the one the injection builds: a pod that brings its own would otherwise run
+    // without the operator's.
+    if let Some(own) = spec_init_container(pod, SIDECAR_CONTAINER) {
+        return match validate::sidecar_difference(own, &sidecar_container(agent, refs, settings)) {
+            None => Ok(Outcome::AlreadyInjected),
+            Some(field) => Err(Refusal::OwnSidecar { field }),
+        };
     }
     check_mountable(refs)?;
     let spec = pod.spec.clone().unwrap_or_default();
@@ -326,6 +377,15 @@ pub fn decide(
     let patch: json_patch::Patch =
         serde_json::from_value(Value::Array(ops)).expect("the operations are JSON patch");
     Ok(Outcome::Inject(patch))
+}
+
+fn spec_init_container<'p>(pod: &'p Pod, name: &str) -> Option<&'p Container> {
+    pod.spec
+        .as_ref()?
+        .init_containers
+        .as_ref()?
+        .iter()
+        .find(|c| c.name == name)
 }
 
 /// A JSON pointer segment (RFC 6901).

@@ -387,7 +387,10 @@ impl Calls {
                     ),
                 ));
             }
-            Live::Unavailable(reason) => {
+            Live::Unavailable(reason)
+            | Live::MissingCredentials {
+                sentence: reason, ..
+            } => {
                 return Err((
                     Decision::ServerUnavailable,
                     format!(

@@ -85,6 +85,37 @@ impl CredentialsDir {
         String::from_utf8(bytes).map_err(|_| format!("{kind} {name} key {key} is not UTF-8 text"))
     }
 
+    /// The files an endpoint references that cannot be read now (`secrets/<name>/<key>`),
+    /// for counting: the names go to the log, never to `/readyz`.
+    pub fn missing(&self, endpoint: &Endpoint) -> Vec<String> {
+        let mut refs: Vec<(&str, &str, &str)> = Vec::new();
+        if let Some(r) = &endpoint.bearer_token {
+            refs.push(("secrets", &r.name, &r.key));
+        }
+        for header in &endpoint.headers {
+            refs.push((
+                "secrets",
+                &header.secret_key_ref.name,
+                &header.secret_key_ref.key,
+            ));
+        }
+        if let Some(tls) = &endpoint.tls {
+            if let Some(r) = &tls.ca_bundle_secret {
+                refs.push(("secrets", &r.name, &r.key));
+            }
+            if let Some(r) = &tls.ca_bundle_config_map {
+                refs.push(("configmaps", &r.name, &r.key));
+            }
+        }
+        refs.into_iter()
+            .filter(|(dir, name, key)| match *dir {
+                "secrets" => self.secret(name, key).is_err(),
+                _ => self.config_map(name, key).is_err(),
+            })
+            .map(|(dir, name, key)| format!("{dir}/{name}/{key}"))
+            .collect()
+    }
+
     /// Builds a server's connection from its endpoint and the files it references.
     pub fn resolve(&self, endpoint: &Endpoint, policy: EndpointPolicy) -> Result<Resolved, String> {
         let mut hasher = Sha256::new();

@@ -44,6 +44,8 @@ pub enum Live {
     Ready(Arc<HashMap<String, Arc<LiveTool>>>),
     /// The server cannot be read now; the reason is a sentence (never a credential).
     Unavailable(String),
+    /// Files it needs (`secrets/<name>/<key>`) cannot be read; the sentence names the first.
+    MissingCredentials { sentence: String, keys: Vec<String> },
 }
 
 /// How often servers are read again.
@@ -165,6 +167,16 @@ impl Definitions {
                             .all(|(k, v)| b.get(k).is_some_and(|w| w.digest == v.digest))
                 }
                 (Some(Live::Unavailable(a)), Live::Unavailable(b)) => a == b,
+                (
+                    Some(Live::MissingCredentials {
+                        sentence: a,
+                        keys: x,
+                    }),
+                    Live::MissingCredentials {
+                        sentence: b,
+                        keys: y,
+                    },
+                ) => a == b && x == y,
                 (Some(Live::Reading), Live::Reading) => true,
                 _ => false,
             };
@@ -183,8 +195,19 @@ impl Definitions {
         loop {
             let resolved = match self.credentials.resolve(&endpoint, self.policy) {
                 Ok(r) => r,
-                Err(reason) => {
-                    self.unavailable(&server, "CredentialMissing", reason);
+                Err(sentence) => {
+                    self.record(&server, "CredentialMissing");
+                    let keys = self.credentials.missing(&endpoint);
+                    if !matches!(self.get(&server), Live::MissingCredentials { sentence: ref s, keys: ref k } if *s == sentence && *k == keys)
+                    {
+                        tracing::warn!(
+                            server,
+                            reason = "CredentialMissing",
+                            missing = keys.join(","),
+                            "server unavailable: {sentence}"
+                        );
+                    }
+                    self.set(&server, Live::MissingCredentials { sentence, keys });
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(30));
                     continue;

@@ -46,6 +46,8 @@ pub struct Unavailable {
     pub optional: bool,
     /// A sentence saying why.
     pub reason: String,
+    /// The credential files it lacks (`secrets/<name>/<key>`), when that is why.
+    pub missing_credentials: Vec<String>,
 }
 
 /// Everything the agent is shown, computed from one grants document.
@@ -187,6 +189,7 @@ fn server_entries(
             server: server.name.clone(),
             optional: server.optional,
             reason: "the operator reports the McpServer as not available (see its status)".into(),
+            missing_credentials: Vec::new(),
         });
         return;
     }
@@ -201,6 +204,16 @@ fn server_entries(
                 server: server.name.clone(),
                 optional: server.optional,
                 reason: reason.clone(),
+                missing_credentials: Vec::new(),
+            });
+            return;
+        }
+        Live::MissingCredentials { sentence, keys } => {
+            view.unavailable.push(Unavailable {
+                server: server.name.clone(),
+                optional: server.optional,
+                reason: sentence.clone(),
+                missing_credentials: keys.clone(),
             });
             return;
         }

@@ -2,6 +2,10 @@
 //! loaded and every required server's tools have been read. An optional server that is down
 //! does not make the sidecar not ready; a grants file that went bad keeps it ready on the last
 //! good document, and `/readyz` says so.
+//!
+//! `/readyz` is served on every address of the pod (the kubelet probes it), so anyone who reaches
+//! the pod reads it: it counts missing credentials ("not ready: 2 credentials missing") and never
+//! names a Secret, a ConfigMap or a key; the sidecar's log names them.
 
 use std::sync::Arc;
 
@@ -30,6 +34,11 @@ impl Readiness {
         let grants = self.grants.borrow().clone();
         let view = Arc::clone(&self.view.borrow());
         judge(&grants, &view)
+    }
+
+    /// How many credential files the sidecar lacks now.
+    pub fn missing_credentials(&self) -> usize {
+        missing_credentials(&self.view.borrow())
     }
 }
 
@@ -65,20 +74,40 @@ pub fn judge(grants: &GrantsState, view: &View) -> (bool, Vec<String>) {
         reasons.push(format!("reading the tools of server {server}"));
     }
     for u in &view.unavailable {
+        let why = match u.missing_credentials.len() {
+            0 => u.reason.clone(),
+            n => format!("{} missing (named in the sidecar's log)", credentials(n)),
+        };
         if u.optional {
             reasons.push(format!(
-                "optional server {} is unavailable: {}",
-                u.server, u.reason
+                "optional server {} is unavailable: {why}",
+                u.server
             ));
         } else {
             ready = false;
             reasons.push(format!(
-                "required server {} is unavailable: {}",
-                u.server, u.reason
+                "required server {} is unavailable: {why}",
+                u.server
             ));
         }
     }
     (ready, reasons)
+}
+
+/// How many distinct credential files the servers of `view` lack.
+pub fn missing_credentials(view: &View) -> usize {
+    view.unavailable
+        .iter()
+        .flat_map(|u| &u.missing_credentials)
+        .collect::<std::collections::BTreeSet<_>>()
+        .len()
+}
+
+fn credentials(n: usize) -> String {
+    match n {
+        1 => "1 credential".into(),
+        n => format!("{n} credentials"),
+    }
 }
 
 #[derive(Clone)]
@@ -102,6 +131,10 @@ async fn readyz(State(s): State<Shared>) -> impl IntoResponse {
     } else {
         "not ready".to_string()
     };
+    match s.readiness.missing_credentials() {
+        0 => {}
+        n => text.push_str(&format!(": {} missing", credentials(n))),
+    }
     for r in reasons {
         text.push_str("\n- ");
         text.push_str(&r);
@@ -163,6 +196,7 @@ mod tests {
             server: "cache".into(),
             optional: true,
             reason: "connection refused".into(),
+            missing_credentials: vec![],
         });
         let (ready, reasons) = judge(&good, &view);
         assert!(ready, "an optional server does not block");
@@ -172,6 +206,7 @@ mod tests {
             server: "files".into(),
             optional: false,
             reason: "401".into(),
+            missing_credentials: vec![],
         });
         view.reading.push("other".into());
         let (ready, reasons) = judge(&good, &view);
@@ -200,5 +235,52 @@ mod tests {
         );
         assert!(ready, "the last good grants are served");
         assert!(reasons[0].contains("last good") && reasons[0].contains("not JSON"));
+    }
+
+    #[test]
+    fn missing_credentials_are_counted_and_never_named() {
+        let good = GrantsState {
+            current: Some(loaded()),
+            problem: None,
+        };
+        let sentence =
+            "Secret files-token key token is not mounted (no file /c/secrets/files-token/token)";
+        let view = View {
+            grants: Some(loaded()),
+            unavailable: vec![
+                Unavailable {
+                    server: "files".into(),
+                    optional: false,
+                    reason: sentence.into(),
+                    missing_credentials: vec![
+                        "secrets/files-token/token".into(),
+                        "secrets/files-ca/ca.crt".into(),
+                    ],
+                },
+                // The same key for another server is one credential missing, not two.
+                Unavailable {
+                    server: "files-admin".into(),
+                    optional: true,
+                    reason: sentence.into(),
+                    missing_credentials: vec!["secrets/files-token/token".into()],
+                },
+            ],
+            ..View::default()
+        };
+        let (ready, reasons) = judge(&good, &view);
+        assert!(!ready);
+        assert_eq!(missing_credentials(&view), 2);
+        assert_eq!(
+            reasons,
+            [
+                "required server files is unavailable: 2 credentials missing (named in the sidecar's log)",
+                "optional server files-admin is unavailable: 1 credential missing (named in the sidecar's log)",
+            ]
+        );
+        assert!(
+            reasons
+                .iter()
+                .all(|r| !r.contains("files-token") && !r.contains("token is"))
+        );
     }
 }

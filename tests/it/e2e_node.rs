@@ -29,7 +29,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret};
@@ -640,6 +642,10 @@ fn install_chart(
         ApiResource::erase::<MutatingWebhookConfiguration>(&()),
         &fullname,
     );
+    ns.delete_later(
+        ApiResource::erase::<ValidatingWebhookConfiguration>(&()),
+        &fullname,
+    );
     (uninstall, fullname)
 }
 
@@ -810,7 +816,8 @@ fn agent_pod(name: &str, agent: Option<&str>, container: Value, restart: &str) -
 /// granted, and gets list_changed and narrower grants when a tenant policy changes while it
 /// runs; the audit lines are in `kubectl logs`. The official Python SDK client, through
 /// `kubectl port-forward`, sees the last good grants survive a deleted ConfigMap and the
-/// sidecar name a Secret the pod does not mount. Re-admission adds nothing, an unlabelled pod is
+/// sidecar name a Secret the pod does not mount. A copy of the pod whose sidecar predates the
+/// grants is refused; re-admission of a current one adds nothing, an unlabelled pod is
 /// untouched, and a label naming no AgentSpec is refused with its name.
 #[tokio::test]
 async fn a_labelled_pod_gets_its_sidecar_and_calls_exactly_its_granted_tools() {
@@ -1390,42 +1397,33 @@ async fn a_labelled_pod_gets_its_sidecar_and_calls_exactly_its_granted_tools() {
         );
     }
 
-    // --- re-admission of an injected pod adds nothing (a dry run passes the webhook too).
-    let mut again = serde_json::to_value(&created).expect("JSON");
-    again["metadata"] = serde_json::json!({
-        "name": "agent-again",
-        "labels": created.metadata.labels,
-        "annotations": created.metadata.annotations,
-    });
-    again.as_object_mut().unwrap().remove("status");
-    again["spec"].as_object_mut().unwrap().remove("nodeName");
-    let again: Pod = serde_json::from_value(again).expect("a pod");
+    // --- a copy of the pod, whose sidecar was built for the grants before the drift, is not
+    // taken for injected: its mcp-sidecar is not the one the operator injects now.
+    let copy = |pod: &Pod, name: &str| -> Pod {
+        let mut again = serde_json::to_value(pod).expect("JSON");
+        again["metadata"] = serde_json::json!({
+            "name": name,
+            "labels": pod.metadata.labels,
+            "annotations": pod.metadata.annotations,
+        });
+        again.as_object_mut().unwrap().remove("status");
+        again["spec"].as_object_mut().unwrap().remove("nodeName");
+        serde_json::from_value(again).expect("a pod")
+    };
     let dry = PostParams {
         dry_run: true,
         ..Default::default()
     };
-    let readmitted = pods
-        .create(&dry, &again)
+    let stale = pods
+        .create(&dry, &copy(&created, "agent-stale"))
         .await
-        .unwrap_or_else(|e| panic!("re-admitting: {}", e2e::describe(&e)));
-    let rs = readmitted.spec.expect("a spec");
-    assert_eq!(rs.init_containers.unwrap_or_default().len(), 1);
-    let names: Vec<String> = rs
-        .volumes
-        .unwrap_or_default()
-        .into_iter()
-        .map(|v| v.name)
-        .filter(|n| n.starts_with("mcp-"))
-        .collect();
-    assert_eq!(names, ["mcp-grants", "mcp-credentials"]);
-    let urls = rs.containers[0]
-        .env
-        .clone()
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|e| e.name == "MCP_SERVER_URL")
-        .count();
-    assert_eq!(urls, 1);
+        .expect_err("a copy with an out-of-date sidecar is refused");
+    let message = e2e::describe(&stale);
+    assert!(
+        message.contains("the pod brings its own mcp-sidecar container")
+            && message.contains("remove it from the pod spec and the operator injects it"),
+        "refused with: {message}"
+    );
 
     // --- an unlabelled pod is untouched; a label naming no AgentSpec is refused by name.
     let plain = pods
@@ -1489,4 +1487,363 @@ async fn a_labelled_pod_gets_its_sidecar_and_calls_exactly_its_granted_tools() {
     )
     .await;
     assert_eq!(fresh.reason, "UpToDate");
+
+    // --- re-admission of an injected pod, as the apiserver stored it, adds nothing (a dry run
+    // passes both webhooks too).
+    let readmitted = pods
+        .create(&dry, &copy(&recreated, "agent-again"))
+        .await
+        .unwrap_or_else(|e| panic!("re-admitting: {}", e2e::describe(&e)));
+    let rs = readmitted.spec.expect("a spec");
+    assert_eq!(rs.init_containers.unwrap_or_default().len(), 1);
+    let names: Vec<String> = rs
+        .volumes
+        .unwrap_or_default()
+        .into_iter()
+        .map(|v| v.name)
+        .filter(|n| n.starts_with("mcp-"))
+        .collect();
+    assert_eq!(names, ["mcp-grants", "mcp-credentials"]);
+    let urls = rs.containers[0]
+        .env
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|e| e.name == "MCP_SERVER_URL")
+        .count();
+    assert_eq!(urls, 1);
+}
+
+/// `kubectl --as <user>` with `manifest` (JSON) on stdin when given; returns whether it
+/// succeeded and what it printed (stdout, then stderr): what the user sees.
+fn kubectl_as(
+    cluster_dir: &Path,
+    user: &str,
+    args: &[&str],
+    manifest: Option<&Value>,
+) -> (bool, String) {
+    use std::io::Write as _;
+    let mut child = kubectl(cluster_dir)
+        .arg(format!("--as={user}"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kubectl starts");
+    let mut stdin = child.stdin.take().expect("stdin");
+    if let Some(manifest) = manifest {
+        stdin
+            .write_all(manifest.to_string().as_bytes())
+            .expect("writing the manifest to kubectl");
+    }
+    drop(stdin);
+    let out = child.wait_with_output().expect("kubectl runs");
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// A tenant with a namespaced Role (pods, their ephemeral containers, nothing else) tries to
+/// get around the sidecar the way `kubectl` lets them, and the webhook refuses each attempt with
+/// a message that says why and what to do: the agent container mounting the credentials, a pod
+/// bringing its own mcp-sidecar, hostNetwork, `kubectl debug` with a container mounting the
+/// credentials or targeting the sidecar, taking the label off a running agent. Their ordinary
+/// agent pod, as the apiserver stores it after every admission plugin, is admitted, and so is
+/// a debugging container that targets the agent.
+#[tokio::test]
+async fn a_tenant_cannot_get_around_the_sidecar() {
+    let _one = ONE_RELEASE.lock().await;
+    let (client, ns) = e2e::setup("node-admission").await;
+    let kubeconfig = e2e::kubeconfig_path().await;
+    let cluster_dir = kubeconfig.parent().expect("the cluster dir").to_path_buf();
+    let _node = node(&cluster_dir);
+    let scratch = tempfile::tempdir().expect("a temp dir");
+    let (repository, tag) = operator_image(&cluster_dir, scratch.path());
+    let paths = run(Command::new("bash")
+        .arg(repo().join("e2e/node.sh"))
+        .arg("paths"));
+    let pause_tar = paths
+        .lines()
+        .find_map(|l| l.strip_prefix("PAUSE_IMAGE="))
+        .expect("node.sh paths names the pause image");
+    let pause_image = image_reference(Path::new(pause_tar));
+    let (_uninstall, fullname) = install_chart(&ns, &repository, &tag, &kubeconfig);
+
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns.name());
+    let validations: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    eventually(
+        SOON,
+        "the validating caBundle is the webhook Secret's CA",
+        || async {
+            let ca = secrets
+                .get_opt(&format!("{fullname}-webhook-tls"))
+                .await
+                .map_err(|e| e.to_string())?
+                .ok_or("no webhook Secret")?
+                .data
+                .unwrap_or_default()
+                .remove("ca.crt")
+                .ok_or("no ca.crt")?;
+            let config = validations
+                .get(&fullname)
+                .await
+                .map_err(|e| e.to_string())?;
+            let bundle = config.webhooks.unwrap_or_default()[0]
+                .client_config
+                .ca_bundle
+                .clone();
+            if bundle.as_ref() == Some(&ca) {
+                Ok(())
+            } else {
+                Err("caBundle differs".to_string())
+            }
+        },
+    )
+    .await;
+
+    // The platform's side: an McpServer whose bearer token is in a Secret, an AgentSpec using
+    // it (the injected pod mounts that key in mcp-credentials), and the tenant's Role.
+    let namespace = ns.name();
+    for object in [
+        serde_json::json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "files-token", "namespace": namespace},
+            "stringData": {"token": "not-for-the-agent"},
+        }),
+        serde_json::json!({
+            "apiVersion": "mcp-operator.dev/v1alpha1", "kind": "McpServer",
+            "metadata": {"name": "files", "namespace": namespace},
+            "spec": {
+                "url": "http://files.example/mcp",
+                "credentials": {"bearerToken": {"secretKeyRef": {"name": "files-token", "key": "token"}}},
+            },
+        }),
+        serde_json::json!({
+            "apiVersion": "mcp-operator.dev/v1alpha1", "kind": "AgentSpec",
+            "metadata": {"name": "bot", "namespace": namespace},
+            "spec": {"servers": [{"name": "files"}]},
+        }),
+        serde_json::json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": "tenant", "namespace": namespace},
+            "rules": [
+                {"apiGroups": [""], "resources": ["pods"],
+                 "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
+                {"apiGroups": [""], "resources": ["pods/ephemeralcontainers"],
+                 "verbs": ["get", "update", "patch"]},
+            ],
+        }),
+        serde_json::json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": "tenant", "namespace": namespace},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "tenant"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "tenant@example"}],
+        }),
+    ] {
+        e2e::write(
+            &client,
+            e2e::Write::ServerSideApply,
+            &object,
+            Some(namespace),
+            false,
+        )
+        .await
+        .unwrap_or_else(|e| panic!("applying {object}: {}", e2e::describe(&e)));
+    }
+    let tenant = "tenant@example";
+    let pod = |name: &str, spec: Value| {
+        serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace,
+                         "labels": {mcp_operator::inject::AGENT_LABEL: "bot"}},
+            "spec": spec,
+        })
+    };
+    let agent =
+        serde_json::json!({"name": "agent", "image": pause_image, "imagePullPolicy": "Never"});
+    let create = |manifest: &Value| {
+        kubectl_as(
+            &cluster_dir,
+            tenant,
+            &["create", "-n", namespace, "-f", "-"],
+            Some(manifest),
+        )
+    };
+    let refused = |what: &str, (ok, said): (bool, String), webhook: &str, message: &str| {
+        eprintln!("e2e_node: {what}: the tenant sees: {}", said.trim());
+        assert!(!ok, "{what} must be refused: {said}");
+        assert!(
+            said.contains(&format!(
+                "admission webhook \"{webhook}\" denied the request"
+            )) && said.contains(message),
+            "{what}: {said}"
+        );
+    };
+
+    // --- the tenant's ordinary agent pod: injected, and admitted as stored.
+    let (ok, said) = create(&pod(
+        "agent",
+        serde_json::json!({"containers": [agent], "terminationGracePeriodSeconds": 2}),
+    ));
+    assert!(ok, "the ordinary agent pod is admitted: {said}");
+
+    // --- the agent container mounts the credentials the sidecar gets.
+    let mut mounting = agent.clone();
+    mounting["volumeMounts"] =
+        serde_json::json!([{"name": "mcp-credentials", "mountPath": "/creds"}]);
+    refused(
+        "the agent container mounting mcp-credentials",
+        create(&pod(
+            "mounting",
+            serde_json::json!({"containers": [mounting]}),
+        )),
+        "pods.validate.mcp-operator.dev",
+        "the container \"agent\" mounts the volume \"mcp-credentials\", which only the MCP sidecar may mount",
+    );
+
+    // --- its own mcp-sidecar, which would skip the injection.
+    refused(
+        "a pod bringing its own mcp-sidecar",
+        create(&pod(
+            "own-sidecar",
+            serde_json::json!({
+                "initContainers": [{"name": "mcp-sidecar", "image": pause_image,
+                                    "imagePullPolicy": "Never", "restartPolicy": "Always"}],
+                "containers": [agent],
+            }),
+        )),
+        "inject.mcp-operator.dev",
+        "the pod brings its own mcp-sidecar container (image differs from the one the operator injects now): the mcp-sidecar container is the operator's; remove it",
+    );
+
+    // --- hostNetwork: the sidecar's 127.0.0.1 listener would be the node's.
+    refused(
+        "a hostNetwork pod",
+        create(&pod(
+            "host",
+            serde_json::json!({"hostNetwork": true, "containers": [agent]}),
+        )),
+        "pods.validate.mcp-operator.dev",
+        "the pod sets hostNetwork: true",
+    );
+
+    // --- kubectl debug on the running agent: a container mounting the credentials, through
+    // the ephemeralcontainers subresource, and one sharing the sidecar's processes.
+    let debug_patch = serde_json::json!({"spec": {"ephemeralContainers": [{
+        "name": "debugger", "image": pause_image, "imagePullPolicy": "Never",
+        "volumeMounts": [{"name": "mcp-credentials", "mountPath": "/creds"}],
+    }]}});
+    refused(
+        "an ephemeral container mounting mcp-credentials",
+        kubectl_as(
+            &cluster_dir,
+            tenant,
+            &[
+                "patch",
+                "pod",
+                "agent",
+                "-n",
+                namespace,
+                "--subresource=ephemeralcontainers",
+                "--type=strategic",
+                "-p",
+                &debug_patch.to_string(),
+            ],
+            None,
+        ),
+        "pods.validate.mcp-operator.dev",
+        "the ephemeral container \"debugger\" mounts the volume \"mcp-credentials\"",
+    );
+    refused(
+        "kubectl debug --target=mcp-sidecar",
+        kubectl_as(
+            &cluster_dir,
+            tenant,
+            &[
+                "debug",
+                "agent",
+                "-n",
+                namespace,
+                "--image",
+                &pause_image,
+                "--image-pull-policy=Never",
+                "--target=mcp-sidecar",
+                "--container=peek",
+            ],
+            None,
+        ),
+        "pods.validate.mcp-operator.dev",
+        "the ephemeral container \"peek\" targets the mcp-sidecar container",
+    );
+    let (ok, said) = kubectl_as(
+        &cluster_dir,
+        tenant,
+        &[
+            "debug",
+            "agent",
+            "-n",
+            namespace,
+            "--image",
+            &pause_image,
+            "--image-pull-policy=Never",
+            "--target=agent",
+            "--container=look",
+        ],
+        None,
+    );
+    assert!(
+        ok,
+        "a debugging container targeting the agent is admitted: {said}"
+    );
+
+    // --- the label taken off (or changed on) the running agent.
+    refused(
+        "removing the agent label",
+        kubectl_as(
+            &cluster_dir,
+            tenant,
+            &[
+                "label",
+                "pod",
+                "agent",
+                "-n",
+                namespace,
+                "mcp-operator.dev/agent-",
+            ],
+            None,
+        ),
+        "pods.validate.mcp-operator.dev",
+        "the label mcp-operator.dev/agent cannot be added, changed or removed on an existing pod",
+    );
+    let (ok, said) = kubectl_as(
+        &cluster_dir,
+        tenant,
+        &[
+            "annotate",
+            "pod",
+            "agent",
+            "-n",
+            namespace,
+            "note=still-updatable",
+        ],
+        None,
+    );
+    assert!(ok, "other updates of the agent pod are admitted: {said}");
+
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let names: Vec<String> = pods
+        .list(&ListParams::default())
+        .await
+        .expect("listing pods")
+        .items
+        .iter()
+        .map(|p| p.name_any())
+        .collect();
+    assert_eq!(names, ["agent"], "no refused pod was stored");
 }

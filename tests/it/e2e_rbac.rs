@@ -228,11 +228,13 @@ fn the_cluster_role_and_the_release_namespace_roles_grant_exactly_the_reviewed_p
         "mcp-operator.dev/mcptenantpolicies watch",
         "mcp-operator.dev/mcptenantpolicies/status patch",
         // The injection webhook: the AgentSpec a pod names and its McpServers, read one by
-        // one; the caBundle of its own MutatingWebhookConfiguration.
+        // one; the caBundle of its own Mutating- and ValidatingWebhookConfiguration.
         "mcp-operator.dev/agentspecs get",
         "mcp-operator.dev/mcpservers get",
         "admissionregistration.k8s.io/mutatingwebhookconfigurations get @mcp-operator",
         "admissionregistration.k8s.io/mutatingwebhookconfigurations update @mcp-operator",
+        "admissionregistration.k8s.io/validatingwebhookconfigurations get @mcp-operator",
+        "admissionregistration.k8s.io/validatingwebhookconfigurations update @mcp-operator",
     ]
     .into_iter()
     .map(String::from)
@@ -420,6 +422,24 @@ fn the_chart_lints_and_renders_its_options() {
         hook["clientConfig"]["service"]["name"],
         "mcp-operator-webhook"
     );
+    // Pod validation: the same selector and failure policy, CREATE and UPDATE of pods and of
+    // their ephemeral containers.
+    let validation = &one(&defaults, "ValidatingWebhookConfiguration")["webhooks"][0];
+    assert_eq!(validation["name"], "pods.validate.mcp-operator.dev");
+    assert_eq!(validation["failurePolicy"], "Fail");
+    assert_eq!(validation["objectSelector"], hook["objectSelector"]);
+    assert_eq!(
+        validation["rules"][0]["operations"],
+        json!(["CREATE", "UPDATE"])
+    );
+    assert_eq!(
+        validation["rules"][0]["resources"],
+        json!(["pods", "pods/ephemeralcontainers"])
+    );
+    assert_eq!(
+        validation["clientConfig"]["service"]["path"],
+        "/validate/pods"
+    );
     for expected in [
         "--webhook-addr=0.0.0.0:9443",
         "--webhook-service=mcp-operator-webhook",
@@ -508,6 +528,7 @@ fn the_chart_lints_and_renders_its_options() {
     );
     let off = render("mcp-operator", "mcp-operator", &["injection.enabled=false"]);
     assert!(of_kind(&off, "MutatingWebhookConfiguration").is_empty());
+    assert!(of_kind(&off, "ValidatingWebhookConfiguration").is_empty());
     // No webhook, no Secret to write: only the leader election Role and its binding.
     for kind in ["Role", "RoleBinding"] {
         let names: Vec<&Value> = of_kind(&off, kind)
@@ -608,8 +629,10 @@ async fn install_rbac(client: &Client, release_ns: &e2e::TestNamespace) -> Vec<V
         "ClusterRoleBinding",
         "Role",
         "RoleBinding",
-        // Its caBundle is the controller's to keep; no pod here carries the label it selects.
+        // Their caBundle is the controller's to keep; no pod here carries the label they
+        // select.
         "MutatingWebhookConfiguration",
+        "ValidatingWebhookConfiguration",
     ] {
         for object in of_kind(&objects, kind) {
             e2e::write(
@@ -629,6 +652,12 @@ async fn install_rbac(client: &Client, release_ns: &e2e::TestNamespace) -> Vec<V
     release_ns.delete_later(
         ApiResource::erase::<
             k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration,
+        >(&()),
+        &name,
+    );
+    release_ns.delete_later(
+        ApiResource::erase::<
+            k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration,
         >(&()),
         &name,
     );
@@ -852,10 +881,13 @@ async fn the_controller_does_its_whole_job_with_only_the_charts_rbac() {
     let standby = start_replica(&args, &kubeconfig, release, "replica-b", &extra);
 
     // The webhook's TLS with the chart's RBAC: one Secret both replicas share, its CA bundle
-    // in the MutatingWebhookConfiguration.
+    // in the Mutating- and the ValidatingWebhookConfiguration.
     let secrets: Api<Secret> = Api::namespaced(client.clone(), release);
     let configs: Api<k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration> =
         Api::all(client.clone());
+    let validations: Api<
+        k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration,
+    > = Api::all(client.clone());
     eventually(SOON, "the webhook's caBundle from its Secret", || async {
         let secret = secrets
             .get_opt(&format!("{lease_name}-webhook-tls"))
@@ -875,10 +907,19 @@ async fn the_controller_does_its_whole_job_with_only_the_charts_rbac() {
             .client_config
             .ca_bundle
             .clone();
-        if bundle.as_ref() == Some(&ca) {
+        let validation = validations
+            .get(&lease_name)
+            .await
+            .map_err(|e| e2e::describe(&e))?
+            .webhooks
+            .unwrap_or_default()[0]
+            .client_config
+            .ca_bundle
+            .clone();
+        if bundle.as_ref() == Some(&ca) && validation.as_ref() == Some(&ca) {
             Ok(())
         } else {
-            Err("the caBundle is not the Secret's ca.crt".to_string())
+            Err("a caBundle is not the Secret's ca.crt".to_string())
         }
     })
     .await;

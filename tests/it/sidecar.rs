@@ -661,6 +661,50 @@ async fn a_rotated_secret_file_is_used_on_the_next_connect() {
     );
 }
 
+/// `/readyz` answers anyone who reaches the pod: it counts a missing credential and never names
+/// it; the sidecar's log does, and the credential written makes it ready.
+#[tokio::test(flavor = "multi_thread")]
+async fn readyz_counts_missing_credentials_without_naming_them() {
+    let fixtures = Fixtures::load();
+    let server = fixtures.sdk_server(&["--bearer", "TOKEN-6613"]);
+    let grants = grants_for(
+        "files",
+        "fs",
+        &server.url,
+        &["read_file"],
+        json!({}),
+        Some("TOKEN-6613"),
+    )
+    .await;
+    let sidecar = Sidecar::start(Some(&grants));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let text = loop {
+        let (status, text) = sidecar.readyz().await;
+        if text.contains("missing") {
+            assert_eq!(status, 503, "{text}");
+            break text;
+        }
+        assert!(Instant::now() < deadline, "no missing credential: {text}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(
+        text.starts_with("not ready: 1 credential missing"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("upstream-token") && !text.contains("secrets/"),
+        "/readyz names the credential: {text}"
+    );
+    assert!(
+        sidecar.log_text().contains("upstream-token"),
+        "the log names the missing credential"
+    );
+    sidecar.write_secret("upstream-token", "token", "TOKEN-6613");
+    sidecar.wait_ready().await;
+    let (status, text) = sidecar.readyz().await;
+    assert_eq!((status, text.trim()), (200, "ok"));
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_endpoint_refuses_what_agents_must_not_do() {
     let (server, sidecar) = files_behind_sidecar(&["read_file"]).await;

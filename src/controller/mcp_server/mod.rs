@@ -268,6 +268,12 @@ async fn reconcile_inner(
         Time(k8s_openapi::jiff::Timestamp::now()),
     );
     decision.status.url = workload.and_then(|w| w.url);
+    status::warn_of_plain_http(
+        &mut decision.status,
+        &server.spec,
+        server.meta().generation,
+        Time(k8s_openapi::jiff::Timestamp::now()),
+    );
 
     // Apply.
     if let Err(e) = apply(server, ctx, &decision).await {

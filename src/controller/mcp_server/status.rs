@@ -5,10 +5,10 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use crate::api::conditions::{
-    CATALOG_SYNCED, CREDENTIALS_RESOLVED, REACHABLE, READY, TOOLS_APPROVED, TRUE, UNKNOWN,
-    condition, find, set_condition,
+    CATALOG_SYNCED, CREDENTIALS_OVER_PLAIN_HTTP, CREDENTIALS_RESOLVED, REACHABLE, READY,
+    TOOLS_APPROVED, TRUE, UNKNOWN, condition, find, set_condition,
 };
-use crate::api::mcp_server::{CatalogStatus, McpServerStatus};
+use crate::api::mcp_server::{CatalogStatus, McpServerSpec, McpServerStatus};
 use crate::core::{Catalog, Era, ServerInfo};
 use crate::mcp::{ReadFailure, Stage};
 
@@ -89,6 +89,72 @@ pub fn decide(
         status,
         transitions,
         spill,
+    }
+}
+
+/// The host the spec's credentials go to in the clear, if they do: a remote McpServer with a
+/// bearer token or Secret headers whose `spec.url` is plain `http://` to a host that is neither
+/// this machine (loopback) nor plausibly the cluster's own (a Service name: one label, or
+/// `.svc` / `.svc.<domain>`; a private, shared or unique-local address). In-cluster traffic is
+/// left to the cluster's network (a mesh, or the tenant's choice); anything else crosses
+/// networks where anyone on the path reads the token.
+pub fn credentials_in_the_clear(spec: &McpServerSpec) -> Option<String> {
+    let credentials = spec.credentials.as_ref()?;
+    if credentials.bearer_token.is_none() && credentials.headers.is_empty() {
+        return None;
+    }
+    let url = url::Url::parse(spec.url.as_deref()?).ok()?;
+    if url.scheme() != "http" {
+        return None;
+    }
+    let in_cluster = match url.host()? {
+        url::Host::Domain(name) => {
+            let name = name.trim_end_matches('.');
+            !name.contains('.')
+                || name == "localhost"
+                || name.ends_with(".localhost")
+                || name.ends_with(".svc")
+                || name.contains(".svc.")
+        }
+        url::Host::Ipv4(ip) => {
+            let [a, b, ..] = ip.octets();
+            ip.is_loopback() || ip.is_private() || (a == 100 && (64..128).contains(&b))
+        }
+        url::Host::Ipv6(ip) => match ip.to_ipv4_mapped() {
+            Some(v4) => v4.is_loopback() || v4.is_private(),
+            None => ip.is_loopback() || (ip.segments()[0] & 0xfe00) == 0xfc00,
+        },
+    };
+    (!in_cluster).then(|| url.host_str().unwrap_or_default().to_owned())
+}
+
+/// Puts the condition [`CREDENTIALS_OVER_PLAIN_HTTP`] into `status` while the spec sends its
+/// credentials in the clear, and takes it out once it does not.
+pub fn warn_of_plain_http(
+    status: &mut McpServerStatus,
+    spec: &McpServerSpec,
+    generation: Option<i64>,
+    now: Time,
+) {
+    match credentials_in_the_clear(spec) {
+        None => status
+            .conditions
+            .retain(|c| c.type_ != CREDENTIALS_OVER_PLAIN_HTTP),
+        Some(host) => {
+            set_condition(
+                &mut status.conditions,
+                condition(
+                    CREDENTIALS_OVER_PLAIN_HTTP,
+                    true,
+                    "PlainHttpToExternalHost",
+                    format!(
+                        "WARNING: the credentials (spec.credentials) are sent over plain http:// to {host}, outside the cluster: anyone on the network path can read them. Use https:// in spec.url."
+                    ),
+                    generation,
+                    now,
+                ),
+            );
+        }
     }
 }
 
@@ -647,6 +713,75 @@ mod tests {
         let (s, _) = next_status(None, Some(1), &read(&["a"]), true, None, t(0));
         assert!(cond(&s, READY).message.contains("insecureSkipVerify"));
         assert!(cond(&s, REACHABLE).message.contains("WARNING"));
+    }
+
+    fn spec(url: &str, with_credentials: bool) -> McpServerSpec {
+        let mut spec = serde_json::json!({"url": url});
+        if with_credentials {
+            spec["credentials"] =
+                serde_json::json!({"bearerToken": {"secretKeyRef": {"name": "t", "key": "token"}}});
+        }
+        serde_json::from_value(spec).unwrap()
+    }
+
+    #[test]
+    fn credentials_over_plain_http_to_the_outside_are_warned_of() {
+        for url in [
+            "http://mcp.example.com/mcp",
+            "http://93.184.216.34:8080/mcp",
+            "http://[2001:db8::1]/mcp",
+            "http://MCP.Example.com./mcp",
+        ] {
+            assert!(
+                credentials_in_the_clear(&spec(url, true)).is_some(),
+                "{url} is warned of"
+            );
+        }
+        for url in [
+            "https://mcp.example.com/mcp",
+            "http://127.0.0.1:8000/mcp",
+            "http://localhost:8000/mcp",
+            "http://[::1]/mcp",
+            "http://files/mcp",
+            "http://files.team-a.svc:8000/mcp",
+            "http://files.team-a.svc.cluster.local/mcp",
+            "http://10.96.0.15/mcp",
+            "http://192.168.1.4/mcp",
+            "http://100.64.0.7/mcp",
+            "http://[fd12::7]/mcp",
+        ] {
+            assert_eq!(credentials_in_the_clear(&spec(url, true)), None, "{url}");
+        }
+        assert_eq!(
+            credentials_in_the_clear(&spec("http://mcp.example.com/mcp", false)),
+            None,
+            "nothing secret is sent"
+        );
+
+        let mut status = McpServerStatus::default();
+        warn_of_plain_http(
+            &mut status,
+            &spec("http://mcp.example.com/mcp", true),
+            Some(2),
+            t(0),
+        );
+        let c = cond(&status, CREDENTIALS_OVER_PLAIN_HTTP);
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("True", "PlainHttpToExternalHost")
+        );
+        assert!(
+            c.message.contains("mcp.example.com") && c.message.contains("Use https://"),
+            "{}",
+            c.message
+        );
+        warn_of_plain_http(
+            &mut status,
+            &spec("https://mcp.example.com/mcp", true),
+            Some(3),
+            t(1),
+        );
+        assert!(find(&status.conditions, CREDENTIALS_OVER_PLAIN_HTTP).is_none());
     }
 
     #[test]

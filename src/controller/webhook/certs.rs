@@ -1,6 +1,7 @@
 //! The webhook's TLS, kept by the operator itself: a CA and a serving certificate for the
 //! webhook Service's DNS names, in one Secret every replica shares, and the CA bundle in the
-//! MutatingWebhookConfiguration. No cert-manager needed.
+//! MutatingWebhookConfiguration and the ValidatingWebhookConfiguration (both of the name
+//! `--webhook-configuration`). No cert-manager needed.
 //!
 //! ```text
 //!  every replica, every minute:
@@ -8,7 +9,8 @@
 //!      tls.crt, tls.key, ca.crt (bundle)                                   won; read its Secret)
 //!      annotations: not-after, dns-names       due ─► issue ─► replace at its resourceVersion
 //!                                                              (409: re-read next round)
-//!    ─► MutatingWebhookConfiguration caBundle = ca.crt  (replaced only when it differs)
+//!    ─► Mutating- and ValidatingWebhookConfiguration    (every webhook's caBundle = ca.crt,
+//!                                                         replaced only when it differs)
 //!    ─► the serving certificate this replica presents   (a resolver, swapped in place; a
 //!                                                         renewed one a round after its bundle)
 //! ```
@@ -23,7 +25,9 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use k8s_openapi::ByteString;
-use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration, WebhookClientConfig,
+};
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::jiff;
 use kube::api::{ObjectMeta, PostParams};
@@ -425,31 +429,62 @@ impl Keeper {
         }
     }
 
-    /// Makes every webhook of the configuration trust `bundle`.
+    /// Makes every webhook of both configurations (the injection's and the validation's, of
+    /// one name) trust `bundle`.
     async fn keep_ca_bundle(&self, bundle: &[u8]) -> Result<(), String> {
-        let api: Api<MutatingWebhookConfiguration> = Api::all(self.client.clone());
-        let Some(mut config) = api.get_opt(&self.configuration).await.map_err(|e| {
-            format!(
-                "reading the MutatingWebhookConfiguration {}: {e}",
-                self.configuration
-            )
-        })?
+        let mutating = self
+            .keep_bundle_of::<MutatingWebhookConfiguration>(bundle, |c| {
+                c.webhooks
+                    .iter_mut()
+                    .flatten()
+                    .map(|w| &mut w.client_config)
+                    .collect()
+            })
+            .await;
+        let validating = self
+            .keep_bundle_of::<ValidatingWebhookConfiguration>(bundle, |c| {
+                c.webhooks
+                    .iter_mut()
+                    .flatten()
+                    .map(|w| &mut w.client_config)
+                    .collect()
+            })
+            .await;
+        match (mutating, validating) {
+            (Ok(()), Ok(())) => Ok(()),
+            (Err(e), Ok(())) | (Ok(()), Err(e)) => Err(e),
+            (Err(a), Err(b)) => Err(format!("{a}; {b}")),
+        }
+    }
+
+    async fn keep_bundle_of<K>(
+        &self,
+        bundle: &[u8],
+        client_configs: impl Fn(&mut K) -> Vec<&mut WebhookClientConfig>,
+    ) -> Result<(), String>
+    where
+        K: kube::Resource<DynamicType = (), Scope = kube::core::ClusterResourceScope>
+            + Clone
+            + std::fmt::Debug
+            + serde::de::DeserializeOwned
+            + serde::Serialize,
+    {
+        let kind = K::kind(&());
+        let api: Api<K> = Api::all(self.client.clone());
+        let Some(mut config) = api
+            .get_opt(&self.configuration)
+            .await
+            .map_err(|e| format!("reading the {kind} {}: {e}", self.configuration))?
         else {
             return Err(format!(
-                "the MutatingWebhookConfiguration {} does not exist: the chart creates it (injection.enabled)",
+                "the {kind} {} does not exist: the chart creates it (injection.enabled)",
                 self.configuration
             ));
         };
         let mut changed = false;
-        for webhook in config.webhooks.iter_mut().flatten() {
-            if webhook
-                .client_config
-                .ca_bundle
-                .as_ref()
-                .map(|b| b.0.as_slice())
-                != Some(bundle)
-            {
-                webhook.client_config.ca_bundle = Some(ByteString(bundle.to_vec()));
+        for client in client_configs(&mut config) {
+            if client.ca_bundle.as_ref().map(|b| b.0.as_slice()) != Some(bundle) {
+                client.ca_bundle = Some(ByteString(bundle.to_vec()));
                 changed = true;
             }
         }
@@ -461,13 +496,13 @@ impl Keeper {
             .await
         {
             Ok(_) => {
-                tracing::info!(configuration = %self.configuration, "set the webhook's caBundle");
+                tracing::info!(configuration = %self.configuration, %kind, "set the webhook's caBundle");
                 Ok(())
             }
             // Another replica wrote it in between; the next round compares again.
             Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
             Err(e) => Err(format!(
-                "writing the caBundle of the MutatingWebhookConfiguration {}: {e}",
+                "writing the caBundle of the {kind} {}: {e}",
                 self.configuration
             )),
         }

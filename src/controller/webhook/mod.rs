@@ -1,8 +1,14 @@
-//! The sidecar-injection admission webhook, served over HTTPS by every replica (leader or not:
-//! admission must not wait for an election). The apiserver sends each new Pod labelled
-//! `mcp-operator.dev/agent` (the MutatingWebhookConfiguration's objectSelector keeps every
-//! other pod away); this module reads the AgentSpec the label names and its McpServers, and
-//! answers with the patch [`crate::inject::decide`] builds, or a refusal naming what is wrong.
+//! The admission webhook, served over HTTPS by every replica (leader or not: admission must not
+//! wait for an election). The apiserver sends only pods labelled `mcp-operator.dev/agent` (the
+//! configurations' objectSelector keeps every other pod away), on two paths:
+//!
+//! - `/inject` (MutatingWebhookConfiguration, CREATE): reads the AgentSpec the label names and
+//!   its McpServers, and answers with the patch [`crate::inject::decide`] builds, or a refusal
+//!   naming what is wrong.
+//! - `/validate/pods` (ValidatingWebhookConfiguration, CREATE and UPDATE of pods and
+//!   pods/ephemeralcontainers): runs after every mutation and refuses what would get around
+//!   the sidecar ([`crate::inject::validate`]): another container mounting its volumes, a
+//!   sidecar that is not the operator's, host networking, a changed agent label.
 //!
 //! ```text
 //!  apiserver ──POST /inject (AdmissionReview)──► TLS (certs::Resolver) ──► admit()
@@ -10,11 +16,20 @@
 //!                                                  │  McpServers it names (get) → endpoints
 //!                                                  ▼
 //!                                   inject::decide (pure) ──► patch | already injected | refusal
-//!  certs::Keeper (every replica, every minute): Secret with CA + serving cert, caBundle
+//!  apiserver ──POST /validate/pods──► validate(): CREATE: the same reads ─► validate::on_create
+//!                                                 UPDATE: validate::on_update(old, new)
+//!  certs::Keeper (every replica, every minute): Secret with CA + serving cert, caBundle of
+//!  both configurations
 //! ```
 //!
 //! Its client is not fenced by the leader's lease: followers answer admissions and keep the
 //! certificate too.
+//!
+//! Who may call it: anything that reaches the Service (it asks for no client certificate: the
+//! apiserver presents one only when its `--admission-control-config-file` says so, which a
+//! chart cannot set). A caller other than the apiserver learns nothing it could not read itself
+//! (the sidecar's settings are the chart's values) and admits nothing: only the apiserver's
+//! call decides whether an object is stored. README, *Who may call the webhook*.
 
 pub mod certs;
 
@@ -31,7 +46,7 @@ use axum::routing::post;
 use axum::serve::Listener;
 use k8s_openapi::api::core::v1::Pod;
 use kube::core::DynamicObject;
-use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 use kube::{Api, Client, ResourceExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
@@ -57,7 +72,8 @@ pub struct WebhookArgs {
     /// The Secret (in the pod's namespace) holding the webhook's CA and serving certificate.
     #[arg(long, default_value = "mcp-operator-webhook-tls")]
     pub webhook_secret: String,
-    /// The MutatingWebhookConfiguration whose caBundle the operator keeps.
+    /// The MutatingWebhookConfiguration and the ValidatingWebhookConfiguration (one name for
+    /// both) whose caBundle the operator keeps.
     #[arg(long, default_value = "mcp-operator")]
     pub webhook_configuration: String,
     /// The injected sidecar as JSON: {"image": …, "port", "healthPort", "resources",
@@ -159,6 +175,7 @@ pub async fn start(
 fn router(shared: Shared) -> Router {
     Router::new()
         .route("/inject", post(inject_handler))
+        .route("/validate/pods", post(validate_pods_handler))
         .with_state(shared)
 }
 
@@ -329,18 +346,33 @@ async fn admit(
         None => return Ok(Admitted::NotLabelled),
         Some(a) => a.map_err(Denied::Refused)?.to_owned(),
     };
-    if inject::is_injected(pod) {
-        return Ok(Admitted::Already(agent));
+    // Even a pod that has a sidecar already is judged against the AgentSpec: one it brought
+    // itself is refused, not taken for the operator's.
+    let (grants_config_map, refs) = injection_inputs(s, namespace, &agent).await?;
+    match inject::decide(pod, &agent, &grants_config_map, &refs, &s.sidecar)
+        .map_err(Denied::Refused)?
+    {
+        Outcome::AlreadyInjected => Ok(Admitted::Already(agent)),
+        Outcome::Inject(patch) => Ok(Admitted::Patch(agent, patch)),
     }
+}
+
+/// The AgentSpec's grants ConfigMap and the credential keys its McpServers reference: what the
+/// injected sidecar is built from.
+async fn injection_inputs(
+    s: &Shared,
+    namespace: &str,
+    agent: &str,
+) -> Result<(String, References), Denied> {
     let read = Duration::from_secs(5);
     let specs: Api<AgentSpec> = Api::namespaced(s.client.clone(), namespace);
-    let spec = tokio::time::timeout(read, specs.get_opt(&agent))
+    let spec = tokio::time::timeout(read, specs.get_opt(agent))
         .await
         .map_err(|_| Denied::Api(format!("reading the AgentSpec {agent:?} timed out")))?
         .map_err(|e| Denied::Api(format!("reading the AgentSpec {agent:?} failed: {e}")))?
         .ok_or_else(|| {
             Denied::Refused(Refusal::UnknownAgentSpec {
-                agent: agent.clone(),
+                agent: agent.to_owned(),
                 namespace: namespace.to_owned(),
             })
         })?;
@@ -362,17 +394,103 @@ async fn admit(
             endpoints.push(endpoint(&server));
         }
     }
-    let refs = References::of(&endpoints);
-    match inject::decide(
-        pod,
-        &agent,
-        &grants_config_map_name(&spec.name_any()),
-        &refs,
-        &s.sidecar,
+    Ok((
+        grants_config_map_name(&spec.name_any()),
+        References::of(&endpoints),
+    ))
+}
+
+async fn validate_pods_handler(State(s): State<Shared>, body: Bytes) -> impl IntoResponse {
+    let review = match serde_json::from_slice::<AdmissionReview<Pod>>(&body) {
+        Ok(review) => review,
+        Err(e) => {
+            s.metrics.admission("Invalid");
+            return (
+                StatusCode::BAD_REQUEST,
+                [(header::CONTENT_TYPE, "text/plain")],
+                format!("not an AdmissionReview of a Pod: {e}").into_bytes(),
+            );
+        }
+    };
+    let review = validation_for(&s, review).await;
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        serde_json::to_vec(&review).expect("an AdmissionReview serialises"),
     )
-    .map_err(Denied::Refused)?
-    {
-        Outcome::AlreadyInjected => Ok(Admitted::Already(agent)),
-        Outcome::Inject(patch) => Ok(Admitted::Patch(agent, patch)),
+}
+
+async fn validation_for(
+    s: &Shared,
+    review: AdmissionReview<Pod>,
+) -> AdmissionReview<DynamicObject> {
+    let request: AdmissionRequest<Pod> = match review.try_into() {
+        Ok(r) => r,
+        Err(e) => {
+            s.metrics.admission("Invalid");
+            return AdmissionResponse::invalid(e).into_review();
+        }
+    };
+    let response = AdmissionResponse::from(&request);
+    let namespace = request.namespace.clone().unwrap_or_default();
+    let pod_name = if request.name.is_empty() {
+        request
+            .object
+            .as_ref()
+            .and_then(|p| p.metadata.generate_name.clone())
+            .unwrap_or_default()
+    } else {
+        request.name.clone()
+    };
+    let response = match validate(s, &request, &namespace).await {
+        Ok(()) => {
+            s.metrics.admission("Valid");
+            response
+        }
+        Err(Denied::Refused(refusal)) => {
+            s.metrics.admission("Refused");
+            tracing::info!(
+                namespace,
+                pod = pod_name,
+                operation = ?request.operation,
+                subresource = request.sub_resource.as_deref().unwrap_or(""),
+                "refused a pod: {refusal}"
+            );
+            response.deny(refusal.to_string())
+        }
+        Err(Denied::Api(message)) => {
+            s.metrics.admission("ApiError");
+            tracing::warn!(
+                namespace,
+                pod = pod_name,
+                "could not validate a pod: {message}"
+            );
+            response.deny(message)
+        }
+    };
+    response.into_review()
+}
+
+/// CREATE: the final pod against the sidecar the injection builds now; UPDATE (also of the
+/// ephemeralcontainers subresource): what changed. Other operations are not sent.
+async fn validate(
+    s: &Shared,
+    request: &AdmissionRequest<Pod>,
+    namespace: &str,
+) -> Result<(), Denied> {
+    match (&request.operation, &request.old_object, &request.object) {
+        (Operation::Create, _, Some(pod)) => {
+            let agent = match inject::agent_of(pod) {
+                None => return Ok(()),
+                Some(a) => a.map_err(Denied::Refused)?.to_owned(),
+            };
+            let (_, refs) = injection_inputs(s, namespace, &agent).await?;
+            let expected = inject::validate::expected_sidecar(&agent, &refs, &s.sidecar);
+            inject::validate::on_create(pod, &expected).map_err(Denied::Refused)
+        }
+        (Operation::Update, Some(old), Some(new)) => {
+            inject::validate::on_update(old, new).map_err(Denied::Refused)
+        }
+        _ => Ok(()),
     }
 }

@@ -64,7 +64,9 @@ pub struct GrantedTool {
     pub qualified_name: String,
     /// The tool's name on its server.
     pub name: String,
-    /// read, write or destructive (after the McpServer's overrides).
+    /// read, write or destructive: the one access that applies to this agent (see
+    /// `resolve`: under a tenant policy the platform's classification, which an McpServer's
+    /// override only raises). The sidecar resends a failed read, and audits this access.
     pub access: Access,
     /// Repeating a call has no further effect (the server's `idempotentHint`): safe to resend.
     pub idempotent: bool,

@@ -6,8 +6,9 @@
 //!
 //! - `Resolved`: True (reason `Resolved`) when nothing needs a person's attention; otherwise
 //!   False with the most important finding's reason (NameCollision, ServerNotFound,
-//!   ServerNotReady, DeniedByPolicy, PatternMatchesNothing, RequireApprovalNotOffered, in that
-//!   order) and every finding's sentence in the message.
+//!   ServerNotReady, DeniedByPolicy, PatternMatchesNothing, RequireApprovalNotOffered,
+//!   AwaitingApproval, OverrideNotApplied, in that order) and every finding's sentence in the
+//!   message.
 //! - `Ready`: True when the grants are published and nothing blocks the agent (a missing or
 //!   unavailable required server, a name collision); otherwise False with the blocking reason.
 //!   An optional server that is down, a pattern that matches nothing or a tool a policy denies

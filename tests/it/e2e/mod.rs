@@ -59,6 +59,15 @@ pub async fn client() -> Client {
     Client::try_from(config.clone()).expect("a client from the e2e kubeconfig")
 }
 
+/// A client for the shared control plane that acts as `user` (impersonation, as `kubectl --as`):
+/// what that user may do is what RBAC grants it, nothing of the admin's.
+pub async fn client_as(user: &str) -> Client {
+    let (config, _) = cluster().await;
+    let mut config = config.clone();
+    config.auth_info.impersonate = Some(user.to_string());
+    Client::try_from(config).expect("an impersonating client from the e2e kubeconfig")
+}
+
 /// The kubeconfig file of the shared control plane, for processes a test starts (the controller).
 pub async fn kubeconfig_path() -> PathBuf {
     cluster().await.1.clone()

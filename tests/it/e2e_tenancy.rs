@@ -1,0 +1,304 @@
+//! A tenant who tries to widen what the platform bounds, on the real control plane (issue 19,
+//! items 1 and 2). The tenant is the user `tenant-a` with a Role in its namespace only: it edits
+//! McpServers, AgentSpecs, ConfigMaps and Pods there, as `kubectl --as=tenant-a` would (the
+//! client impersonates it), and nothing else. The platform engineer (the admin client) writes
+//! the McpTenantPolicy. What counts is what the operator publishes in the grants ConfigMap.
+//!
+//! ```text
+//!  admin:    McpTenantPolicy { files: read · tier=admin: no deletes, approve every call ·
+//!                              capped: read, put_object reclassified read }
+//!  tenant-a: McpServer files, capped (tools.overrides lowering delete_file and write_file),
+//!            AgentSpec bot → then labels files tier=admin, then tightens an override
+//! ```
+
+use crate::e2e;
+use crate::operator;
+use crate::support;
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use kube::api::{Api, ApiResource, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use mcp_operator::api::agent_spec::AgentSpec;
+use mcp_operator::api::mcp_server::McpServer;
+use mcp_operator::api::tenant_policy::McpTenantPolicy;
+use operator::{Operator, eventually, server_manifest};
+use serde_json::{Value, json};
+use support::Fixtures;
+
+const SOON: Duration = Duration::from_secs(30);
+const TENANT: &str = "tenant-a";
+const TENANT_LABEL: &str = "mcp-operator.dev/e2e-tenant";
+
+/// What a tenant may do in its namespace: its McpServers, AgentSpecs, ConfigMaps and Pods.
+async fn grant_tenant_role(admin: &Client, namespace: &str) {
+    let role: Role = serde_json::from_value(json!({
+        "metadata": {"name": "tenant"},
+        "rules": [
+            {"apiGroups": ["mcp-operator.dev"], "resources": ["mcpservers", "agentspecs"],
+             "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
+            {"apiGroups": [""], "resources": ["configmaps", "pods"],
+             "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
+        ],
+    }))
+    .unwrap();
+    Api::<Role>::namespaced(admin.clone(), namespace)
+        .create(&PostParams::default(), &role)
+        .await
+        .unwrap();
+    let binding: RoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": "tenant"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "tenant"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": TENANT}],
+    }))
+    .unwrap();
+    Api::<RoleBinding>::namespaced(admin.clone(), namespace)
+        .create(&PostParams::default(), &binding)
+        .await
+        .unwrap();
+}
+
+/// Server-side apply of a namespaced object by `client` (the tenant).
+async fn apply<K>(client: &Client, namespace: &str, manifest: Value)
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + serde::Serialize,
+    K::DynamicType: Default,
+{
+    let object: K = serde_json::from_value(manifest).unwrap();
+    let name = object.name_any();
+    Api::<K>::namespaced(client.clone(), namespace)
+        .patch(
+            &name,
+            &PatchParams::apply(e2e::FIELD_MANAGER).force(),
+            &Patch::Apply(&object),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{TENANT} applying {name}: {}", e2e::describe(&e)));
+}
+
+/// The granted tools of one server in the published grants: qualified name → (access,
+/// requiresApproval).
+fn granted(doc: &Value, server: &str) -> Vec<(String, String, bool)> {
+    let mut tools: Vec<(String, String, bool)> = doc["servers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["name"] == server)
+        .flat_map(|s| s["tools"].as_array().unwrap().iter())
+        .map(|t| {
+            (
+                t["qualifiedName"].as_str().unwrap().to_string(),
+                t["access"].as_str().unwrap().to_string(),
+                t["requiresApproval"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    tools.sort();
+    tools
+}
+
+fn tool(name: &str, access: &str, approval: bool) -> (String, String, bool) {
+    (name.to_string(), access.to_string(), approval)
+}
+
+/// Waits until the published grants of `server` are exactly `expected`; returns the document.
+async fn wait_granted(
+    client: &Client,
+    namespace: &str,
+    server: &str,
+    expected: &[(String, String, bool)],
+) -> Value {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    eventually(
+        SOON,
+        &format!("bot's grants of {server}: {expected:?}"),
+        || async {
+            let cm = api
+                .get_opt("bot-mcp-grants")
+                .await
+                .map_err(|e| e.to_string())?
+                .ok_or("no grants ConfigMap yet")?;
+            let text = cm
+                .data
+                .as_ref()
+                .and_then(|d| d.get("grants.json"))
+                .ok_or("no grants.json")?;
+            let doc: Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+            let got = granted(&doc, server);
+            if got == expected {
+                Ok(doc)
+            } else {
+                Err(format!("{got:?}"))
+            }
+        },
+    )
+    .await
+}
+
+#[tokio::test]
+async fn a_tenant_can_neither_lower_a_classification_nor_widen_its_grants_with_a_label() {
+    let (admin, ns) = e2e::setup("tenancy").await;
+    let namespace = ns.name().to_string();
+    grant_tenant_role(&admin, &namespace).await;
+    Api::<Namespace>::all(admin.clone())
+        .patch(
+            &namespace,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {TENANT_LABEL: &namespace}}})),
+        )
+        .await
+        .unwrap();
+    let fixture = Fixtures::load().sdk_server(&[]);
+    let _op = Operator::start(&e2e::kubeconfig_path().await, &namespace, "op-tenancy");
+
+    // The platform engineer's policy for this namespace.
+    let policy_name = ns.scoped_name("bounds");
+    let policy: McpTenantPolicy = serde_json::from_value(json!({
+        "apiVersion": "mcp-operator.dev/v1alpha1", "kind": "McpTenantPolicy",
+        "metadata": {"name": policy_name},
+        "spec": {
+            "namespaceSelector": {"matchLabels": {TENANT_LABEL: &namespace}},
+            "rules": [
+                {"servers": {"names": ["files"]}, "maxAccess": "read"},
+                {"servers": {"selector": {"matchLabels": {"tier": "admin"}}},
+                 "deny": ["delete_*"], "requireApprovalFor": "read"},
+                {"servers": {"names": ["capped"]}, "maxAccess": "read",
+                 "overrides": {"put_object": "read"}},
+            ],
+        },
+    }))
+    .unwrap();
+    Api::<McpTenantPolicy>::all(admin.clone())
+        .patch(
+            &policy_name,
+            &PatchParams::apply(e2e::FIELD_MANAGER).force(),
+            &Patch::Apply(&policy),
+        )
+        .await
+        .unwrap();
+    ns.delete_later(ApiResource::erase::<McpTenantPolicy>(&()), &policy_name);
+
+    // The tenant: two McpServers on the same upstream; on capped it "reclassifies" the tools
+    // the policy's ceiling would keep out.
+    let tenant = e2e::client_as(TENANT).await;
+    apply::<McpServer>(
+        &tenant,
+        &namespace,
+        server_manifest("files", &fixture.url, json!({})),
+    )
+    .await;
+    apply::<McpServer>(
+        &tenant,
+        &namespace,
+        server_manifest(
+            "capped",
+            &fixture.url,
+            json!({"tools": {"overrides": {"delete_file": "read", "write_file": "read"}}}),
+        ),
+    )
+    .await;
+    apply::<AgentSpec>(
+        &tenant,
+        &namespace,
+        json!({"apiVersion": "mcp-operator.dev/v1alpha1", "kind": "AgentSpec",
+               "metadata": {"name": "bot"},
+               "spec": {"servers": [{"name": "files"}, {"name": "capped"}]}}),
+    )
+    .await;
+
+    // The override-to-read attack has no effect: delete_file and write_file stay over the
+    // ceiling. The platform's reclassification of put_object (served as a write) holds, and
+    // the AgentSpec's approval level (destructive, the default) judges it as read.
+    wait_granted(
+        &admin,
+        &namespace,
+        "capped",
+        &[
+            tool("capped__put_object", "read", false),
+            tool("capped__read_file", "read", false),
+        ],
+    )
+    .await;
+    let doc = wait_granted(
+        &admin,
+        &namespace,
+        "files",
+        &[tool("files__read_file", "read", false)],
+    )
+    .await;
+    eprintln!("published grants: {doc:#}");
+    let agents: Api<AgentSpec> = Api::namespaced(tenant.clone(), &namespace);
+    let resolved = eventually(SOON, "bot's Resolved condition", || async {
+        let agent = agents.get("bot").await.map_err(|e| e.to_string())?;
+        let status = serde_json::to_value(agent.status).map_err(|e| e.to_string())?;
+        status["conditions"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["type"] == "Resolved").cloned())
+            .filter(|c| c["reason"] == "OverrideNotApplied")
+            .ok_or_else(|| format!("{status}"))
+    })
+    .await;
+    let message = resolved["message"].as_str().unwrap();
+    eprintln!("what the tenant reads in bot's Resolved condition: {message}");
+    assert!(
+        message.contains("delete_file counts as destructive")
+            && message.contains("write_file counts as write")
+            && message.contains("can only raise a classification"),
+        "{message}"
+    );
+
+    // The policy is not the tenant's to change.
+    let denied = Api::<McpTenantPolicy>::all(tenant.clone())
+        .patch(
+            &policy_name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"rules": []}})),
+        )
+        .await
+        .expect_err("a tenant cannot edit a McpTenantPolicy");
+    assert!(e2e::describe(&denied).contains("forbidden"), "{denied}");
+
+    // The label attack: tier=admin makes the admin rule pick files too. It only narrows:
+    // files stays read-only, and now every call needs approval (the admin rule's bound).
+    Api::<McpServer>::namespaced(tenant.clone(), &namespace)
+        .patch(
+            "files",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"tier": "admin"}}})),
+        )
+        .await
+        .unwrap();
+    wait_granted(
+        &admin,
+        &namespace,
+        "files",
+        &[tool("files__read_file", "read", true)],
+    )
+    .await;
+
+    // An override that tightens keeps working: read_file as destructive leaves capped's
+    // read ceiling.
+    apply::<McpServer>(
+        &tenant,
+        &namespace,
+        server_manifest(
+            "capped",
+            &fixture.url,
+            json!({"tools": {"overrides": {"read_file": "destructive"}}}),
+        ),
+    )
+    .await;
+    wait_granted(
+        &admin,
+        &namespace,
+        "capped",
+        &[tool("capped__put_object", "read", false)],
+    )
+    .await;
+}

@@ -69,7 +69,10 @@ use subscriptions::Subscriptions;
 
 pub use catalog_spill::decompress as decompress_spilled_catalog;
 pub(crate) use catalog_spill::read as read_spilled_catalog;
-pub(crate) use credentials::{referenced_config_maps, referenced_secrets};
+pub(crate) use credentials::{
+    SecretUse, referenced_config_maps, referenced_secrets, secret_references,
+};
+pub(crate) use pinning::{BY_SPEC as PINNING_BY_SPEC, required_by as pinning_required_by};
 pub(crate) use stdio_workload::WATCH_SELECTOR as WORKLOAD_SELECTOR;
 pub(crate) use workload::owner_of as workload_owner;
 

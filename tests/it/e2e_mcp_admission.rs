@@ -433,3 +433,101 @@ async fn no_secret_for_a_tenant_who_cannot_read_it_and_no_pin_approved_without_t
     assert!(log.contains("refused an McpServer"), "{log}");
     assert!(!log.contains("t0ken"), "a Secret value in the log:\n{log}");
 }
+
+/// Pins survive a delete and recreate: the leader keeps them in `mcp-pins-<namespace>` in its
+/// own namespace, and a recreated McpServer of the same name and URL starts from them, so a
+/// tool the server added meanwhile waits for approval instead of being pinned as served.
+#[tokio::test]
+async fn a_recreated_mcp_server_keeps_its_pins() {
+    let (admin, ns) = e2e::setup("mcp-pins").await;
+    let namespace = ns.name();
+    let kubeconfig = e2e::kubeconfig_path().await;
+    let fixtures = Fixtures::load();
+    let port = support::free_port().to_string();
+    let upstream = fixtures.sdk_server(&["--port", &port]);
+    // The Lease's namespace, and so the pin store's, is the watched namespace here.
+    let _operator = Operator::start(&kubeconfig, namespace, "pins");
+    let servers: Api<McpServer> = Api::namespaced(admin.clone(), namespace);
+    let manifest = server_manifest(
+        "pinned",
+        &upstream.url,
+        json!({"pinning": {"enabled": true}}),
+    );
+    assert_eq!(create(&admin, namespace, manifest.clone()).await, None);
+    wait_condition(
+        &servers,
+        "pinned",
+        "ToolsApproved",
+        "True",
+        Some("AllApproved"),
+        SOON,
+    )
+    .await;
+
+    let config_maps: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(admin.clone(), namespace);
+    let store = format!("mcp-pins-{namespace}");
+    let kept = eventually(
+        SOON,
+        "the pins kept in the operator's namespace",
+        || async {
+            let cm = config_maps
+                .get_opt(&store)
+                .await
+                .map_err(|e| e2e::describe(&e))?
+                .ok_or("no pin store ConfigMap yet")?;
+            let data = cm.data.unwrap_or_default();
+            let (key, value) = data
+                .into_iter()
+                .find(|(k, _)| k.starts_with("pinned."))
+                .ok_or("no entry for pinned")?;
+            let value: Value = serde_json::from_str(&value).map_err(|e| e.to_string())?;
+            Ok((key, value))
+        },
+    )
+    .await;
+    assert!(
+        kept.1["tools"]["read_file"]["digest"]
+            .as_str()
+            .unwrap()
+            .starts_with("sha256:")
+    );
+    assert!(
+        !kept.1.to_string().contains(&upstream.url),
+        "no URL is kept"
+    );
+
+    // Deleted; meanwhile the server gains a tool; created again, as from Git.
+    servers.delete("pinned", &Default::default()).await.unwrap();
+    eventually(SOON, "the McpServer gone", || async {
+        match servers.get_opt("pinned").await {
+            Ok(None) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    drop(upstream);
+    let changed = fixtures.sdk_server(&["--port", &port, "--chatty"]);
+    assert!(changed.url.contains(&format!(":{port}")), "{}", changed.url);
+    assert_eq!(create(&admin, namespace, manifest).await, None);
+    let recreated = wait_condition(
+        &servers,
+        "pinned",
+        "ToolsApproved",
+        "False",
+        Some("AwaitingApproval"),
+        SOON,
+    )
+    .await;
+    let pinning = recreated.status.unwrap().pinning.unwrap();
+    let waiting: Vec<(&str, &str)> = pinning
+        .waiting
+        .iter()
+        .map(|w| (w.name.as_str(), w.summary.as_str()))
+        .collect();
+    assert_eq!(
+        waiting,
+        [("report", "new tool")],
+        "only the added tool waits"
+    );
+}

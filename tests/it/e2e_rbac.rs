@@ -270,7 +270,20 @@ fn the_cluster_role_and_the_release_namespace_roles_grant_exactly_the_reviewed_p
         ],
         "the webhook TLS Role changed: review it"
     );
-    assert_eq!(of_kind(&objects, "Role").len(), 2);
+    let pins: Vec<String> = permissions(named(&objects, "Role", "mcp-operator-pin-store"))
+        .into_iter()
+        .collect();
+    assert_eq!(
+        pins,
+        [
+            // The kept pins: read, created on the first write, one server's entry merged.
+            "/configmaps create",
+            "/configmaps get",
+            "/configmaps patch",
+        ],
+        "the pin store Role changed: review it"
+    );
+    assert_eq!(of_kind(&objects, "Role").len(), 3);
     // The pin approvers' ClusterRole: the one verb, bound by the platform (the chart binds it
     // to no one).
     let approver: Vec<String> =
@@ -279,12 +292,16 @@ fn the_cluster_role_and_the_release_namespace_roles_grant_exactly_the_reviewed_p
             .collect();
     assert_eq!(approver, ["mcp-operator.dev/mcpservers/approval approve"]);
     assert_eq!(of_kind(&objects, "ClusterRoleBinding").len(), 1);
-    for role in ["mcp-operator-leader-election", "mcp-operator-webhook-tls"] {
+    for role in [
+        "mcp-operator-leader-election",
+        "mcp-operator-pin-store",
+        "mcp-operator-webhook-tls",
+    ] {
         let binding = named(&objects, "RoleBinding", role);
         assert_eq!(binding["roleRef"]["name"], role);
         assert_eq!(binding["subjects"][0]["name"], "mcp-operator");
     }
-    assert_eq!(of_kind(&objects, "RoleBinding").len(), 2);
+    assert_eq!(of_kind(&objects, "RoleBinding").len(), 3);
     let args = container_args(&objects);
     assert!(
         args.contains(&"--lease-name=mcp-operator".to_string()),
@@ -386,6 +403,7 @@ fn the_chart_lints_and_renders_its_options() {
         "--log-format=json",
         "--metrics-addr=0.0.0.0:8080",
         "--lease-namespace=$(POD_NAMESPACE)",
+        "--pin-store-namespace=$(POD_NAMESPACE)",
         "--identity=$(POD_NAME)",
         "--tenant-default=allow",
         "--preload-budget=100000",
@@ -555,13 +573,21 @@ fn the_chart_lints_and_renders_its_options() {
         "no webhook, no pin approvals to check"
     );
     assert!(of_kind(&off, "ValidatingWebhookConfiguration").is_empty());
-    // No webhook, no Secret to write: only the leader election Role and its binding.
+    // No webhook, no Secret to write: only the leader election and pin store Roles and their
+    // bindings.
     for kind in ["Role", "RoleBinding"] {
         let names: Vec<&Value> = of_kind(&off, kind)
             .into_iter()
             .map(|o| &o["metadata"]["name"])
             .collect();
-        assert_eq!(names, [&json!("mcp-operator-leader-election")], "{kind}");
+        assert_eq!(
+            names,
+            [
+                &json!("mcp-operator-leader-election"),
+                &json!("mcp-operator-pin-store")
+            ],
+            "{kind}"
+        );
     }
     assert!(
         !container_args(&off)

@@ -361,7 +361,8 @@ fn forget_pinning(status: &mut McpServerStatus) {
 
 /// The catalogue as granted under pinning (changed and new tools marked as waiting), with the
 /// pinning section, the ToolsApproved condition (`approved` builds it) and the transitions
-/// the events tell of. The previous catalogue holds the pins once pinning has begun.
+/// the events tell of. The previous catalogue holds the pins once pinning has begun; before
+/// that, the pins the operator kept for a server of this name and place, if any.
 fn pin_catalog(
     status: &mut McpServerStatus,
     settings: &Settings,
@@ -373,7 +374,8 @@ fn pin_catalog(
         .pinning
         .as_ref()
         .and(status.catalog.as_ref())
-        .map(|c| &c.catalog);
+        .map(|c| &c.catalog)
+        .or(settings.kept.as_ref());
     let pinned = crate::core::pinning::pin(pins, read.clone(), &settings.approvals);
     let section = pinning::status(settings, &pinned);
     let (ok, reason, message) = pinning::condition(&section, &pinned.catalog);
@@ -751,6 +753,7 @@ mod tests {
         Settings {
             required_by: vec![super::pinning::BY_SPEC.into()],
             approvals: Default::default(),
+            kept: None,
         }
     }
 

@@ -10,7 +10,7 @@
 //!  gather   pinning on? (spec, policies) ─► credentials::resolve ─► a finished probe with these inputs?
 //!             no: one running? wait │ schedule says probe? probes::start (lane: first read / retry) ─► wait
 //!  decide   status::decide(stored, previous in full, finding, pinning) ─► Decision { status, spill }
-//!  apply    catalog_spill (write / remove) ─► Events ─► status (SSA) ─► metrics
+//!  apply    catalog_spill (write / remove) ─► Events ─► status (SSA) ─► pin_store (changed pins) ─► metrics
 //! ```
 //!
 //! - [`connection`]: the McpServer → `ServerConnection` mapping (pure).

@@ -32,10 +32,12 @@
 //! certificate too.
 //!
 //! Who may call it: anything that reaches the Service, as far as this server knows (it asks
-//! for no client certificate). A caller other than the apiserver learns nothing it could not
-//! read itself (the sidecar's settings are the chart's values) and admits nothing: only the
-//! apiserver's call decides whether an object is stored. See the chart's README for limiting
-//! it to the apiserver.
+//! for no client certificate). A caller other than the apiserver admits nothing: only the
+//! apiserver's call decides whether an object is stored. On `/inject` and `/validate/pods` it
+//! learns nothing it could not read itself (the sidecar's settings are the chart's values); on
+//! `/validate/mcpservers` a forged review tells it whether a user it names may get a Secret or
+//! approve pins — RBAC facts it may not be allowed to read. See the chart's README for
+//! limiting the Service to the apiserver.
 
 pub mod certs;
 pub mod mcp_servers;

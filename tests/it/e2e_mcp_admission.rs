@@ -314,6 +314,23 @@ async fn no_secret_for_a_tenant_who_cannot_read_it_and_no_pin_approved_without_t
         "the refusal says nothing about existence"
     );
     assert!(servers.get_opt("mine").await.unwrap().is_none());
+    // A stdio server's environment is the same: the kubelet would hand it the Secret.
+    let stdio = create(
+        &tenant,
+        namespace,
+        json!({"apiVersion": "mcp-operator.dev/v1alpha1", "kind": "McpServer",
+               "metadata": {"name": "memory"},
+               "spec": {"stdio": {"image": "node:22-slim", "command": ["npx", "-y", "server-memory"],
+                                  "env": [{"name": "TOKEN", "valueFrom": {"secretKeyRef":
+                                          {"name": "admin-token", "key": "token"}}}]}}}),
+    )
+    .await
+    .expect("the tenant's stdio server with admin-token in its environment is refused");
+    assert!(
+        stdio.contains("may not get Secret \"admin-token\"")
+            && stdio.contains("named by spec.stdio.env[0].valueFrom.secretKeyRef"),
+        "{stdio}"
+    );
 
     // The admin's McpServer naming the same Secret: admitted, and the token works.
     assert_eq!(

@@ -29,7 +29,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret};
@@ -637,7 +639,15 @@ fn install_chart(
     ns.delete_later(ApiResource::erase::<ClusterRole>(&()), &fullname);
     ns.delete_later(ApiResource::erase::<ClusterRoleBinding>(&()), &fullname);
     ns.delete_later(
+        ApiResource::erase::<ClusterRole>(&()),
+        &format!("{fullname}-pin-approver"),
+    );
+    ns.delete_later(
         ApiResource::erase::<MutatingWebhookConfiguration>(&()),
+        &fullname,
+    );
+    ns.delete_later(
+        ApiResource::erase::<ValidatingWebhookConfiguration>(&()),
         &fullname,
     );
     (uninstall, fullname)

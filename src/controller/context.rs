@@ -29,6 +29,9 @@ pub struct Settings {
     /// The bound on MCP response bytes every read and watch holds at once; `None` in unit
     /// tests (only the per-response cap).
     pub response_budget: Option<ResponseBudget>,
+    /// The namespace of the kept pins (`--pin-store-namespace`); `None` in unit tests (pins
+    /// live in status only).
+    pub pin_store_namespace: Option<String>,
 }
 
 impl Default for Settings {
@@ -41,6 +44,7 @@ impl Default for Settings {
             operator_namespace: None,
             probe_concurrency: 512,
             response_budget: None,
+            pin_store_namespace: None,
         }
     }
 }

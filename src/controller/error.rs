@@ -52,6 +52,9 @@ pub enum ReconcileError {
     /// Reading back the companion ConfigMap that holds a pinned catalogue's pins.
     #[error("reading the catalogue ConfigMap failed: {0}")]
     CatalogSpillRead(#[source] kube::Error),
+    /// Reading or writing the pins kept in the operator's namespace.
+    #[error("reading or writing the kept pins failed: {0}")]
+    PinStore(#[source] kube::Error),
     /// Reading, applying or removing a stdio McpServer's Deployment or Service (or reading its
     /// pods).
     #[error("reconciling the stdio server's Deployment or Service failed: {0}")]
@@ -67,6 +70,7 @@ impl ReconcileError {
             ReconcileError::CatalogSpillWrite(_) => "CatalogSpillWrite",
             ReconcileError::CatalogSpillRemove(_) => "CatalogSpillRemove",
             ReconcileError::CatalogSpillRead(_) => "CatalogSpillRead",
+            ReconcileError::PinStore(_) => "PinStore",
             ReconcileError::Workload(_) => "Workload",
         }
     }
@@ -91,6 +95,7 @@ mod tests {
             ReconcileError::CatalogSpillWrite(refused()),
             ReconcileError::CatalogSpillRemove(refused()),
             ReconcileError::CatalogSpillRead(refused()),
+            ReconcileError::PinStore(refused()),
             ReconcileError::Workload(refused()),
         ]
         .iter()
@@ -104,6 +109,7 @@ mod tests {
                 "CatalogSpillWrite",
                 "CatalogSpillRemove",
                 "CatalogSpillRead",
+                "PinStore",
                 "Workload"
             ]
         );

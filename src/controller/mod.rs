@@ -142,6 +142,11 @@ pub struct ControllerArgs {
     /// in the grants and the sidecar offers discovery tools instead of every schema.
     #[arg(long, default_value_t = 100_000)]
     pub preload_budget: u64,
+    /// Where the pins of pinned McpServers are also kept (a ConfigMap per tenant namespace,
+    /// `mcp-pins-<namespace>`), so that a deleted and recreated McpServer keeps them; default:
+    /// the Lease's namespace (the operator's own, where tenants cannot write).
+    #[arg(long)]
+    pub pin_store_namespace: Option<String>,
     #[command(flatten)]
     pub webhook: WebhookArgs,
 }
@@ -216,6 +221,11 @@ pub async fn run(args: ControllerArgs) -> Result<(), StartError> {
         operator_namespace: Some(namespace.clone()),
         probe_concurrency: usize::from(args.probe_concurrency),
         response_budget: Some(crate::mcp::ResponseBudget::new(args.response_budget)),
+        pin_store_namespace: Some(
+            args.pin_store_namespace
+                .clone()
+                .unwrap_or_else(|| namespace.clone()),
+        ),
         ..Settings::default()
     };
     metrics

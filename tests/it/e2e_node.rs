@@ -639,6 +639,10 @@ fn install_chart(
     ns.delete_later(ApiResource::erase::<ClusterRole>(&()), &fullname);
     ns.delete_later(ApiResource::erase::<ClusterRoleBinding>(&()), &fullname);
     ns.delete_later(
+        ApiResource::erase::<ClusterRole>(&()),
+        &format!("{fullname}-pin-approver"),
+    );
+    ns.delete_later(
         ApiResource::erase::<MutatingWebhookConfiguration>(&()),
         &fullname,
     );

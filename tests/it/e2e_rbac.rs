@@ -171,7 +171,7 @@ fn the_charts_crds_are_the_repositorys_crds() {
 #[test]
 fn the_cluster_role_and_the_release_namespace_roles_grant_exactly_the_reviewed_permissions() {
     let objects = render("mcp-operator", "mcp-operator", &[]);
-    let cluster = permissions(one(&objects, "ClusterRole"));
+    let cluster = permissions(named(&objects, "ClusterRole", "mcp-operator"));
     let expected_cluster: BTreeSet<String> = [
         // Secrets: read when probed, watched by metadata for rotation; a stdio server's
         // token Secret created once and removed when it turns remote.
@@ -235,6 +235,10 @@ fn the_cluster_role_and_the_release_namespace_roles_grant_exactly_the_reviewed_p
         "admissionregistration.k8s.io/mutatingwebhookconfigurations update @mcp-operator",
         "admissionregistration.k8s.io/validatingwebhookconfigurations get @mcp-operator",
         "admissionregistration.k8s.io/validatingwebhookconfigurations update @mcp-operator",
+        // The McpServer validation: SubjectAccessReviews for the writing user (Secrets get,
+        // pins approve), and the labels of the server's Namespace (which policies select it).
+        "authorization.k8s.io/subjectaccessreviews create",
+        "/namespaces get",
     ]
     .into_iter()
     .map(String::from)
@@ -273,13 +277,38 @@ fn the_cluster_role_and_the_release_namespace_roles_grant_exactly_the_reviewed_p
         ],
         "the webhook TLS Role changed: review it"
     );
-    assert_eq!(of_kind(&objects, "Role").len(), 2);
-    for role in ["mcp-operator-leader-election", "mcp-operator-webhook-tls"] {
+    let pins: Vec<String> = permissions(named(&objects, "Role", "mcp-operator-pin-store"))
+        .into_iter()
+        .collect();
+    assert_eq!(
+        pins,
+        [
+            // The kept pins: read, created on the first write, one server's entry merged.
+            "/configmaps create",
+            "/configmaps get",
+            "/configmaps patch",
+        ],
+        "the pin store Role changed: review it"
+    );
+    assert_eq!(of_kind(&objects, "Role").len(), 3);
+    // The pin approvers' ClusterRole: the one verb, bound by the platform (the chart binds it
+    // to no one).
+    let approver: Vec<String> =
+        permissions(named(&objects, "ClusterRole", "mcp-operator-pin-approver"))
+            .into_iter()
+            .collect();
+    assert_eq!(approver, ["mcp-operator.dev/mcpservers/approval approve"]);
+    assert_eq!(of_kind(&objects, "ClusterRoleBinding").len(), 1);
+    for role in [
+        "mcp-operator-leader-election",
+        "mcp-operator-pin-store",
+        "mcp-operator-webhook-tls",
+    ] {
         let binding = named(&objects, "RoleBinding", role);
         assert_eq!(binding["roleRef"]["name"], role);
         assert_eq!(binding["subjects"][0]["name"], "mcp-operator");
     }
-    assert_eq!(of_kind(&objects, "RoleBinding").len(), 2);
+    assert_eq!(of_kind(&objects, "RoleBinding").len(), 3);
     let args = container_args(&objects);
     assert!(
         args.contains(&"--lease-name=mcp-operator".to_string()),
@@ -381,6 +410,7 @@ fn the_chart_lints_and_renders_its_options() {
         "--log-format=json",
         "--metrics-addr=0.0.0.0:8080",
         "--lease-namespace=$(POD_NAMESPACE)",
+        "--pin-store-namespace=$(POD_NAMESPACE)",
         "--identity=$(POD_NAME)",
         "--tenant-default=allow",
         "--preload-budget=100000",
@@ -439,6 +469,22 @@ fn the_chart_lints_and_renders_its_options() {
     assert_eq!(
         validation["clientConfig"]["service"]["path"],
         "/validate/pods"
+    );
+    // McpServer validation: every McpServer (no selector), CREATE and UPDATE, the same
+    // failure policy.
+    let servers = &one(&defaults, "ValidatingWebhookConfiguration")["webhooks"][1];
+    assert_eq!(servers["name"], "mcpservers.validate.mcp-operator.dev");
+    assert_eq!(servers["failurePolicy"], "Fail");
+    assert!(servers["objectSelector"].is_null() && servers["namespaceSelector"].is_null());
+    assert_eq!(
+        servers["rules"],
+        json!([{"apiGroups": ["mcp-operator.dev"], "apiVersions": ["v1alpha1"],
+                "operations": ["CREATE", "UPDATE"], "resources": ["mcpservers"],
+                "scope": "Namespaced"}])
+    );
+    assert_eq!(
+        servers["clientConfig"]["service"]["path"],
+        "/validate/mcpservers"
     );
     for expected in [
         "--webhook-addr=0.0.0.0:9443",
@@ -528,14 +574,27 @@ fn the_chart_lints_and_renders_its_options() {
     );
     let off = render("mcp-operator", "mcp-operator", &["injection.enabled=false"]);
     assert!(of_kind(&off, "MutatingWebhookConfiguration").is_empty());
+    assert_eq!(
+        of_kind(&off, "ClusterRole").len(),
+        1,
+        "no webhook, no pin approvals to check"
+    );
     assert!(of_kind(&off, "ValidatingWebhookConfiguration").is_empty());
-    // No webhook, no Secret to write: only the leader election Role and its binding.
+    // No webhook, no Secret to write: only the leader election and pin store Roles and their
+    // bindings.
     for kind in ["Role", "RoleBinding"] {
         let names: Vec<&Value> = of_kind(&off, kind)
             .into_iter()
             .map(|o| &o["metadata"]["name"])
             .collect();
-        assert_eq!(names, [&json!("mcp-operator-leader-election")], "{kind}");
+        assert_eq!(
+            names,
+            [
+                &json!("mcp-operator-leader-election"),
+                &json!("mcp-operator-pin-store")
+            ],
+            "{kind}"
+        );
     }
     assert!(
         !container_args(&off)
@@ -572,6 +631,11 @@ fn the_chart_lints_and_renders_its_options() {
         "one replica, no PDB"
     );
     let binding = one(&changed, "ClusterRoleBinding");
+    // One namespace watched: McpServers are validated there only.
+    assert_eq!(
+        one(&changed, "ValidatingWebhookConfiguration")["webhooks"][1]["namespaceSelector"],
+        json!({"matchLabels": {"kubernetes.io/metadata.name": "team-a"}})
+    );
     assert_eq!(binding["subjects"][0]["namespace"], "platform");
     assert_eq!(
         named(&changed, "Role", "ops-mcp-operator-leader-election")["rules"][1]["resourceNames"],
@@ -635,6 +699,7 @@ async fn install_rbac(client: &Client, release_ns: &e2e::TestNamespace) -> Vec<V
         "ValidatingWebhookConfiguration",
     ] {
         for object in of_kind(&objects, kind) {
+            let object = &without_mcp_server_validation(object);
             e2e::write(
                 client,
                 e2e::Write::ServerSideApply,
@@ -648,6 +713,10 @@ async fn install_rbac(client: &Client, release_ns: &e2e::TestNamespace) -> Vec<V
     }
     let name = format!("{release}-mcp-operator");
     release_ns.delete_later(ApiResource::erase::<ClusterRole>(&()), &name);
+    release_ns.delete_later(
+        ApiResource::erase::<ClusterRole>(&()),
+        &format!("{name}-pin-approver"),
+    );
     release_ns.delete_later(ApiResource::erase::<ClusterRoleBinding>(&()), &name);
     release_ns.delete_later(
         ApiResource::erase::<
@@ -662,6 +731,22 @@ async fn install_rbac(client: &Client, release_ns: &e2e::TestNamespace) -> Vec<V
         &name,
     );
     objects
+}
+
+/// The McpServer validation entry selects every namespace, and here nothing serves its
+/// Service: it is applied selecting no namespace (so its caBundle is still kept), else every
+/// McpServer written on the shared control plane would be refused while a test runs.
+fn without_mcp_server_validation(object: &Value) -> Value {
+    let mut object = object.clone();
+    if object["kind"] == "ValidatingWebhookConfiguration" {
+        for hook in object["webhooks"].as_array_mut().into_iter().flatten() {
+            if hook["name"] == "mcpservers.validate.mcp-operator.dev" {
+                hook["namespaceSelector"] =
+                    json!({"matchLabels": {"mcp-operator.dev/e2e": "no-namespace"}});
+            }
+        }
+    }
+    object
 }
 
 /// A kubeconfig for the same apiserver as `admin` (server and CA copied) that authenticates
@@ -1259,6 +1344,11 @@ async fn the_service_account_can_do_nothing_else() {
         attrs("", "configmaps", "create", "tenant-a"),
         attrs("", "configmaps", "delete", "tenant-a"),
         attrs("", "namespaces", "watch", ""),
+        // The McpServer validation: the writing user's rights asked of the authorizer, the
+        // policies and the server's Namespace read.
+        attrs("authorization.k8s.io", "subjectaccessreviews", "create", ""),
+        attrs("", "namespaces", "get", ""),
+        attrs(mcp, "mcptenantpolicies", "list", ""),
         // The opted-in pods, watched by metadata for the AgentSpecs' pod counts.
         attrs("", "pods", "list", "tenant-a"),
         attrs("", "pods", "watch", "tenant-a"),
@@ -1308,8 +1398,7 @@ async fn the_service_account_can_do_nothing_else() {
         // ConfigMaps are applied, never replaced wholesale.
         attrs("", "configmaps", "update", "tenant-a"),
         attrs("", "configmaps", "deletecollection", "tenant-a"),
-        // Namespaces are watched, never changed.
-        attrs("", "namespaces", "get", ""),
+        // Namespaces are read, never changed.
         attrs("", "namespaces", "patch", ""),
         attrs("", "namespaces", "delete", ""),
         // Events of the old core API, and deleting events.
@@ -1363,6 +1452,8 @@ async fn the_service_account_can_do_nothing_else() {
         attrs("", "pods", "get", "tenant-a"),
         attrs("", "pods", "delete", "tenant-a"),
         attrs("", "pods/exec", "create", "tenant-a"),
+        // It asks about others' rights; it holds none of them: no pin approval of its own.
+        attrs(mcp, "mcpservers/approval", "approve", "tenant-a"),
         // Nothing else at all.
         attrs("", "pods/log", "get", "tenant-a"),
         attrs("", "services", "list", "tenant-a"),
@@ -1412,6 +1503,7 @@ async fn every_rendered_object_is_accepted_by_the_apiserver() {
             "RoleBinding",
             "Service",
             "ServiceAccount",
+            "ValidatingWebhookConfiguration",
         ])
     );
     for object in &objects {

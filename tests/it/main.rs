@@ -11,7 +11,7 @@
 //!              response_budget                                                 real servers, no cluster
 //!              sidecar                                                         real agents ⇄ sidecar ⇄ real servers
 //!              e2e_crd_validation, e2e_rbac, e2e_mcp_server, e2e_grants,
-//!              e2e_sidecar, e2e_stdio, e2e_tenancy                             the real control plane
+//!              e2e_sidecar, e2e_stdio, e2e_tenancy, e2e_mcp_admission          the real control plane
 //!              chart_alerts                                                    the chart's PrometheusRule, by promtool
 //!              image_contract, e2e_node                                        the image; real pods on the node
 //!              e2e_services                                                    ClusterIP Services on the node
@@ -28,6 +28,7 @@ mod bridge;
 mod chart_alerts;
 mod e2e_crd_validation;
 mod e2e_grants;
+mod e2e_mcp_admission;
 mod e2e_mcp_server;
 mod e2e_node;
 mod e2e_rbac;

@@ -10,7 +10,7 @@
 //!  gather   pinning on? (spec, policies) ─► credentials::resolve ─► a finished probe with these inputs?
 //!             no: one running? wait │ schedule says probe? probes::start (lane: first read / retry) ─► wait
 //!  decide   status::decide(stored, previous in full, finding, pinning) ─► Decision { status, spill }
-//!  apply    catalog_spill (write / remove) ─► Events ─► status (SSA) ─► metrics
+//!  apply    catalog_spill (write / remove) ─► Events ─► status (SSA) ─► pin_store (changed pins) ─► metrics
 //! ```
 //!
 //! - [`connection`]: the McpServer → `ServerConnection` mapping (pure).
@@ -21,6 +21,7 @@
 //! - [`subscriptions`]: one `tools/list_changed` subscription per server that pushes.
 //! - [`catalog_spill`]: the companion ConfigMap of a catalogue too large for status.
 //! - [`pinning`]: whether pinning is on (spec, tenant policies) and the approvals given.
+//! - [`pin_store`]: the pins also kept in the operator's namespace, for a recreated McpServer.
 //! - [`status`]: the pure decision.
 //! - [`workload`]: a stdio server's Deployment and Service (kube calls); [`stdio_workload`]
 //!   builds them and judges their state (pure).
@@ -28,6 +29,7 @@
 mod catalog_spill;
 mod connection;
 pub(crate) mod credentials;
+mod pin_store;
 mod pinning;
 mod probes;
 mod resume;
@@ -37,6 +39,7 @@ mod stdio_workload;
 mod subscriptions;
 mod workload;
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -69,7 +72,10 @@ use subscriptions::Subscriptions;
 
 pub use catalog_spill::decompress as decompress_spilled_catalog;
 pub(crate) use catalog_spill::read as read_spilled_catalog;
-pub(crate) use credentials::{referenced_config_maps, referenced_secrets};
+pub(crate) use credentials::{
+    SecretUse, referenced_config_maps, referenced_secrets, secret_references,
+};
+pub(crate) use pinning::{BY_SPEC as PINNING_BY_SPEC, required_by as pinning_required_by};
 pub(crate) use stdio_workload::WATCH_SELECTOR as WORKLOAD_SELECTOR;
 pub(crate) use workload::owner_of as workload_owner;
 
@@ -84,6 +90,9 @@ pub struct ServerContext {
     prober: Arc<Prober>,
     subscriptions: Subscriptions,
     tenancy: Mutex<Option<Tenancy>>,
+    /// Per server, the entry of the pin store last written and what it held (its fingerprint):
+    /// written again only when it changes.
+    pins_written: Mutex<HashMap<ServerKey, (String, String)>>,
 }
 
 /// The stores telling which McpTenantPolicies select a server's namespace.
@@ -140,6 +149,7 @@ impl ServerContext {
             prober,
             subscriptions: Subscriptions::default(),
             tenancy: Mutex::new(None),
+            pins_written: Mutex::new(HashMap::new()),
         }
     }
 
@@ -175,6 +185,7 @@ impl ServerContext {
         self.schedule.forget(key);
         self.prober.forget(key);
         self.subscriptions.remove(key);
+        self.pins_written.lock().expect("pins lock").remove(key);
         self.base.metrics.set_server(&key.0, &key.1, None);
         self.base
             .metrics
@@ -228,7 +239,7 @@ async fn reconcile_inner(
         // Only tests run the reconciler without watches: the spec alone decides.
         None => pinning::required_by(server, [], &Default::default()),
     };
-    let pinning = pinning::settings(server, required_by);
+    let mut pinning = pinning::settings(server, required_by);
     // A stdio server first gets its Deployment and Service; until they serve, the status says
     // why, and the server is not contacted.
     let workload = workload::reconcile(server, &ctx.base).await?;
@@ -251,6 +262,21 @@ async fn reconcile_inner(
         },
     };
     let previous = previous_status_in_full(server, ctx).await?;
+    let store_key = pin_store::key(&key.1, &server.spec);
+    if let (Some(store), Some(settings), Finding::Read { .. }) =
+        (pin_store(ctx), pinning.as_mut(), &finding)
+        && previous.as_ref().and_then(|p| p.pinning.as_ref()).is_none()
+    {
+        settings.kept = store
+            .read(&ctx.base.client, &key.0, &store_key)
+            .await
+            .map_err(ReconcileError::PinStore)?
+            .map(|pins| pin_store::catalog_of(&pins));
+        if let Some(kept) = &settings.kept {
+            info!(namespace = %key.0, mcpserver = %key.1, pins = kept.tools.len(),
+                "pinning begins from the pins kept for this name and place, not from what is served");
+        }
+    }
 
     // Decide.
     let mut decision = decide(
@@ -283,8 +309,83 @@ async fn reconcile_inner(
         ctx.schedule.force_probe(&key);
         return Err(e);
     }
+    keep_pins(server, ctx, &key, &store_key, &decision).await?;
     record(ctx, &key, &decision.status, &finding);
     Ok(Action::requeue(next_wait))
+}
+
+fn pin_store(ctx: &ServerContext) -> Option<pin_store::PinStore> {
+    ctx.base
+        .settings
+        .pin_store_namespace
+        .clone()
+        .map(|namespace| pin_store::PinStore { namespace })
+}
+
+/// Keeps the pins the status now holds in the pin store when they changed, and removes them
+/// once pinning is turned off (so turning it on again begins afresh, as it did before the
+/// store). Runs after the status write: the store never holds pins the status did not.
+async fn keep_pins(
+    server: &McpServer,
+    ctx: &ServerContext,
+    key: &ServerKey,
+    store_key: &str,
+    decision: &Decision,
+) -> Result<(), ReconcileError> {
+    let Some(store) = pin_store(ctx) else {
+        return Ok(());
+    };
+    let base = &ctx.base;
+    let catalog = match &decision.spill {
+        Spill::Write(full) => Some(full),
+        _ => decision.status.catalog.as_ref().map(|c| &c.catalog),
+    };
+    let pins = decision
+        .status
+        .pinning
+        .as_ref()
+        .and(catalog)
+        .map(pin_store::pins_of);
+    match pins {
+        Some(pins) => {
+            let written = (store_key.to_string(), pin_store::fingerprint(&pins));
+            if ctx.pins_written.lock().expect("pins lock").get(key) == Some(&written) {
+                return Ok(());
+            }
+            store
+                .write(
+                    &base.client,
+                    &key.0,
+                    store_key,
+                    Some(&pins),
+                    &base.settings.field_manager,
+                )
+                .await
+                .map_err(ReconcileError::PinStore)?;
+            base.metrics.count_write("PinStore");
+            ctx.pins_written
+                .lock()
+                .expect("pins lock")
+                .insert(key.clone(), written);
+        }
+        None if decision.status.pinning.is_none()
+            && server.status.as_ref().is_some_and(|s| s.pinning.is_some()) =>
+        {
+            store
+                .write(
+                    &base.client,
+                    &key.0,
+                    store_key,
+                    None,
+                    &base.settings.field_manager,
+                )
+                .await
+                .map_err(ReconcileError::PinStore)?;
+            ctx.pins_written.lock().expect("pins lock").remove(key);
+        }
+        None => {}
+    }
+    Ok(())
 }
 
 /// How soon a stdio server whose workload does not serve is looked at again.

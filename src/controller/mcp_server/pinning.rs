@@ -29,12 +29,15 @@ use crate::core::pinning::{self, Approvals, Pinned};
 pub const BY_SPEC: &str = "spec.pinning.enabled";
 
 /// Pinning for one server, when it is on.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Settings {
     /// What turns it on: [`BY_SPEC`] and/or `McpTenantPolicy/<name>`, sorted.
     pub required_by: Vec<String>,
     /// What a person approved.
     pub approvals: Approvals,
+    /// The pins kept by the operator for a server of this name and place
+    /// ([`super::pin_store`]), taken when the status holds none (a recreated McpServer).
+    pub kept: Option<Catalog>,
 }
 
 /// What turns pinning on for `server`: its spec, and every policy that selects its namespace
@@ -90,6 +93,7 @@ pub fn settings(server: &McpServer, required_by: Vec<String>) -> Option<Settings
             by_spec,
             by_annotation,
         },
+        kept: None,
     })
 }
 
@@ -343,6 +347,7 @@ mod tests {
                 )]),
                 ..Default::default()
             },
+            kept: None,
         };
         let first = pin(None, build(&[def("a")], &BTreeMap::new(), 1), &on.approvals);
         let section = status(&on, &first);

@@ -9,6 +9,10 @@
 //!   pods/ephemeralcontainers): runs after every mutation and refuses what would get around
 //!   the sidecar ([`crate::inject::validate`]): another container mounting its volumes, a
 //!   sidecar that is not the operator's, host networking, a changed agent label.
+//! - `/validate/mcpservers` (the same ValidatingWebhookConfiguration, CREATE and UPDATE of
+//!   McpServers, every one, no selector): the requester may `get` every Secret the server
+//!   newly names, and under a policy requiring pinning may `approve` `mcpservers/approval`
+//!   for the approvals it gives ([`mcp_servers`]).
 //!
 //! ```text
 //!  apiserver ──POST /inject (AdmissionReview)──► TLS (certs::Resolver) ──► admit()
@@ -18,6 +22,8 @@
 //!                                   inject::decide (pure) ──► patch | already injected | refusal
 //!  apiserver ──POST /validate/pods──► validate(): CREATE: the same reads ─► validate::on_create
 //!                                                 UPDATE: validate::on_update(old, new)
+//!  apiserver ──POST /validate/mcpservers──► mcp_servers::validate: SubjectAccessReviews for
+//!                                            the request's user (Secrets get, pins approve)
 //!  certs::Keeper (every replica, every minute): Secret with CA + serving cert, caBundle of
 //!  both configurations
 //! ```
@@ -25,13 +31,16 @@
 //! Its client is not fenced by the leader's lease: followers answer admissions and keep the
 //! certificate too.
 //!
-//! Who may call it: anything that reaches the Service (it asks for no client certificate: the
-//! apiserver presents one only when its `--admission-control-config-file` says so, which a
-//! chart cannot set). A caller other than the apiserver learns nothing it could not read itself
-//! (the sidecar's settings are the chart's values) and admits nothing: only the apiserver's
-//! call decides whether an object is stored. README, *Who may call the webhook*.
+//! Who may call it: anything that reaches the Service, as far as this server knows (it asks
+//! for no client certificate). A caller other than the apiserver admits nothing: only the
+//! apiserver's call decides whether an object is stored. On `/inject` and `/validate/pods` it
+//! learns nothing it could not read itself (the sidecar's settings are the chart's values); on
+//! `/validate/mcpservers` a forged review tells it whether a user it names may get a Secret or
+//! approve pins — RBAC facts it may not be allowed to read. See the chart's README for
+//! limiting the Service to the apiserver.
 
 pub mod certs;
+pub mod mcp_servers;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -97,6 +106,9 @@ struct Shared {
     client: Client,
     sidecar: Arc<SidecarSettings>,
     metrics: Arc<Metrics>,
+    /// The chart's ClusterRole of pin approvers, named in refusals: `<configuration>-pin-approver`
+    /// (the chart names the webhook configuration and that role after its full name).
+    approver_role: Arc<str>,
 }
 
 /// Starts the webhook: the first certificate is made current before it listens (so a replica
@@ -163,6 +175,7 @@ pub async fn start(
         client,
         sidecar,
         metrics,
+        approver_role: format!("{}-pin-approver", args.webhook_configuration).into(),
     });
     tokio::spawn(async move {
         if let Err(e) = axum::serve(tls_listener, app).await {
@@ -176,6 +189,7 @@ fn router(shared: Shared) -> Router {
     Router::new()
         .route("/inject", post(inject_handler))
         .route("/validate/pods", post(validate_pods_handler))
+        .route("/validate/mcpservers", post(validate_mcp_servers_handler))
         .with_state(shared)
 }
 
@@ -493,4 +507,68 @@ async fn validate(
         }
         _ => Ok(()),
     }
+}
+
+async fn validate_mcp_servers_handler(State(s): State<Shared>, body: Bytes) -> impl IntoResponse {
+    let review = match serde_json::from_slice::<AdmissionReview<McpServer>>(&body) {
+        Ok(review) => review,
+        Err(e) => {
+            s.metrics.admission("Invalid");
+            return (
+                StatusCode::BAD_REQUEST,
+                [(header::CONTENT_TYPE, "text/plain")],
+                format!("not an AdmissionReview of an McpServer: {e}").into_bytes(),
+            );
+        }
+    };
+    let review = mcp_server_validation_for(&s, review).await;
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        serde_json::to_vec(&review).expect("an AdmissionReview serialises"),
+    )
+}
+
+async fn mcp_server_validation_for(
+    s: &Shared,
+    review: AdmissionReview<McpServer>,
+) -> AdmissionReview<DynamicObject> {
+    let request: AdmissionRequest<McpServer> = match review.try_into() {
+        Ok(r) => r,
+        Err(e) => {
+            s.metrics.admission("Invalid");
+            return AdmissionResponse::invalid(e).into_review();
+        }
+    };
+    let response = AdmissionResponse::from(&request);
+    let namespace = request.namespace.clone().unwrap_or_default();
+    let user = request.user_info.username.clone().unwrap_or_default();
+    let response = match mcp_servers::validate(&s.client, &request, &s.approver_role).await {
+        Ok(()) => {
+            s.metrics.admission("Valid");
+            response
+        }
+        Err(mcp_servers::Denied::Refused(message)) => {
+            s.metrics.admission("Refused");
+            tracing::info!(
+                namespace,
+                mcpserver = request.name,
+                user,
+                operation = ?request.operation,
+                "refused an McpServer: {message}"
+            );
+            response.deny(message)
+        }
+        Err(mcp_servers::Denied::Api(message)) => {
+            s.metrics.admission("ApiError");
+            tracing::warn!(
+                namespace,
+                mcpserver = request.name,
+                user,
+                "could not validate an McpServer: {message}"
+            );
+            response.deny(message)
+        }
+    };
+    response.into_review()
 }

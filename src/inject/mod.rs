@@ -257,7 +257,9 @@ pub enum Refusal {
     )]
     SharedProcesses { field: &'static str },
     #[error(
-        "the label {AGENT_LABEL} cannot be added, changed or removed on an existing pod (it was {was:?}, the update makes it {now:?}): the sidecar is injected, or not, when the pod is created; delete the pod and create it with the label you want"
+        "the label {AGENT_LABEL} cannot be added, changed or removed on an existing pod (it was {}, the update makes it {}): the sidecar is injected, or not, when the pod is created; delete the pod and create it with the label you want",
+        label_value(.was),
+        label_value(.now)
     )]
     LabelChanged {
         was: Option<String>,
@@ -271,6 +273,14 @@ pub enum Refusal {
         "the ephemeral container {container:?} targets the {SIDECAR_CONTAINER} container, whose process (and so its credentials) it could read: target one of the agent's containers instead (kubectl debug --target=<container>)"
     )]
     DebugsSidecar { container: String },
+}
+
+/// A label's value for a message: quoted, or "absent".
+fn label_value(value: &Option<String>) -> String {
+    match value {
+        Some(v) => format!("{v:?}"),
+        None => "absent".into(),
+    }
 }
 
 /// The AgentSpec a pod opts into, if it is labelled (an empty value is refused).
@@ -300,6 +310,7 @@ pub fn decide(
     refs: &References,
     settings: &SidecarSettings,
 ) -> Result<Outcome, Refusal> {
+    validate::refuse_host_namespaces(pod)?;
     // Injected already (a reinvocation after another webhook changed the pod) only if the
     // sidecar is the one the injection builds: a pod that brings its own would otherwise run
     // without the operator's.

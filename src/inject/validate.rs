@@ -110,17 +110,7 @@ fn same_mounts(found: &Value, wanted: &Value) -> bool {
 /// sidecar. `expected` is [`expected_sidecar`] for the AgentSpec its label names.
 pub fn on_create(pod: &Pod, expected: &Container) -> Result<(), Refusal> {
     let spec = pod.spec.clone().unwrap_or_default();
-    if spec.host_network == Some(true) {
-        return Err(Refusal::HostNetwork);
-    }
-    for (field, set) in [
-        ("hostPID", spec.host_pid),
-        ("shareProcessNamespace", spec.share_process_namespace),
-    ] {
-        if set == Some(true) {
-            return Err(Refusal::SharedProcesses { field });
-        }
-    }
+    refuse_host_namespaces(pod)?;
     refuse_sidecar_mounts(pod, &BTreeSet::new())?;
     let sidecar = spec
         .init_containers
@@ -132,6 +122,29 @@ pub fn on_create(pod: &Pod, expected: &Container) -> Result<(), Refusal> {
         None => Ok(()),
         Some(field) => Err(Refusal::OwnSidecar { field }),
     }
+}
+
+/// Refuses a pod that shares the node's network (the sidecar's 127.0.0.1 listener would be the
+/// node's) or processes between containers (another container could read the sidecar's files
+/// through /proc). The injection refuses these too, before it adds anything: with hostNetwork
+/// the apiserver would give the sidecar's port a hostPort, and the pod would be told its
+/// sidecar is not the operator's.
+pub fn refuse_host_namespaces(pod: &Pod) -> Result<(), Refusal> {
+    let Some(spec) = pod.spec.as_ref() else {
+        return Ok(());
+    };
+    if spec.host_network == Some(true) {
+        return Err(Refusal::HostNetwork);
+    }
+    for (field, set) in [
+        ("hostPID", spec.host_pid),
+        ("shareProcessNamespace", spec.share_process_namespace),
+    ] {
+        if set == Some(true) {
+            return Err(Refusal::SharedProcesses { field });
+        }
+    }
+    Ok(())
 }
 
 /// A change to a pod that is or was labelled (the apiserver sends it if either the old or the

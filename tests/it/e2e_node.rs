@@ -1723,17 +1723,18 @@ async fn a_tenant_cannot_get_around_the_sidecar() {
             }),
         )),
         "inject.mcp-operator.dev",
-        "the pod brings its own mcp-sidecar container (image differs from the one the operator injects now): the mcp-sidecar container is the operator's; remove it",
+        "differs from the one the operator injects now): the mcp-sidecar container is the operator's; remove it from the pod spec",
     );
 
-    // --- hostNetwork: the sidecar's 127.0.0.1 listener would be the node's.
+    // --- hostNetwork: the sidecar's 127.0.0.1 listener would be the node's (refused by the
+    // injection already; the validation would refuse it as stored).
     refused(
         "a hostNetwork pod",
         create(&pod(
             "host",
             serde_json::json!({"hostNetwork": true, "containers": [agent]}),
         )),
-        "pods.validate.mcp-operator.dev",
+        "inject.mcp-operator.dev",
         "the pod sets hostNetwork: true",
     );
 
@@ -1823,7 +1824,7 @@ async fn a_tenant_cannot_get_around_the_sidecar() {
             None,
         ),
         "pods.validate.mcp-operator.dev",
-        "the label mcp-operator.dev/agent cannot be added, changed or removed on an existing pod",
+        "the label mcp-operator.dev/agent cannot be added, changed or removed on an existing pod (it was \"bot\", the update makes it absent)",
     );
     let (ok, said) = kubectl_as(
         &cluster_dir,
@@ -1842,12 +1843,12 @@ async fn a_tenant_cannot_get_around_the_sidecar() {
 
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
     let names: Vec<String> = pods
-        .list(&ListParams::default())
+        .list(&ListParams::default().labels(mcp_operator::inject::AGENT_LABEL))
         .await
         .expect("listing pods")
         .items
         .iter()
         .map(|p| p.name_any())
         .collect();
-    assert_eq!(names, ["agent"], "no refused pod was stored");
+    assert_eq!(names, ["agent"], "no refused agent pod was stored");
 }

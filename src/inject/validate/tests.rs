@@ -296,6 +296,15 @@ fn host_networking_and_shared_processes_are_refused() {
             Err(Refusal::SharedProcesses { field })
         );
     }
+    // The injection refuses them before it adds anything.
+    let bare = edited(
+        &agent_pod(json!({"name": "agent", "image": "agent:1"})),
+        |d| d["spec"]["hostNetwork"] = json!(true),
+    );
+    assert_eq!(
+        decide(&bare, "bot", "bot-mcp-grants", &refs(), &settings()),
+        Err(Refusal::HostNetwork)
+    );
     // Said false is no different from not said.
     let off = edited(&plain_agent(), |d| {
         d["spec"]["hostNetwork"] = json!(false);
@@ -353,7 +362,7 @@ fn the_agent_label_stays_as_the_pod_was_created() {
         on_update(&pod, &relabelled(None))
             .unwrap_err()
             .to_string()
-            .contains("delete the pod and create it with the label you want")
+            .contains("(it was \"bot\", the update makes it absent): the sidecar is injected, or not, when the pod is created; delete the pod and create it with the label you want")
     );
 }
 

@@ -429,7 +429,7 @@ async fn the_grants_file_is_reloaded_and_a_bad_one_keeps_the_last_good() {
     let (status, text) = sidecar.readyz().await;
     assert_eq!(status, 503);
     assert!(
-        text.contains("no grants document yet") && text.contains("does not exist"),
+        text.contains("nothing is granted") && text.contains("does not exist"),
         "{text}"
     );
 

@@ -56,6 +56,12 @@ pub enum ReconcileError {
     /// pods).
     #[error("reconciling the stdio server's Deployment or Service failed: {0}")]
     Workload(#[source] kube::Error),
+    /// No keyring to sign grants with (not created yet, or broken): nothing is published.
+    #[error("{0}")]
+    SigningKeys(String),
+    /// Adding or removing the AgentSpec's finalizer `mcp-operator.dev/revoke-grants`.
+    #[error("updating the AgentSpec's finalizer failed: {0}")]
+    Finalizer(#[source] kube::Error),
 }
 
 impl ReconcileError {
@@ -68,6 +74,8 @@ impl ReconcileError {
             ReconcileError::CatalogSpillRemove(_) => "CatalogSpillRemove",
             ReconcileError::CatalogSpillRead(_) => "CatalogSpillRead",
             ReconcileError::Workload(_) => "Workload",
+            ReconcileError::SigningKeys(_) => "SigningKeys",
+            ReconcileError::Finalizer(_) => "Finalizer",
         }
     }
 }
@@ -92,6 +100,8 @@ mod tests {
             ReconcileError::CatalogSpillRemove(refused()),
             ReconcileError::CatalogSpillRead(refused()),
             ReconcileError::Workload(refused()),
+            ReconcileError::SigningKeys("no keys".into()),
+            ReconcileError::Finalizer(refused()),
         ]
         .iter()
         .map(ReconcileError::reason)
@@ -104,7 +114,9 @@ mod tests {
                 "CatalogSpillWrite",
                 "CatalogSpillRemove",
                 "CatalogSpillRead",
-                "Workload"
+                "Workload",
+                "SigningKeys",
+                "Finalizer"
             ]
         );
     }

@@ -41,8 +41,9 @@ use tokio_rustls::server::TlsStream;
 use crate::api::agent_spec::{AgentSpec, grants_config_map_name};
 use crate::api::mcp_server::McpServer;
 use crate::controller::agent_spec::input::endpoint;
-use crate::inject::{self, Outcome, References, Refusal, SidecarSettings};
+use crate::inject::{self, GrantsTrust, Outcome, References, Refusal, SidecarSettings};
 
+use super::context::Signing;
 use super::metrics::Metrics;
 
 /// Flags of the webhook (part of `mcp-operator controller`).
@@ -81,6 +82,8 @@ struct Shared {
     client: Client,
     sidecar: Arc<SidecarSettings>,
     metrics: Arc<Metrics>,
+    /// The signing keyring, kept current by its watch: the public keys go to every sidecar.
+    signing: Signing,
 }
 
 /// Starts the webhook: the first certificate is made current before it listens (so a replica
@@ -91,6 +94,7 @@ pub async fn start(
     client: Client,
     namespace: String,
     metrics: Arc<Metrics>,
+    signing: Signing,
 ) -> Result<SocketAddr, String> {
     let sidecar = Arc::new(settings(args)?);
     let resolver = Arc::new(certs::Resolver::default());
@@ -147,6 +151,7 @@ pub async fn start(
         client,
         sidecar,
         metrics,
+        signing,
     });
     tokio::spawn(async move {
         if let Err(e) = axum::serve(tls_listener, app).await {
@@ -344,6 +349,25 @@ async fn admit(
                 namespace: namespace.to_owned(),
             })
         })?;
+    if spec.metadata.deletion_timestamp.is_some() {
+        return Err(Denied::Refused(Refusal::AgentSpecDeleting {
+            agent: agent.clone(),
+            namespace: namespace.to_owned(),
+        }));
+    }
+    // The sidecar obeys only grants signed by these keys for this AgentSpec.
+    let keys = s.signing.keys.borrow().clone();
+    let Some(keyring) = keys.keyring() else {
+        return Err(Denied::Api(
+            keys.problem(&s.signing.at.namespace, &s.signing.at.name)
+                .unwrap_or_default(),
+        ));
+    };
+    let trust = GrantsTrust {
+        verify_keys: keyring.verifying_keys(),
+        namespace: namespace.to_owned(),
+        uid: spec.metadata.uid.clone().unwrap_or_default(),
+    };
     // The grants reference exactly the credentials of the AgentSpec's McpServers that exist
     // (the controller fills each server's endpoint from its McpServer the same way).
     let servers: Api<McpServer> = Api::namespaced(s.client.clone(), namespace);
@@ -368,6 +392,7 @@ async fn admit(
         &agent,
         &grants_config_map_name(&spec.name_any()),
         &refs,
+        &trust,
         &s.sidecar,
     )
     .map_err(Denied::Refused)?

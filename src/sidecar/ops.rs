@@ -44,6 +44,10 @@ pub fn judge(grants: &GrantsState, view: &View) -> (bool, Vec<String>) {
                 "nothing is granted: {}",
                 grants.why_nothing().unwrap_or_default()
             ));
+            // Revoked or gone, then a document that was refused: both are news.
+            if let (Some(_), Some(problem)) = (&grants.nothing_granted, &grants.problem) {
+                reasons.push(format!("the newest file was not used: {problem}"));
+            }
         }
         (Some(good), Some(problem)) => reasons.push(format!(
             "serving the last good grants ({}); the newest file was not used: {problem}",

@@ -1376,3 +1376,295 @@ async fn grants_too_large_for_a_config_map_grant_nothing_and_say_what_to_do() {
     let (_, doc) = grants(&client, ns.name(), "bot").await.unwrap();
     assert_eq!(tool_names(&doc, "big").len(), 10, "{doc}");
 }
+
+/// Events the operator wrote about the AgentSpec `name` with `reason`.
+async fn agent_events(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    reason: &str,
+) -> Vec<k8s_openapi::api::events::v1::Event> {
+    Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), namespace)
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+                && e.reason.as_deref() == Some(reason)
+        })
+        .collect()
+}
+
+/// A tenant user who may edit ConfigMaps in its namespace (and nothing else): `kubectl --as`.
+async fn tenant_user(client: &Client, namespace: &str, user: &str) {
+    use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+    let role: Role = serde_json::from_value(json!({
+        "metadata": {"name": "tenant-configmaps"},
+        "rules": [{"apiGroups": [""], "resources": ["configmaps"],
+                   "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]}],
+    }))
+    .unwrap();
+    let binding: RoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": "tenant-configmaps"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "tenant-configmaps"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+    }))
+    .unwrap();
+    let pp = kube::api::PostParams::default();
+    Api::<Role>::namespaced(client.clone(), namespace)
+        .create(&pp, &role)
+        .await
+        .unwrap();
+    Api::<RoleBinding>::namespaced(client.clone(), namespace)
+        .create(&pp, &binding)
+        .await
+        .unwrap();
+}
+
+/// A tenant who may edit its ConfigMaps patches the grants ConfigMap to add a tool: the
+/// operator notices the content (not the annotation, which the tenant left alone), puts the
+/// signed grants back within seconds and says so in a Warning GrantsTampered on the AgentSpec;
+/// the sidecar (started as the webhook starts it, on the mirrored ConfigMap) never obeys the
+/// edit. Deleting the AgentSpec while a pod of it runs publishes a signed revoked document —
+/// the sidecar then grants nothing and says why — and only after --revoke-wait does the
+/// ConfigMap go, and the AgentSpec with it.
+#[tokio::test]
+async fn a_hand_edited_grants_config_map_is_put_back_and_a_deleted_agent_spec_revokes_first() {
+    use k8s_openapi::api::core::v1::Pod;
+    use mcp_operator::grants::signature::{self, Binding, Keyring};
+    let (client, ns) = e2e::setup("signed").await;
+    let fixture = Fixtures::load().sdk_server(&[]);
+    let _op = Operator::start_with(
+        &e2e::kubeconfig_path().await,
+        ns.name(),
+        "op-signed",
+        &["--revoke-wait", "8s"],
+    );
+    apply_server(
+        &client,
+        ns.name(),
+        server_manifest("files", &fixture.url, json!({})),
+    )
+    .await;
+    apply_agent(
+        &client,
+        ns.name(),
+        "bot",
+        json!({"servers": [{"name": "files", "allow": ["read_file"]}]}),
+    )
+    .await;
+    wait_agent(&client, ns.name(), "bot", "Ready", "True", None).await;
+    let (cm, doc) = grants(&client, ns.name(), "bot").await.unwrap();
+    let data = cm.data.clone().unwrap();
+    let published = data["grants.json"].clone();
+    let sig: Value = serde_json::from_str(&data["grants.sig"]).expect("grants.sig is JSON");
+    let agent = Api::<AgentSpec>::namespaced(client.clone(), ns.name())
+        .get("bot")
+        .await
+        .unwrap();
+    assert!(
+        agent
+            .finalizers()
+            .contains(&"mcp-operator.dev/revoke-grants".to_string())
+    );
+    assert_eq!(sig["namespace"], ns.name());
+    assert_eq!(sig["agentSpec"], "bot");
+    assert_eq!(sig["uid"], json!(agent.uid()));
+    // Verified as the sidecar verifies it, with the keyring the operator created.
+    let secret = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), ns.name())
+        .get("mcp-operator-grants-signing")
+        .await
+        .unwrap();
+    let seeds: std::collections::BTreeMap<String, Vec<u8>> = secret
+        .data
+        .clone()
+        .unwrap()
+        .into_iter()
+        .map(|(k, v)| (k, v.0))
+        .collect();
+    let keyring = Keyring::from_secret_data(&seeds).unwrap();
+    let binding = Binding {
+        namespace: ns.name().into(),
+        agent_spec: "bot".into(),
+        uid: agent.uid().unwrap(),
+    };
+    let verified = signature::verify(
+        published.as_bytes(),
+        Some(data["grants.sig"].as_bytes()),
+        &keyring.verifying_keys(),
+        &binding,
+        None,
+    )
+    .expect("the published grants verify");
+    assert_eq!(verified.key_id, keyring.current.id());
+
+    let sidecar = crate::e2e_sidecar::sidecar_on_published_grants(&client, ns.name(), "bot").await;
+
+    // The tenant adds write_file to grants.json with kubectl, annotations untouched.
+    tenant_user(&client, ns.name(), "alice").await;
+    let mut widened = doc.clone();
+    let mut extra = widened["servers"][0]["tools"][0].clone();
+    extra["qualifiedName"] = json!("files__write_file");
+    extra["name"] = json!("write_file");
+    widened["servers"][0]["tools"]
+        .as_array_mut()
+        .unwrap()
+        .push(extra);
+    let patch = json!({"data": {"grants.json": widened.to_string()}}).to_string();
+    let edited_at = Instant::now();
+    kubectl(&[
+        "--as",
+        "alice",
+        "patch",
+        "configmap",
+        "bot-mcp-grants",
+        "-n",
+        ns.name(),
+        "--type",
+        "merge",
+        "-p",
+        &patch,
+    ])
+    .await;
+    let repaired = eventually(
+        Duration::from_secs(10),
+        "the signed grants put back",
+        || async {
+            let (cm, _) = grants(&client, ns.name(), "bot").await.ok_or("gone")?;
+            let data = cm.data.unwrap();
+            if data["grants.json"] == published {
+                Ok(data["grants.sig"].clone())
+            } else {
+                Err("still the edit".to_string())
+            }
+        },
+    )
+    .await;
+    let took = edited_at.elapsed();
+    assert!(took < Duration::from_secs(5), "put back after {took:?}");
+    let resigned: Value = serde_json::from_str(&repaired).unwrap();
+    assert!(
+        resigned["sequence"].as_u64() > sig["sequence"].as_u64(),
+        "{resigned} after {sig}"
+    );
+    let events = eventually(SOON, "a GrantsTampered event", || async {
+        let events = agent_events(&client, ns.name(), "bot", "GrantsTampered").await;
+        if events.is_empty() {
+            Err("none yet".to_string())
+        } else {
+            Ok(events)
+        }
+    })
+    .await;
+    let note = events[0].note.clone().unwrap_or_default();
+    assert_eq!(events[0].type_.as_deref(), Some("Warning"));
+    assert!(
+        note.contains("grants.json was edited")
+            && note.contains("1 tool(s) added: files__write_file")
+            && note.contains("kubectl"),
+        "{note}"
+    );
+    // The sidecar never granted write_file.
+    let out = agent_list(&sidecar.url).await;
+    assert_eq!(out, ["files__read_file"]);
+
+    // A pod of the AgentSpec runs (as far as the controller knows); the AgentSpec is deleted.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
+    pods.create(
+        &Default::default(),
+        &serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "bot-pod", "labels": {mcp_operator::inject::AGENT_LABEL: "bot"}},
+            "spec": {"nodeName": "e2e-no-such-node",
+                     "containers": [{"name": "agent", "image": "agent:never-pulled"}]},
+        }))
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let deleted_at = Instant::now();
+    Api::<AgentSpec>::namespaced(client.clone(), ns.name())
+        .delete("bot", &DeleteParams::default())
+        .await
+        .unwrap();
+    let revoked = eventually(SOON, "the revoked grants", || async {
+        let (cm, doc) = grants(&client, ns.name(), "bot").await.ok_or("gone")?;
+        if doc["revoked"] == true {
+            Ok(cm)
+        } else {
+            Err(format!("{doc}"))
+        }
+    })
+    .await;
+    let data = revoked.data.clone().unwrap();
+    signature::verify(
+        data["grants.json"].as_bytes(),
+        Some(data["grants.sig"].as_bytes()),
+        &keyring.verifying_keys(),
+        &binding,
+        Some(resigned["sequence"].as_u64().unwrap()),
+    )
+    .expect("the revoked document is signed, newer than the last");
+    assert!(
+        revoked.metadata.owner_references.is_none(),
+        "not left to the garbage collector"
+    );
+    // The sidecar grants nothing and says why.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (status, text) = sidecar.readyz().await;
+        if text.contains("revoked") {
+            assert_eq!(status, 503);
+            break;
+        }
+        assert!(Instant::now() < deadline, "{text}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(agent_list(&sidecar.url).await.is_empty());
+    assert!(
+        !agent_events(&client, ns.name(), "bot", "GrantsRevoked")
+            .await
+            .is_empty()
+    );
+    // The ConfigMap and the AgentSpec go once --revoke-wait has passed.
+    eventually(SOON, "the ConfigMap and the AgentSpec gone", || async {
+        let cm = grants(&client, ns.name(), "bot").await;
+        let a = Api::<AgentSpec>::namespaced(client.clone(), ns.name())
+            .get_opt("bot")
+            .await
+            .map_err(|e| e.to_string())?;
+        match (cm, a) {
+            (None, None) => Ok(()),
+            (cm, a) => Err(format!(
+                "configmap {}, agentspec {}",
+                cm.is_some(),
+                a.is_some()
+            )),
+        }
+    })
+    .await;
+    let waited = deleted_at.elapsed();
+    assert!(
+        waited >= Duration::from_secs(8),
+        "removed after {waited:?}, before --revoke-wait"
+    );
+    // No private key in the ConfigMap, the events or the AgentSpec's status.
+    use base64::Engine as _;
+    let mut shown = serde_json::to_string(&revoked).unwrap();
+    for e in agent_events(&client, ns.name(), "bot", "GrantsTampered").await {
+        shown.push_str(&serde_json::to_string(&e).unwrap());
+    }
+    shown.push_str(&serde_json::to_string(&agent).unwrap());
+    for seed in seeds.values() {
+        assert!(!shown.contains(&base64::engine::general_purpose::STANDARD.encode(seed)));
+    }
+}
+
+/// The qualified names the sidecar at `url` lists to an SDK agent.
+async fn agent_list(url: &str) -> Vec<String> {
+    let out = crate::sidecar_support::agent(url, "auto", json!([{"op": "list"}])).await;
+    crate::sidecar_support::names(&out["steps"][0])
+}

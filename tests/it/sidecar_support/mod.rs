@@ -221,18 +221,19 @@ fn spawn(dir: &Path, port: u16, extra: &[String], log: &Path) -> Child {
         .append(true)
         .open(log)
         .unwrap();
+    // The AgentSpec's name is test-agent unless the test names it.
+    let agent = if extra.iter().any(|a| a.starts_with("--agent=")) {
+        vec![]
+    } else {
+        vec!["--agent", "test-agent"]
+    };
     Command::new(env!("CARGO_BIN_EXE_mcp-operator"))
         .args(["--log-format", "json", "sidecar", "--grants-file"])
         .arg(dir.join("grants/grants.json"))
         .arg("--credentials-dir")
         .arg(dir.join("creds"))
-        .args([
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--agent",
-            "test-agent",
-            "--allow-loopback",
-        ])
+        .args(["--listen", &format!("127.0.0.1:{port}"), "--allow-loopback"])
+        .args(agent)
         .args(extra)
         .stdout(Stdio::null())
         .stderr(log)

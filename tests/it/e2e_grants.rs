@@ -565,7 +565,15 @@ async fn the_grants_config_map_stays_idle_is_recreated_and_is_garbage_collected(
         }
     })
     .await;
-    assert_eq!(new.data, old.data);
+    // The same grants, signed again (a newer sequence: sidecars accept it).
+    let (new_data, old_data) = (new.data.clone().unwrap(), old.data.clone().unwrap());
+    assert_eq!(new_data["grants.json"], old_data["grants.json"]);
+    let sequence = |d: &std::collections::BTreeMap<String, String>| {
+        serde_json::from_str::<Value>(&d["grants.sig"]).unwrap()["sequence"]
+            .as_u64()
+            .unwrap()
+    };
+    assert!(sequence(&new_data) > sequence(&old_data));
     let owner = &new.owner_references()[0];
     assert_eq!(
         (owner.kind.as_str(), owner.name.as_str(), owner.controller),
@@ -574,7 +582,8 @@ async fn the_grants_config_map_stays_idle_is_recreated_and_is_garbage_collected(
     assert_eq!(new.labels()["app.kubernetes.io/managed-by"], "mcp-operator");
     assert_eq!(new.labels()["mcp-operator.dev/agentspec"], "bot");
 
-    // The AgentSpec goes: kube-controller-manager's garbage collector takes the ConfigMap.
+    // The AgentSpec goes: no pod of it runs, so its finalizer publishes the revoked grants and
+    // removes the ConfigMap at once.
     let uid = agents.get("bot").await.unwrap().meta().uid.clone();
     agents
         .delete("bot", &DeleteParams::default())
@@ -582,7 +591,7 @@ async fn the_grants_config_map_stays_idle_is_recreated_and_is_garbage_collected(
         .unwrap();
     eventually(
         Duration::from_secs(90),
-        "the garbage collector to delete the ConfigMap",
+        "the ConfigMap to be deleted",
         || async {
             match cms
                 .get_opt("bot-mcp-grants")

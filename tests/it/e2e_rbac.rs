@@ -527,13 +527,21 @@ fn the_chart_lints_and_renders_its_options() {
     );
     let off = render("mcp-operator", "mcp-operator", &["injection.enabled=false"]);
     assert!(of_kind(&off, "MutatingWebhookConfiguration").is_empty());
-    // No webhook, no Secret to write: only the leader election Role and its binding.
+    // No webhook, no certificate Secret to write: the leader election and the grants signing
+    // Roles (grants are signed without injection too) and their bindings.
     for kind in ["Role", "RoleBinding"] {
         let names: Vec<&Value> = of_kind(&off, kind)
             .into_iter()
             .map(|o| &o["metadata"]["name"])
             .collect();
-        assert_eq!(names, [&json!("mcp-operator-leader-election")], "{kind}");
+        assert_eq!(
+            names,
+            [
+                &json!("mcp-operator-leader-election"),
+                &json!("mcp-operator-grants-signing")
+            ],
+            "{kind}"
+        );
     }
     assert!(
         !container_args(&off)

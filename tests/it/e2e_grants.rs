@@ -1677,3 +1677,114 @@ async fn agent_list(url: &str) -> Vec<String> {
     let out = crate::sidecar_support::agent(url, "auto", json!([{"op": "list"}])).await;
     crate::sidecar_support::names(&out["steps"][0])
 }
+
+/// The key id of the grants ConfigMap's signature.
+async fn signing_key_of(client: &Client, namespace: &str, agent: &str) -> Option<String> {
+    let (cm, _) = grants(client, namespace, agent).await?;
+    let sig: Value = serde_json::from_str(cm.data?.get("grants.sig")?).ok()?;
+    sig["keyId"].as_str().map(str::to_string)
+}
+
+/// A platform engineer rotates the signing keys with running agents: the grants are signed
+/// again with the new key, and a sidecar injected before the rotation keeps obeying them (it
+/// was given both keys). After a second rotation it no longer knows the signing key: it keeps
+/// its last good grants and /readyz says to look at the key — such pods are to be restarted.
+#[tokio::test]
+async fn a_key_rotation_keeps_running_sidecars_verifying_for_one_rotation() {
+    let (client, ns) = e2e::setup("rotate").await;
+    let fixture = Fixtures::load().sdk_server(&[]);
+    let _op = Operator::start(&e2e::kubeconfig_path().await, ns.name(), "op-rotate");
+    apply_server(
+        &client,
+        ns.name(),
+        server_manifest("files", &fixture.url, json!({})),
+    )
+    .await;
+    apply_agent(
+        &client,
+        ns.name(),
+        "bot",
+        json!({"servers": [{"name": "files", "allow": ["read_file"]}]}),
+    )
+    .await;
+    wait_agent(&client, ns.name(), "bot", "Ready", "True", None).await;
+    let sidecar = crate::e2e_sidecar::sidecar_on_published_grants(&client, ns.name(), "bot").await;
+    let first = signing_key_of(&client, ns.name(), "bot").await.unwrap();
+    let rotate = |n: u32| {
+        kubectl_owned(vec![
+            "annotate".into(),
+            "secret".into(),
+            "-n".into(),
+            ns.name().into(),
+            "mcp-operator-grants-signing".into(),
+            format!("mcp-operator.dev/rotate=round-{n}"),
+        ])
+    };
+    rotate(1).await;
+    let second = eventually(SOON, "the grants signed with the next key", || async {
+        match signing_key_of(&client, ns.name(), "bot").await {
+            Some(k) if k != first => Ok(k),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    // The sidecar injected before the rotation verifies the new signature.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (status, text) = sidecar.readyz().await;
+        let metrics = sidecar.metrics().await;
+        // The re-signed document (same grants) was read and accepted, nothing refused.
+        let accepted = metrics
+            .lines()
+            .find_map(|l| l.strip_prefix("mcp_sidecar_grants_reloads_total{result=\"ok\"} "))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or(0.0);
+        if status == 200
+            && text.trim() == "ok"
+            && accepted >= 2.0
+            && !metrics.contains("grants_rejected_total{")
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{status} {text}\n{metrics}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(agent_list(&sidecar.url).await, ["files__read_file"]);
+
+    // A second rotation: the pod's keys are both gone.
+    rotate(2).await;
+    eventually(
+        SOON,
+        "the grants signed with a key the pod never had",
+        || async {
+            match signing_key_of(&client, ns.name(), "bot").await {
+                Some(k) if k != first && k != second => Ok(k),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (status, text) = sidecar.readyz().await;
+        if text.contains("not one of the trusted keys") {
+            assert_eq!(status, 200, "the last good grants are served: {text}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "{status} {text}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        sidecar
+            .metrics()
+            .await
+            .contains("mcp_sidecar_grants_rejected_total{reason=\"unknown_key\"}")
+    );
+    assert_eq!(agent_list(&sidecar.url).await, ["files__read_file"]);
+}
+
+/// [`kubectl`] with owned arguments.
+async fn kubectl_owned(args: Vec<String>) -> String {
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    kubectl(&args).await
+}

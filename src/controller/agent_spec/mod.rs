@@ -796,6 +796,24 @@ mod tests {
     }
 
     #[test]
+    fn a_grants_config_map_reaches_its_agent_spec_by_name_even_without_its_owner() {
+        let agents = store_of(vec![named("bot", "team-a", &["gh"])]);
+        let cm = |name: &str, namespace: &str| {
+            let mut m = PartialObjectMeta::<ConfigMap>::default();
+            m.metadata.name = Some(name.into());
+            m.metadata.namespace = Some(namespace.into());
+            m
+        };
+        assert_eq!(
+            names(of_config_map(&agents, &cm("bot-mcp-grants", "team-a"))),
+            ["team-a/bot"]
+        );
+        assert!(of_config_map(&agents, &cm("bot-mcp-grants", "team-b")).is_empty());
+        assert!(of_config_map(&agents, &cm("other-mcp-grants", "team-a")).is_empty());
+        assert!(of_config_map(&agents, &cm("bot", "team-a")).is_empty());
+    }
+
+    #[test]
     fn the_spilled_catalogue_cache_forgets_deleted_servers() {
         let cache = SpilledCatalogs::default();
         let key = |n: &str| ("team-a".to_string(), n.to_string());

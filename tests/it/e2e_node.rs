@@ -1404,7 +1404,29 @@ async fn a_labelled_pod_gets_its_sidecar_and_calls_exactly_its_granted_tools() {
         .await
         .unwrap_or_else(|e| panic!("re-admitting: {}", e2e::describe(&e)));
     let rs = readmitted.spec.expect("a spec");
-    assert_eq!(rs.init_containers.unwrap_or_default().len(), 1);
+    let init = rs.init_containers.clone().unwrap_or_default();
+    assert_eq!(init.len(), 1);
+    // The injected sidecar obeys only grants the operator signed for this AgentSpec: both
+    // keys of the keyring, the namespace and uid, its own state volume (mounted nowhere else).
+    let args = init[0].args.clone().unwrap_or_default();
+    let keys = args
+        .iter()
+        .find_map(|a| a.strip_prefix("--grants-verify-keys="))
+        .expect("the sidecar is given the verifying keys");
+    assert_eq!(keys.split(',').count(), 2, "{keys}");
+    assert!(
+        args.iter()
+            .any(|a| a.starts_with("--agent-uid=") && a.len() > 12),
+        "{args:?}"
+    );
+    assert!(
+        rs.containers.iter().all(|c| c
+            .volume_mounts
+            .iter()
+            .flatten()
+            .all(|m| m.name != "mcp-sidecar-state")),
+        "only the sidecar mounts its state"
+    );
     let names: Vec<String> = rs
         .volumes
         .unwrap_or_default()
@@ -1412,7 +1434,10 @@ async fn a_labelled_pod_gets_its_sidecar_and_calls_exactly_its_granted_tools() {
         .map(|v| v.name)
         .filter(|n| n.starts_with("mcp-"))
         .collect();
-    assert_eq!(names, ["mcp-grants", "mcp-credentials"]);
+    assert_eq!(
+        names,
+        ["mcp-grants", "mcp-sidecar-state", "mcp-credentials"]
+    );
     let urls = rs.containers[0]
         .env
         .clone()

@@ -354,6 +354,9 @@ agent_through_local_sidecar() {
     >"$creds/secrets/files-admin-token/token"
   read -r port mport <<<"$("$CLUSTER" free-ports 2)"
   say "starting the agent's sidecar on http://127.0.0.1:$port/mcp (log: $dir/logs/sidecar.log)"
+  # Run by hand, without --grants-verify-keys: it obeys the grants unsigned and says so in its
+  # log (the injected sidecar, in pods, is given the operator's public keys and obeys only
+  # signed grants).
   "$op" sidecar --grants-file "$grants/grants.json" --credentials-dir "$creds" \
     --listen "127.0.0.1:$port" --metrics-addr "127.0.0.1:$mport" --agent "$AGENT" \
     --allow-loopback --log-format json >>"$dir/logs/sidecar.log" 2>&1 </dev/null &

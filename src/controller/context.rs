@@ -54,6 +54,16 @@ pub struct Context {
     pub settings: Settings,
     pub metrics: Arc<Metrics>,
     pub recorder: Recorder,
+    pub signing: Signing,
+}
+
+/// The grants signing keyring as this replica sees it, and how long a deleted AgentSpec's
+/// revoked grants are served before its ConfigMap goes.
+#[derive(Clone)]
+pub struct Signing {
+    pub keys: tokio::sync::watch::Receiver<super::signing::KeyringState>,
+    pub at: super::signing::KeyringSecret,
+    pub revoke_wait: Duration,
 }
 
 impl Context {
@@ -62,12 +72,14 @@ impl Context {
         settings: Settings,
         metrics: Arc<Metrics>,
         recorder: Recorder,
+        signing: Signing,
     ) -> Self {
         Context {
             client,
             settings,
             metrics,
             recorder,
+            signing,
         }
     }
 }

@@ -59,6 +59,12 @@ pub enum ReconcileError {
     /// pods).
     #[error("reconciling the stdio server's Deployment or Service failed: {0}")]
     Workload(#[source] kube::Error),
+    /// No keyring to sign grants with (not created yet, or broken): nothing is published.
+    #[error("{0}")]
+    SigningKeys(String),
+    /// Adding or removing the AgentSpec's finalizer `mcp-operator.dev/revoke-grants`.
+    #[error("updating the AgentSpec's finalizer failed: {0}")]
+    Finalizer(#[source] kube::Error),
 }
 
 impl ReconcileError {
@@ -72,6 +78,8 @@ impl ReconcileError {
             ReconcileError::CatalogSpillRead(_) => "CatalogSpillRead",
             ReconcileError::PinStore(_) => "PinStore",
             ReconcileError::Workload(_) => "Workload",
+            ReconcileError::SigningKeys(_) => "SigningKeys",
+            ReconcileError::Finalizer(_) => "Finalizer",
         }
     }
 }
@@ -97,6 +105,8 @@ mod tests {
             ReconcileError::CatalogSpillRead(refused()),
             ReconcileError::PinStore(refused()),
             ReconcileError::Workload(refused()),
+            ReconcileError::SigningKeys("no keys".into()),
+            ReconcileError::Finalizer(refused()),
         ]
         .iter()
         .map(ReconcileError::reason)
@@ -110,7 +120,9 @@ mod tests {
                 "CatalogSpillRemove",
                 "CatalogSpillRead",
                 "PinStore",
-                "Workload"
+                "Workload",
+                "SigningKeys",
+                "Finalizer"
             ]
         );
     }

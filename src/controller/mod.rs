@@ -53,6 +53,7 @@ pub mod mcp_server;
 mod metrics;
 mod readiness;
 mod shared;
+mod signing;
 mod tenant_policy;
 mod watches;
 mod webhook;
@@ -147,6 +148,16 @@ pub struct ControllerArgs {
     /// the Lease's namespace (the operator's own, where tenants cannot write).
     #[arg(long)]
     pub pin_store_namespace: Option<String>,
+    /// The Secret, in the operator's namespace, holding the keys that sign every grants
+    /// document (created by the leader when absent; rotate it with `kubectl annotate secret
+    /// <name> mcp-operator.dev/rotate=now`). The chart names it `<release>-grants-signing`.
+    #[arg(long, default_value = signing::DEFAULT_SIGNING_SECRET)]
+    pub signing_secret: String,
+    /// How long a deleted AgentSpec's revoked grants are served before its ConfigMap goes,
+    /// unless no pod of the AgentSpec runs: long enough for the kubelet to refresh the mounted
+    /// ConfigMap in every pod (its sync period, a minute by default, plus its cache).
+    #[arg(long, default_value = "70s", value_parser = crate::probe::parse_duration)]
+    pub revoke_wait: Duration,
     #[command(flatten)]
     pub webhook: WebhookArgs,
 }
@@ -193,6 +204,22 @@ pub async fn run(args: ControllerArgs) -> Result<(), StartError> {
         .clone()
         .or_else(|| args.watch_namespace.clone())
         .unwrap_or_else(|| "default".into());
+    // Every replica reads the signing keyring (the webhook injects its public keys); only the
+    // leader writes it.
+    let signing = context::Signing {
+        at: signing::KeyringSecret {
+            namespace: namespace.clone(),
+            name: args.signing_secret.clone(),
+        },
+        keys: signing::watch_keyring(
+            lease_client.clone(),
+            signing::KeyringSecret {
+                namespace: namespace.clone(),
+                name: args.signing_secret.clone(),
+            },
+        ),
+        revoke_wait: args.revoke_wait,
+    };
     // Every replica answers admissions, leader or not; its client is not fenced.
     if let Some(addr) = args.webhook.webhook_addr {
         let bound = webhook::start(
@@ -201,6 +228,7 @@ pub async fn run(args: ControllerArgs) -> Result<(), StartError> {
             lease_client.clone(),
             namespace.clone(),
             metrics.clone(),
+            signing.clone(),
         )
         .await
         .map_err(StartError::Webhook)?;
@@ -238,7 +266,13 @@ pub async fn run(args: ControllerArgs) -> Result<(), StartError> {
             instance: Some(identity.clone()),
         },
     );
-    let ctx = Arc::new(Context::new(client.clone(), settings, metrics, recorder));
+    let ctx = Arc::new(Context::new(
+        client.clone(),
+        settings,
+        metrics,
+        recorder,
+        signing,
+    ));
     // Kept across leadership terms: a replica that leads again remembers when it probed.
     let servers = Arc::new(mcp_server::ServerContext::new(ctx.clone()));
 

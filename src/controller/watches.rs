@@ -109,9 +109,16 @@ pub async fn run(
     let reconcilers = futures::future::join3(
         run_servers(servers, args, &watches, stop.clone()),
         run_agent_specs(ctx.clone(), args, &watches, stop.clone()),
-        run_policies(ctx, args, &watches, stop),
+        run_policies(ctx.clone(), args, &watches, stop.clone()),
     );
     let drivers = futures::future::join_all([d1, d2, d3, d4, d5, d6]);
+    // The leader creates the signing keyring when there is none and rotates it when asked.
+    let keeper = tokio::spawn(super::signing::keep(
+        client.clone(),
+        ctx.signing.at.clone(),
+        ctx.signing.keys.clone(),
+        stop.clone(),
+    ));
     let readiness = async move {
         all_listed.await;
         ready.store(true, Ordering::Relaxed);
@@ -123,6 +130,7 @@ pub async fn run(
         _ = drivers => {}
         _ = readiness => {}
     }
+    keeper.abort();
     info!("reconcilers stopped");
 }
 
@@ -356,6 +364,7 @@ fn run_agent_specs(
     mut stop: watch::Receiver<bool>,
 ) -> BoxFuture<'static, ()> {
     let agents = w.agents.store();
+    let resign = super::signing::current_key_changes(ctx.signing.keys.clone());
     let controller = Controller::for_shared_stream(w.agents.applied(), agents.clone())
         .with_config(controller::Config::default().concurrency(args.concurrency));
     let agent_ctx = Arc::new(agent_spec::AgentContext::new(
@@ -377,7 +386,9 @@ fn run_agent_specs(
         args.tenant_default,
         args.preload_budget,
     ));
-    let (for_servers, for_policies, for_namespaces) = (agents.clone(), agents.clone(), agents);
+    let (for_servers, for_policies, for_namespaces) =
+        (agents.clone(), agents.clone(), agents.clone());
+    let for_config_maps = agents;
     controller
         .watches_shared_stream(w.servers.touched(), move |server| {
             agent_spec::using_server(
@@ -392,8 +403,14 @@ fn run_agent_specs(
         .watches_shared_stream(w.namespaces.touched(), move |namespace| {
             agent_spec::in_namespace(&for_namespaces, &namespace.name_any())
         })
-        // Only the grants ConfigMaps name an AgentSpec as their owner.
+        // Only the grants ConfigMaps name an AgentSpec as their owner; by name too, so that one
+        // whose owner reference was edited away is still put back.
         .owns_shared_stream(w.config_maps.touched())
+        .watches_shared_stream(w.config_maps.touched(), move |cm| {
+            agent_spec::of_config_map(&for_config_maps, &cm)
+        })
+        // A new current signing key: every grants ConfigMap is signed again.
+        .reconcile_all_on(resign)
         .watches_shared_stream(w.pods.touched(), |pod| agent_spec::of_pod(&pod))
         .graceful_shutdown_on(async move {
             let _ = stop.wait_for(|s| *s).await;

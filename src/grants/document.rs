@@ -27,6 +27,11 @@ pub const SCHEMA_VERSION: &str = "mcp-operator.dev/grants/v1";
 pub struct GrantsDocument {
     /// Always [`SCHEMA_VERSION`] for this layout.
     pub schema_version: String,
+    /// The AgentSpec is being deleted: nothing is granted, whatever `servers` says (it is
+    /// empty). Published, signed, before the grants ConfigMap goes (see
+    /// [`super::signature`]); absent otherwise.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub revoked: bool,
     /// Every server the AgentSpec references, sorted by name; unavailable ones too (with no
     /// tools), so the sidecar can say why a server's tools are missing.
     pub servers: Vec<ServerGrants>,
@@ -146,7 +151,16 @@ impl GrantsDocument {
     pub fn new(servers: Vec<ServerGrants>) -> Self {
         GrantsDocument {
             schema_version: SCHEMA_VERSION.to_string(),
+            revoked: false,
             servers,
+        }
+    }
+
+    /// The document published when the AgentSpec is deleted: it grants nothing.
+    pub fn revoked() -> Self {
+        GrantsDocument {
+            revoked: true,
+            ..GrantsDocument::new(vec![])
         }
     }
 
@@ -290,9 +304,15 @@ mod tests {
             json!(false)
         );
         assert!(value["servers"][0].get("endpoint").is_none());
+        assert!(value.get("revoked").is_none(), "absent unless revoked");
         let back: GrantsDocument = serde_json::from_value(value).unwrap();
         assert_eq!(back, doc);
         assert_eq!(back.digest(), doc.digest());
+        let revoked = serde_json::to_value(GrantsDocument::revoked()).unwrap();
+        assert_eq!(
+            revoked,
+            json!({"schemaVersion": SCHEMA_VERSION, "revoked": true, "servers": []})
+        );
         assert!(doc.digest().starts_with("sha256:"));
 
         let mut changed = doc.clone();

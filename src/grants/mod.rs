@@ -19,11 +19,14 @@
 //!   findings the AgentSpec's conditions report.
 //! - [`document`]: the grants document (ConfigMap `grants.json`), its digest, and the call-time
 //!   check the sidecar makes.
+//! - [`signature`]: `grants.sig`: the operator's Ed25519 signature binding the document's bytes
+//!   to its AgentSpec and a sequence; the keyring; what a sidecar refuses and why.
 
 pub mod document;
 pub mod input;
 pub mod pattern;
 pub mod resolve;
+pub mod signature;
 
 pub use document::{
     Endpoint, GrantedTool, GrantsDocument, HeaderReference, SCHEMA_VERSION, ServerGrants,

@@ -12,6 +12,11 @@
 //!  volumes            ◄── mcp-grants               ConfigMap bot-mcp-grants (grants.json)
 //!                     ◄── mcp-credentials          projected: exactly the referenced keys, as
 //!                                                  secrets/<secret>/<key>, configmaps/<cm>/<key>
+//!                     ◄── mcp-sidecar-state        emptyDir: the highest grants sequence the
+//!                                                  sidecar accepted (survives its restarts)
+//!  sidecar args       ◄── --grants-verify-keys, --agent-namespace, --agent-uid: the sidecar
+//!                                                  obeys only grants the operator signed for
+//!                                                  this AgentSpec ([`GrantsTrust`])
 //!  containers[*].env  ◄── MCP_SERVER_URL           http://127.0.0.1:<port>/mcp (unless set)
 //!  annotations        ◄── mcp-operator.dev/injected: bot
 //!                     ◄── mcp-operator.dev/mounted-credentials: the projected files
@@ -36,6 +41,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::grants::Endpoint;
+use crate::grants::signature::VerifyingKeys;
 
 pub mod drift;
 pub use drift::{MOUNTS_ANNOTATION, PodDrift, drift};
@@ -52,12 +58,26 @@ pub const SIDECAR_CONTAINER: &str = "mcp-sidecar";
 pub const GRANTS_VOLUME: &str = "mcp-grants";
 /// The projected volume of referenced Secret and ConfigMap keys.
 pub const CREDENTIALS_VOLUME: &str = "mcp-credentials";
+/// The sidecar's own emptyDir: what it must remember across its restarts (the highest grants
+/// sequence accepted). Mounted in the sidecar only.
+pub const STATE_VOLUME: &str = "mcp-sidecar-state";
+/// Where the state volume is mounted in the sidecar.
+pub const STATE_DIR: &str = "/var/run/mcp-operator/state";
 /// Where the grants ConfigMap is mounted in the sidecar.
 pub const GRANTS_DIR: &str = "/var/run/mcp-operator/grants";
 /// Where the referenced keys are mounted in the sidecar.
 pub const CREDENTIALS_DIR: &str = "/var/run/mcp-operator/credentials";
 /// The environment variable telling the agent where its MCP endpoint is.
 pub const SERVER_URL_ENV: &str = "MCP_SERVER_URL";
+
+/// What the sidecar checks every grants document against: the operator's public keys (the
+/// keyring's current and next) and the AgentSpec the pod is injected for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GrantsTrust {
+    pub verify_keys: VerifyingKeys,
+    pub namespace: String,
+    pub uid: String,
+}
 
 /// How the injected sidecar looks: the chart's `injection.sidecar` values.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -221,6 +241,10 @@ pub enum Refusal {
     )]
     UnknownAgentSpec { agent: String, namespace: String },
     #[error(
+        "the pod's label {AGENT_LABEL} names the AgentSpec {agent:?} in namespace {namespace:?}, which is being deleted: its grants are revoked"
+    )]
+    AgentSpecDeleting { agent: String, namespace: String },
+    #[error(
         "the pod already has a {kind} named {name:?}, which the MCP sidecar injection adds: rename it"
     )]
     NameTaken { kind: &'static str, name: String },
@@ -308,6 +332,7 @@ pub fn decide(
     agent: &str,
     grants_config_map: &str,
     refs: &References,
+    trust: &GrantsTrust,
     settings: &SidecarSettings,
 ) -> Result<Outcome, Refusal> {
     validate::refuse_host_namespaces(pod)?;
@@ -315,7 +340,10 @@ pub fn decide(
     // sidecar is the one the injection builds: a pod that brings its own would otherwise run
     // without the operator's.
     if let Some(own) = spec_init_container(pod, SIDECAR_CONTAINER) {
-        return match validate::sidecar_difference(own, &sidecar_container(agent, refs, settings)) {
+        return match validate::sidecar_difference(
+            own,
+            &sidecar_container(agent, refs, trust, settings),
+        ) {
             None => Ok(Outcome::AlreadyInjected),
             Some(field) => Err(Refusal::OwnSidecar { field }),
         };
@@ -323,7 +351,7 @@ pub fn decide(
     check_mountable(refs)?;
     let spec = pod.spec.clone().unwrap_or_default();
     let volumes = spec.volumes.clone().unwrap_or_default();
-    for name in [GRANTS_VOLUME, CREDENTIALS_VOLUME] {
+    for name in [GRANTS_VOLUME, CREDENTIALS_VOLUME, STATE_VOLUME] {
         if volumes.iter().any(|v| v.name == name) {
             return Err(Refusal::NameTaken {
                 kind: "volume",
@@ -339,7 +367,7 @@ pub fn decide(
     }
 
     let mut ops: Vec<Value> = Vec::new();
-    let sidecar = serde_json::to_value(sidecar_container(agent, refs, settings))
+    let sidecar = serde_json::to_value(sidecar_container(agent, refs, trust, settings))
         .expect("a container serialises");
     match &spec.init_containers {
         Some(_) => {
@@ -347,7 +375,7 @@ pub fn decide(
         }
         None => ops.push(json!({"op": "add", "path": "/spec/initContainers", "value": [sidecar]})),
     }
-    let mut new_volumes = vec![grants_volume(grants_config_map)];
+    let mut new_volumes = vec![grants_volume(grants_config_map), state_volume()];
     if !refs.is_empty() {
         new_volumes.push(credentials_volume(refs));
     }
@@ -438,6 +466,18 @@ fn grants_volume(config_map: &str) -> Volume {
     }
 }
 
+fn state_volume() -> Volume {
+    Volume {
+        name: STATE_VOLUME.into(),
+        empty_dir: Some(k8s_openapi::api::core::v1::EmptyDirVolumeSource {
+            // A few bytes of JSON.
+            size_limit: Some(Quantity("1Mi".into())),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
 /// Exactly the referenced keys, laid out as `sidecar::credentials` reads them. Optional: a
 /// missing Secret makes that server unavailable in the sidecar (which names it) rather than
 /// keeping the whole pod from starting.
@@ -485,10 +525,21 @@ fn credentials_volume(refs: &References) -> Volume {
     }
 }
 
-fn sidecar_container(agent: &str, refs: &References, settings: &SidecarSettings) -> Container {
+fn sidecar_container(
+    agent: &str,
+    refs: &References,
+    trust: &GrantsTrust,
+    settings: &SidecarSettings,
+) -> Container {
     let mut args = vec![
         "sidecar".to_string(),
         format!("--agent={agent}"),
+        // Only grants the operator signed for this AgentSpec (and this incarnation of it) are
+        // obeyed; both keys of the keyring, so a rotation keeps this pod verifying.
+        format!("--grants-verify-keys={}", trust.verify_keys.to_arg()),
+        format!("--agent-namespace={}", trust.namespace),
+        format!("--agent-uid={}", trust.uid),
+        format!("--state-dir={STATE_DIR}"),
         format!("--grants-file={GRANTS_DIR}/grants.json"),
         format!("--credentials-dir={CREDENTIALS_DIR}"),
         // What this pod mounts: a key the grants reference later is reported as a pod to
@@ -510,12 +561,19 @@ fn sidecar_container(agent: &str, refs: &References, settings: &SidecarSettings)
         timeout_seconds: Some(2),
         ..Default::default()
     };
-    let mut mounts = vec![VolumeMount {
-        name: GRANTS_VOLUME.into(),
-        mount_path: GRANTS_DIR.into(),
-        read_only: Some(true),
-        ..Default::default()
-    }];
+    let mut mounts = vec![
+        VolumeMount {
+            name: GRANTS_VOLUME.into(),
+            mount_path: GRANTS_DIR.into(),
+            read_only: Some(true),
+            ..Default::default()
+        },
+        VolumeMount {
+            name: STATE_VOLUME.into(),
+            mount_path: STATE_DIR.into(),
+            ..Default::default()
+        },
+    ];
     if !refs.is_empty() {
         mounts.push(VolumeMount {
             name: CREDENTIALS_VOLUME.into(),

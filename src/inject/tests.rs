@@ -26,6 +26,19 @@ fn agent_pod() -> Pod {
     }))
 }
 
+pub(super) fn trust() -> GrantsTrust {
+    use std::sync::OnceLock;
+    // One keyring for every test: the same pod gets the same patch.
+    static KEYS: OnceLock<VerifyingKeys> = OnceLock::new();
+    GrantsTrust {
+        verify_keys: KEYS
+            .get_or_init(|| crate::grants::signature::Keyring::generate().verifying_keys())
+            .clone(),
+        namespace: "team-a".into(),
+        uid: "uid-bot".into(),
+    }
+}
+
 fn settings() -> SidecarSettings {
     SidecarSettings::with_image("mcp-operator:test")
 }
@@ -40,7 +53,7 @@ fn admitted(pod: &Pod, outcome: &Outcome) -> Pod {
 }
 
 fn inject(pod: &Pod, refs: &References) -> Pod {
-    let outcome = decide(pod, "bot", "bot-mcp-grants", refs, &settings()).unwrap();
+    let outcome = decide(pod, "bot", "bot-mcp-grants", refs, &trust(), &settings()).unwrap();
     admitted(pod, &outcome)
 }
 
@@ -112,6 +125,33 @@ fn a_labelled_pod_gets_a_native_sidecar_that_gates_the_agent() {
     assert!(args.contains(&format!("--credentials-dir={CREDENTIALS_DIR}")));
     assert!(args.contains(&"--listen=127.0.0.1:9500".to_string()));
     assert!(args.contains(&"--mounted-credentials=secrets/tok/token".to_string()));
+    // The sidecar obeys only grants signed for this AgentSpec, by the keyring's two keys.
+    let keys = trust().verify_keys.to_arg();
+    assert_eq!(keys.split(',').count(), 2);
+    assert!(args.contains(&format!("--grants-verify-keys={keys}")));
+    assert!(args.contains(&"--agent-namespace=team-a".to_string()));
+    assert!(args.contains(&"--agent-uid=uid-bot".to_string()));
+    assert!(args.contains(&format!("--state-dir={STATE_DIR}")));
+    let state = volume(&pod, STATE_VOLUME).expect("the state volume");
+    assert!(state.empty_dir.is_some());
+    let state_mounts: Vec<&str> = sc
+        .volume_mounts
+        .as_ref()
+        .unwrap()
+        .iter()
+        .filter(|m| m.name == STATE_VOLUME)
+        .map(|m| m.mount_path.as_str())
+        .collect();
+    assert_eq!(state_mounts, [STATE_DIR]);
+    for c in &spec.containers {
+        assert!(
+            c.volume_mounts
+                .iter()
+                .flatten()
+                .all(|m| m.name != STATE_VOLUME),
+            "only the sidecar mounts its state"
+        );
+    }
     let security = sc.security_context.as_ref().unwrap();
     assert_eq!(security.run_as_non_root, Some(true));
     assert_eq!(security.read_only_root_filesystem, Some(true));
@@ -206,6 +246,7 @@ fn re_admission_does_not_inject_twice() {
         "bot",
         "bot-mcp-grants",
         &References::default(),
+        &trust(),
         &settings(),
     )
     .unwrap();
@@ -254,7 +295,7 @@ fn an_agent_container_keeps_its_own_server_url_and_other_fields() {
         .iter()
         .map(|v| v.name.as_str())
         .collect();
-    assert_eq!(volumes, vec!["data", GRANTS_VOLUME]);
+    assert_eq!(volumes, vec!["data", GRANTS_VOLUME, STATE_VOLUME]);
     let annotations = out.metadata.annotations.as_ref().unwrap();
     assert_eq!(annotations["keep"], "me");
     assert_eq!(annotations[INJECTED_ANNOTATION], "bot");
@@ -312,6 +353,7 @@ fn refusals_name_what_is_wrong() {
         "bot",
         "bot-mcp-grants",
         &References::default(),
+        &trust(),
         &settings(),
     )
     .unwrap_err();
@@ -320,7 +362,15 @@ fn refusals_name_what_is_wrong() {
     let dotdot = References::of(&[endpoint(
         json!({"bearerToken": {"name": "tok", "key": ".."}}),
     )]);
-    let err = decide(&agent_pod(), "bot", "bot-mcp-grants", &dotdot, &settings()).unwrap_err();
+    let err = decide(
+        &agent_pod(),
+        "bot",
+        "bot-mcp-grants",
+        &dotdot,
+        &trust(),
+        &settings(),
+    )
+    .unwrap_err();
     assert!(matches!(err, Refusal::UnmountableKey { .. }), "{err}");
 }
 
@@ -338,6 +388,7 @@ fn chart_values_deserialise_and_unknown_ones_are_refused() {
             "bot",
             "bot-mcp-grants",
             &References::default(),
+            &trust(),
             &s,
         )
         .unwrap();
@@ -465,7 +516,7 @@ proptest! {
         let old_volumes = before.volumes.clone().unwrap_or_default();
         let new_volumes = after.volumes.clone().unwrap();
         prop_assert_eq!(&new_volumes[..old_volumes.len()], &old_volumes[..]);
-        prop_assert_eq!(new_volumes.len(), old_volumes.len() + 1 + usize::from(!refs.is_empty()));
+        prop_assert_eq!(new_volumes.len(), old_volumes.len() + 2 + usize::from(!refs.is_empty()));
         prop_assert_eq!(after.containers.len(), before.containers.len());
         for (b, a) in before.containers.iter().zip(&after.containers) {
             let env = a.env.clone().unwrap();
@@ -479,7 +530,7 @@ proptest! {
             let old_env = b.env.clone().unwrap_or_default();
             prop_assert_eq!(&env[..old_env.len()], &old_env[..]);
         }
-        let again = decide(&out, "bot", "bot-mcp-grants", &refs, &settings()).unwrap();
+        let again = decide(&out, "bot", "bot-mcp-grants", &refs, &trust(), &settings()).unwrap();
         prop_assert_eq!(again, Outcome::AlreadyInjected);
     }
 }

@@ -22,14 +22,14 @@ use k8s_openapi::api::core::v1::{Container, Pod, VolumeMount};
 use serde_json::Value;
 
 use super::{
-    AGENT_LABEL, CREDENTIALS_VOLUME, GRANTS_VOLUME, References, Refusal, SIDECAR_CONTAINER,
-    SidecarSettings,
+    AGENT_LABEL, CREDENTIALS_VOLUME, GRANTS_VOLUME, GrantsTrust, References, Refusal,
+    SIDECAR_CONTAINER, STATE_VOLUME, SidecarSettings,
 };
 
 /// Every volume only the sidecar may mount: the grants, the credentials, and the state in
 /// which it keeps the newest grants it accepted (an emptyDir: another container writing there
 /// could make it accept a replayed document).
-pub const SIDECAR_VOLUMES: [&str; 3] = [GRANTS_VOLUME, CREDENTIALS_VOLUME, "mcp-sidecar-state"];
+pub const SIDECAR_VOLUMES: [&str; 3] = [GRANTS_VOLUME, CREDENTIALS_VOLUME, STATE_VOLUME];
 
 /// Where the ServiceAccount admission plugin mounts the pod's token in every container,
 /// including an injected one when it runs again after the injection.
@@ -44,8 +44,13 @@ const FILLED_IN_LATER: [&str; 3] = [
 ];
 
 /// The sidecar the injection would add now, for the same inputs as `decide`.
-pub fn expected_sidecar(agent: &str, refs: &References, settings: &SidecarSettings) -> Container {
-    super::sidecar_container(agent, refs, settings)
+pub fn expected_sidecar(
+    agent: &str,
+    refs: &References,
+    trust: &GrantsTrust,
+    settings: &SidecarSettings,
+) -> Container {
+    super::sidecar_container(agent, refs, trust, settings)
 }
 
 /// The first field (a JSON name) in which a pod's `mcp-sidecar` container differs from the one

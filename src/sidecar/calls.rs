@@ -350,8 +350,14 @@ impl Calls {
     ) -> Result<Resolved, (Decision, String)> {
         let Some(grants) = view.grants.as_ref() else {
             return Err((
-                Decision::ServerUnavailable,
-                "no tools are granted yet: the sidecar has not read a grants document".into(),
+                Decision::NotGranted,
+                format!(
+                    "the tool {} is not granted: no tool is granted to this agent now ({})",
+                    shown(name),
+                    view.nothing_granted
+                        .as_deref()
+                        .unwrap_or("the sidecar has not read a grants document yet")
+                ),
             ));
         };
         // 1. Narrow: the one function, however the agent got the name.

@@ -66,6 +66,9 @@ pub struct View {
     pub reading: Vec<String>,
     /// Digest of the offered names and definitions: list_changed fires when it moves.
     pub digest: String,
+    /// Why nothing is granted, when `grants` is None (no file, revoked, refused): every
+    /// refusal says it.
+    pub nothing_granted: Option<String>,
 }
 
 impl View {
@@ -74,6 +77,12 @@ impl View {
         let mut text = String::from(
             "Tools of the MCP servers granted to this agent by mcp-operator, named <prefix>__<tool>.",
         );
+        if let Some(why) = &self.nothing_granted {
+            text.push_str(&format!(
+                " No tool is granted now: {}.",
+                why.trim_end_matches('.')
+            ));
+        }
         for u in &self.unavailable {
             text.push_str(&format!(
                 " The tools of {} server {} are not available: {}.",

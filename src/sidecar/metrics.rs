@@ -31,6 +31,7 @@ pub struct Metrics {
     pub upstream_connections: Family<ServerLabels, Gauge>,
     pub upstream_connects: Family<ServerLabels, Counter>,
     pub grants_reloads: Family<Vec<(String, String)>, Counter>,
+    pub grants_rejected: Family<Vec<(String, String)>, Counter>,
     pub definitions_withheld: Family<ServerLabels, Gauge>,
     pub catalog_reads: Family<Vec<(String, String)>, Counter>,
     pub agent_sessions: Gauge,
@@ -68,8 +69,14 @@ impl Metrics {
         let grants_reloads = Family::<Vec<(String, String)>, Counter>::default();
         registry.register(
             "grants_reloads",
-            "Reads of the grants file by result (ok or invalid)",
+            "Reads of the grants file by result (ok, invalid, missing or revoked)",
             grants_reloads.clone(),
+        );
+        let grants_rejected = Family::<Vec<(String, String)>, Counter>::default();
+        registry.register(
+            "grants_rejected",
+            "Grants documents not obeyed, by reason (invalid, unsigned, content_changed, unknown_key, bad_signature, malformed_signature, unsupported_signature, other_namespace, other_agentspec, other_uid, older_sequence)",
+            grants_rejected.clone(),
         );
         let definitions_withheld = Family::<ServerLabels, Gauge>::default();
         registry.register(
@@ -96,6 +103,7 @@ impl Metrics {
             upstream_connections,
             upstream_connects,
             grants_reloads,
+            grants_rejected,
             definitions_withheld,
             catalog_reads,
             agent_sessions,

@@ -15,7 +15,9 @@
 //!                                                                      (server, credential) credentials (files, read per connect)
 //! ```
 //!
-//! - [`grants_file`]: reads and watches `grants.json`; a bad document keeps the last good one.
+//! - [`grants_file`]: reads and watches `grants.json` and checks its signature `grants.sig`
+//!   (with `--grants-verify-keys`); a bad or unsigned document keeps the last good one, a
+//!   missing or revoked one grants nothing.
 //! - [`credentials`]: Secret and ConfigMap keys as files, read for every connection.
 //! - [`definitions`]: per-upstream live tool definitions (ttlMs, list_changed).
 //! - [`listing`]: pure: the grants and the live definitions → what the agent sees.
@@ -52,9 +54,11 @@ use self::calls::Calls;
 use self::credentials::CredentialsDir;
 use self::definitions::{Definitions, Refresh};
 use self::downstream::Downstream;
+use self::grants_file::{SequenceFile, Trust};
 use self::listing::View;
 use self::metrics::{Metrics, server_label};
 use self::ops::Readiness;
+use crate::grants::signature::{Binding, VerifyingKeys};
 
 /// Flags of `mcp-operator sidecar` (the injector and the tests rely on them).
 #[derive(clap::Args, Debug, Clone)]
@@ -106,6 +110,49 @@ pub struct SidecarArgs {
     /// Secret key. Without it the sidecar makes a random key at start.
     #[arg(long, env = "MCP_SIDECAR_APPROVAL_KEY_FILE")]
     pub approval_key_file: Option<PathBuf>,
+    /// The operator's public keys, `<key id>:<base64>,…` (the injection passes them): only a
+    /// grants document signed by one of them for this pod's AgentSpec is obeyed. Without it
+    /// (a sidecar run by hand) grants documents are obeyed unsigned.
+    #[arg(long, env = "MCP_SIDECAR_GRANTS_VERIFY_KEYS")]
+    pub grants_verify_keys: Option<String>,
+    /// The AgentSpec's namespace, which a signed document must name (with
+    /// --grants-verify-keys).
+    #[arg(long, env = "MCP_SIDECAR_AGENT_NAMESPACE")]
+    pub agent_namespace: Option<String>,
+    /// The AgentSpec's uid, which a signed document must name (with --grants-verify-keys): a
+    /// document of an AgentSpec deleted and created again under the same name is refused.
+    #[arg(long, env = "MCP_SIDECAR_AGENT_UID")]
+    pub agent_uid: Option<String>,
+    /// A directory that outlives a restart of the sidecar (the pod's emptyDir): the highest
+    /// grants sequence accepted is kept there, so an older document put back is refused after
+    /// a restart too.
+    #[arg(long, env = "MCP_SIDECAR_STATE_DIR")]
+    pub state_dir: Option<PathBuf>,
+}
+
+impl SidecarArgs {
+    /// Which grants documents this sidecar obeys.
+    pub fn trust(&self) -> Result<Trust, SidecarError> {
+        let Some(keys) = &self.grants_verify_keys else {
+            return Ok(Trust::Unsigned);
+        };
+        let keys = VerifyingKeys::parse(keys)
+            .map_err(|e| SidecarError::GrantsTrust(format!("--grants-verify-keys: {e}")))?;
+        let (Some(namespace), Some(uid)) = (&self.agent_namespace, &self.agent_uid) else {
+            return Err(SidecarError::GrantsTrust(
+                "--grants-verify-keys needs --agent-namespace and --agent-uid: a signed document is bound to its AgentSpec".into(),
+            ));
+        };
+        Ok(Trust::Signed {
+            keys,
+            binding: Binding {
+                namespace: namespace.clone(),
+                agent_spec: self.agent.clone(),
+                uid: uid.clone(),
+            },
+            state: self.state_dir.as_deref().map(SequenceFile::in_dir),
+        })
+    }
 }
 
 fn humantime_secs(s: &str) -> Result<Duration, String> {
@@ -139,6 +186,8 @@ pub enum SidecarError {
     Serve(std::io::Error),
     #[error("cannot use the approval key file {path}: {reason}")]
     ApprovalKey { path: PathBuf, reason: String },
+    #[error("cannot check the grants' signatures: {0}")]
+    GrantsTrust(String),
 }
 
 impl SidecarError {
@@ -148,6 +197,7 @@ impl SidecarError {
             SidecarError::Bind { .. } => "BindFailed",
             SidecarError::Serve(_) => "ServeFailed",
             SidecarError::ApprovalKey { .. } => "ApprovalKeyInvalid",
+            SidecarError::GrantsTrust(_) => "GrantsVerifyKeysInvalid",
         }
     }
 }
@@ -167,8 +217,22 @@ pub async fn run(args: SidecarArgs) -> Result<(), SidecarError> {
                 reason,
             })?,
     };
+    let trust = args.trust()?;
+    match &trust {
+        Trust::Unsigned => tracing::warn!(
+            reason = "UnsignedGrants",
+            "no --grants-verify-keys: grants documents are obeyed without checking their signature; fine for a sidecar run by hand, never for one next to an agent in a cluster (the injected sidecar always has keys)"
+        ),
+        Trust::Signed { keys, binding, .. } => tracing::info!(
+            keys = %keys.ids().join(","),
+            namespace = %binding.namespace,
+            agentspec = %binding.agent_spec,
+            uid = %binding.uid,
+            "obeying only grants signed by the operator for this AgentSpec"
+        ),
+    }
     let metrics = Arc::new(Metrics::new());
-    let grants = grants_file::watch_file(args.grants_file.clone(), Arc::clone(&metrics));
+    let grants = grants_file::watch_file(args.grants_file.clone(), trust, Arc::clone(&metrics));
     let policy = EndpointPolicy {
         allow_loopback: args.allow_loopback,
     };
@@ -272,7 +336,10 @@ async fn maintain_view(
     let mut live = definitions.subscribe();
     let mut digest: Option<String> = None;
     loop {
-        let current = grants.borrow_and_update().current.clone();
+        let (current, nothing) = {
+            let state = grants.borrow_and_update();
+            (state.current.clone(), state.why_nothing())
+        };
         let grants_digest = current.as_ref().map(|c| c.digest.clone());
         if grants_digest != digest {
             digest = grants_digest;
@@ -284,7 +351,8 @@ async fn maintain_view(
             }
         }
         live.borrow_and_update();
-        let next = listing::build(current, &|server| definitions.get(server));
+        let mut next = listing::build(current, &|server| definitions.get(server));
+        next.nothing_granted = nothing;
         for (server, n) in next.withheld_by_server() {
             metrics
                 .definitions_withheld

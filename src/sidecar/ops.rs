@@ -47,12 +47,16 @@ pub fn judge(grants: &GrantsState, view: &View) -> (bool, Vec<String>) {
     let mut ready = true;
     let mut reasons = Vec::new();
     match (&grants.current, &grants.problem) {
-        (None, problem) => {
+        (None, _) => {
             ready = false;
             reasons.push(format!(
-                "no grants document yet: {}",
-                problem.as_deref().unwrap_or("reading it")
+                "nothing is granted: {}",
+                grants.why_nothing().unwrap_or_default()
             ));
+            // Revoked or gone, then a document that was refused: both are news.
+            if let (Some(_), Some(problem)) = (&grants.nothing_granted, &grants.problem) {
+                reasons.push(format!("the newest file was not used: {problem}"));
+            }
         }
         (Some(good), Some(problem)) => reasons.push(format!(
             "serving the last good grants ({}); the newest file was not used: {problem}",
@@ -175,16 +179,36 @@ mod tests {
     #[test]
     fn ready_needs_grants_and_every_required_server() {
         let none = GrantsState {
-            current: None,
-            problem: Some("the grants file /g does not exist".into()),
+            nothing_granted: Some("the grants file /g does not exist".into()),
+            ..GrantsState::default()
         };
         let (ready, reasons) = judge(&none, &View::default());
         assert!(!ready);
         assert!(reasons[0].contains("does not exist"));
+        let revoked = GrantsState {
+            nothing_granted: Some(
+                "the grants were revoked: the AgentSpec a/b is being deleted".into(),
+            ),
+            sequence: Some(3),
+            ..GrantsState::default()
+        };
+        let (ready, reasons) = judge(&revoked, &View::default());
+        assert!(!ready);
+        assert_eq!(
+            reasons,
+            ["nothing is granted: the grants were revoked: the AgentSpec a/b is being deleted"]
+        );
+        let refused = GrantsState {
+            problem: Some("the grants file /g is not the operator's: it is not signed".into()),
+            ..GrantsState::default()
+        };
+        let (ready, reasons) = judge(&refused, &View::default());
+        assert!(!ready);
+        assert!(reasons[0].contains("not signed"), "{reasons:?}");
 
         let good = GrantsState {
             current: Some(loaded()),
-            problem: None,
+            ..GrantsState::default()
         };
         let mut view = View {
             grants: Some(loaded()),
@@ -225,6 +249,7 @@ mod tests {
         let kept = GrantsState {
             current: Some(loaded()),
             problem: Some("not JSON".into()),
+            ..GrantsState::default()
         };
         let (ready, reasons) = judge(
             &kept,
@@ -242,6 +267,8 @@ mod tests {
         let good = GrantsState {
             current: Some(loaded()),
             problem: None,
+            nothing_granted: None,
+            sequence: None,
         };
         let sentence =
             "Secret files-token key token is not mounted (no file /c/secrets/files-token/token)";

@@ -565,7 +565,15 @@ async fn the_grants_config_map_stays_idle_is_recreated_and_is_garbage_collected(
         }
     })
     .await;
-    assert_eq!(new.data, old.data);
+    // The same grants, signed again (a newer sequence: sidecars accept it).
+    let (new_data, old_data) = (new.data.clone().unwrap(), old.data.clone().unwrap());
+    assert_eq!(new_data["grants.json"], old_data["grants.json"]);
+    let sequence = |d: &std::collections::BTreeMap<String, String>| {
+        serde_json::from_str::<Value>(&d["grants.sig"]).unwrap()["sequence"]
+            .as_u64()
+            .unwrap()
+    };
+    assert!(sequence(&new_data) > sequence(&old_data));
     let owner = &new.owner_references()[0];
     assert_eq!(
         (owner.kind.as_str(), owner.name.as_str(), owner.controller),
@@ -574,7 +582,8 @@ async fn the_grants_config_map_stays_idle_is_recreated_and_is_garbage_collected(
     assert_eq!(new.labels()["app.kubernetes.io/managed-by"], "mcp-operator");
     assert_eq!(new.labels()["mcp-operator.dev/agentspec"], "bot");
 
-    // The AgentSpec goes: kube-controller-manager's garbage collector takes the ConfigMap.
+    // The AgentSpec goes: no pod of it runs, so its finalizer publishes the revoked grants and
+    // removes the ConfigMap at once.
     let uid = agents.get("bot").await.unwrap().meta().uid.clone();
     agents
         .delete("bot", &DeleteParams::default())
@@ -582,7 +591,7 @@ async fn the_grants_config_map_stays_idle_is_recreated_and_is_garbage_collected(
         .unwrap();
     eventually(
         Duration::from_secs(90),
-        "the garbage collector to delete the ConfigMap",
+        "the ConfigMap to be deleted",
         || async {
             match cms
                 .get_opt("bot-mcp-grants")
@@ -1375,4 +1384,407 @@ async fn grants_too_large_for_a_config_map_grant_nothing_and_say_what_to_do() {
     wait_agent(&client, ns.name(), "bot", "Ready", "True", None).await;
     let (_, doc) = grants(&client, ns.name(), "bot").await.unwrap();
     assert_eq!(tool_names(&doc, "big").len(), 10, "{doc}");
+}
+
+/// Events the operator wrote about the AgentSpec `name` with `reason`.
+async fn agent_events(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    reason: &str,
+) -> Vec<k8s_openapi::api::events::v1::Event> {
+    Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), namespace)
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+                && e.reason.as_deref() == Some(reason)
+        })
+        .collect()
+}
+
+/// A tenant user who may edit ConfigMaps in its namespace (and nothing else): `kubectl --as`.
+async fn tenant_user(client: &Client, namespace: &str, user: &str) {
+    use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+    let role: Role = serde_json::from_value(json!({
+        "metadata": {"name": "tenant-configmaps"},
+        "rules": [{"apiGroups": [""], "resources": ["configmaps"],
+                   "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]}],
+    }))
+    .unwrap();
+    let binding: RoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": "tenant-configmaps"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "tenant-configmaps"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+    }))
+    .unwrap();
+    let pp = kube::api::PostParams::default();
+    Api::<Role>::namespaced(client.clone(), namespace)
+        .create(&pp, &role)
+        .await
+        .unwrap();
+    Api::<RoleBinding>::namespaced(client.clone(), namespace)
+        .create(&pp, &binding)
+        .await
+        .unwrap();
+}
+
+/// A tenant who may edit its ConfigMaps patches the grants ConfigMap to add a tool: the
+/// operator notices the content (not the annotation, which the tenant left alone), puts the
+/// signed grants back within seconds and says so in a Warning GrantsTampered on the AgentSpec;
+/// the sidecar (started as the webhook starts it, on the mirrored ConfigMap) never obeys the
+/// edit. Deleting the AgentSpec while a pod of it runs publishes a signed revoked document —
+/// the sidecar then grants nothing and says why — and only after --revoke-wait does the
+/// ConfigMap go, and the AgentSpec with it.
+#[tokio::test]
+async fn a_hand_edited_grants_config_map_is_put_back_and_a_deleted_agent_spec_revokes_first() {
+    use k8s_openapi::api::core::v1::Pod;
+    use mcp_operator::grants::signature::{self, Binding, Keyring};
+    let (client, ns) = e2e::setup("signed").await;
+    let fixture = Fixtures::load().sdk_server(&[]);
+    let _op = Operator::start_with(
+        &e2e::kubeconfig_path().await,
+        ns.name(),
+        "op-signed",
+        &["--revoke-wait", "8s"],
+    );
+    apply_server(
+        &client,
+        ns.name(),
+        server_manifest("files", &fixture.url, json!({})),
+    )
+    .await;
+    apply_agent(
+        &client,
+        ns.name(),
+        "bot",
+        json!({"servers": [{"name": "files", "allow": ["read_file"]}]}),
+    )
+    .await;
+    wait_agent(&client, ns.name(), "bot", "Ready", "True", None).await;
+    let (cm, doc) = grants(&client, ns.name(), "bot").await.unwrap();
+    let data = cm.data.clone().unwrap();
+    let published = data["grants.json"].clone();
+    let sig: Value = serde_json::from_str(&data["grants.sig"]).expect("grants.sig is JSON");
+    let agent = Api::<AgentSpec>::namespaced(client.clone(), ns.name())
+        .get("bot")
+        .await
+        .unwrap();
+    assert!(
+        agent
+            .finalizers()
+            .contains(&"mcp-operator.dev/revoke-grants".to_string())
+    );
+    assert_eq!(sig["namespace"], ns.name());
+    assert_eq!(sig["agentSpec"], "bot");
+    assert_eq!(sig["uid"], json!(agent.uid()));
+    // Verified as the sidecar verifies it, with the keyring the operator created.
+    let secret = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), ns.name())
+        .get("mcp-operator-grants-signing")
+        .await
+        .unwrap();
+    let seeds: std::collections::BTreeMap<String, Vec<u8>> = secret
+        .data
+        .clone()
+        .unwrap()
+        .into_iter()
+        .map(|(k, v)| (k, v.0))
+        .collect();
+    let keyring = Keyring::from_secret_data(&seeds).unwrap();
+    let binding = Binding {
+        namespace: ns.name().into(),
+        agent_spec: "bot".into(),
+        uid: agent.uid().unwrap(),
+    };
+    let verified = signature::verify(
+        published.as_bytes(),
+        Some(data["grants.sig"].as_bytes()),
+        &keyring.verifying_keys(),
+        &binding,
+        None,
+    )
+    .expect("the published grants verify");
+    assert_eq!(verified.key_id, keyring.current.id());
+
+    let sidecar = crate::e2e_sidecar::sidecar_on_published_grants(&client, ns.name(), "bot").await;
+
+    // The tenant adds write_file to grants.json with kubectl, annotations untouched.
+    tenant_user(&client, ns.name(), "alice").await;
+    let mut widened = doc.clone();
+    let mut extra = widened["servers"][0]["tools"][0].clone();
+    extra["qualifiedName"] = json!("files__write_file");
+    extra["name"] = json!("write_file");
+    widened["servers"][0]["tools"]
+        .as_array_mut()
+        .unwrap()
+        .push(extra);
+    let patch = json!({"data": {"grants.json": widened.to_string()}}).to_string();
+    let edited_at = Instant::now();
+    kubectl(&[
+        "--as",
+        "alice",
+        "patch",
+        "configmap",
+        "bot-mcp-grants",
+        "-n",
+        ns.name(),
+        "--type",
+        "merge",
+        "-p",
+        &patch,
+    ])
+    .await;
+    let repaired = eventually(
+        Duration::from_secs(10),
+        "the signed grants put back",
+        || async {
+            let (cm, _) = grants(&client, ns.name(), "bot").await.ok_or("gone")?;
+            let data = cm.data.unwrap();
+            if data["grants.json"] == published {
+                Ok(data["grants.sig"].clone())
+            } else {
+                Err("still the edit".to_string())
+            }
+        },
+    )
+    .await;
+    let took = edited_at.elapsed();
+    assert!(took < Duration::from_secs(5), "put back after {took:?}");
+    let resigned: Value = serde_json::from_str(&repaired).unwrap();
+    assert!(
+        resigned["sequence"].as_u64() > sig["sequence"].as_u64(),
+        "{resigned} after {sig}"
+    );
+    let events = eventually(SOON, "a GrantsTampered event", || async {
+        let events = agent_events(&client, ns.name(), "bot", "GrantsTampered").await;
+        if events.is_empty() {
+            Err("none yet".to_string())
+        } else {
+            Ok(events)
+        }
+    })
+    .await;
+    let note = events[0].note.clone().unwrap_or_default();
+    assert_eq!(events[0].type_.as_deref(), Some("Warning"));
+    assert!(
+        note.contains("grants.json was edited")
+            && note.contains("1 tool(s) added: files__write_file")
+            && note.contains("kubectl"),
+        "{note}"
+    );
+    // The sidecar never granted write_file.
+    let out = agent_list(&sidecar.url).await;
+    assert_eq!(out, ["files__read_file"]);
+
+    // A pod of the AgentSpec runs (as far as the controller knows); the AgentSpec is deleted.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
+    pods.create(
+        &Default::default(),
+        &serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "bot-pod", "labels": {mcp_operator::inject::AGENT_LABEL: "bot"}},
+            "spec": {"nodeName": "e2e-no-such-node",
+                     "containers": [{"name": "agent", "image": "agent:never-pulled"}]},
+        }))
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let deleted_at = Instant::now();
+    Api::<AgentSpec>::namespaced(client.clone(), ns.name())
+        .delete("bot", &DeleteParams::default())
+        .await
+        .unwrap();
+    let revoked = eventually(SOON, "the revoked grants", || async {
+        let (cm, doc) = grants(&client, ns.name(), "bot").await.ok_or("gone")?;
+        if doc["revoked"] == true {
+            Ok(cm)
+        } else {
+            Err(format!("{doc}"))
+        }
+    })
+    .await;
+    let data = revoked.data.clone().unwrap();
+    signature::verify(
+        data["grants.json"].as_bytes(),
+        Some(data["grants.sig"].as_bytes()),
+        &keyring.verifying_keys(),
+        &binding,
+        Some(resigned["sequence"].as_u64().unwrap()),
+    )
+    .expect("the revoked document is signed, newer than the last");
+    assert!(
+        revoked.metadata.owner_references.is_none(),
+        "not left to the garbage collector"
+    );
+    // The sidecar grants nothing and says why.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (status, text) = sidecar.readyz().await;
+        if text.contains("revoked") {
+            assert_eq!(status, 503);
+            break;
+        }
+        assert!(Instant::now() < deadline, "{text}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(agent_list(&sidecar.url).await.is_empty());
+    assert!(
+        !agent_events(&client, ns.name(), "bot", "GrantsRevoked")
+            .await
+            .is_empty()
+    );
+    // The ConfigMap and the AgentSpec go once --revoke-wait has passed.
+    eventually(SOON, "the ConfigMap and the AgentSpec gone", || async {
+        let cm = grants(&client, ns.name(), "bot").await;
+        let a = Api::<AgentSpec>::namespaced(client.clone(), ns.name())
+            .get_opt("bot")
+            .await
+            .map_err(|e| e.to_string())?;
+        match (cm, a) {
+            (None, None) => Ok(()),
+            (cm, a) => Err(format!(
+                "configmap {}, agentspec {}",
+                cm.is_some(),
+                a.is_some()
+            )),
+        }
+    })
+    .await;
+    let waited = deleted_at.elapsed();
+    assert!(
+        waited >= Duration::from_secs(8),
+        "removed after {waited:?}, before --revoke-wait"
+    );
+    // No private key in the ConfigMap, the events or the AgentSpec's status.
+    use base64::Engine as _;
+    let mut shown = serde_json::to_string(&revoked).unwrap();
+    for e in agent_events(&client, ns.name(), "bot", "GrantsTampered").await {
+        shown.push_str(&serde_json::to_string(&e).unwrap());
+    }
+    shown.push_str(&serde_json::to_string(&agent).unwrap());
+    for seed in seeds.values() {
+        assert!(!shown.contains(&base64::engine::general_purpose::STANDARD.encode(seed)));
+    }
+}
+
+/// The qualified names the sidecar at `url` lists to an SDK agent.
+async fn agent_list(url: &str) -> Vec<String> {
+    let out = crate::sidecar_support::agent(url, "auto", json!([{"op": "list"}])).await;
+    crate::sidecar_support::names(&out["steps"][0])
+}
+
+/// The key id of the grants ConfigMap's signature.
+async fn signing_key_of(client: &Client, namespace: &str, agent: &str) -> Option<String> {
+    let (cm, _) = grants(client, namespace, agent).await?;
+    let sig: Value = serde_json::from_str(cm.data?.get("grants.sig")?).ok()?;
+    sig["keyId"].as_str().map(str::to_string)
+}
+
+/// A platform engineer rotates the signing keys with running agents: the grants are signed
+/// again with the new key, and a sidecar injected before the rotation keeps obeying them (it
+/// was given both keys). After a second rotation it no longer knows the signing key: it keeps
+/// its last good grants and /readyz says to look at the key — such pods are to be restarted.
+#[tokio::test]
+async fn a_key_rotation_keeps_running_sidecars_verifying_for_one_rotation() {
+    let (client, ns) = e2e::setup("rotate").await;
+    let fixture = Fixtures::load().sdk_server(&[]);
+    let _op = Operator::start(&e2e::kubeconfig_path().await, ns.name(), "op-rotate");
+    apply_server(
+        &client,
+        ns.name(),
+        server_manifest("files", &fixture.url, json!({})),
+    )
+    .await;
+    apply_agent(
+        &client,
+        ns.name(),
+        "bot",
+        json!({"servers": [{"name": "files", "allow": ["read_file"]}]}),
+    )
+    .await;
+    wait_agent(&client, ns.name(), "bot", "Ready", "True", None).await;
+    let sidecar = crate::e2e_sidecar::sidecar_on_published_grants(&client, ns.name(), "bot").await;
+    let first = signing_key_of(&client, ns.name(), "bot").await.unwrap();
+    let rotate = |n: u32| {
+        kubectl_owned(vec![
+            "annotate".into(),
+            "secret".into(),
+            "-n".into(),
+            ns.name().into(),
+            "mcp-operator-grants-signing".into(),
+            format!("mcp-operator.dev/rotate=round-{n}"),
+        ])
+    };
+    rotate(1).await;
+    let second = eventually(SOON, "the grants signed with the next key", || async {
+        match signing_key_of(&client, ns.name(), "bot").await {
+            Some(k) if k != first => Ok(k),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    // The sidecar injected before the rotation verifies the new signature.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (status, text) = sidecar.readyz().await;
+        let metrics = sidecar.metrics().await;
+        // The re-signed document (same grants) was read and accepted, nothing refused.
+        let accepted = metrics
+            .lines()
+            .find_map(|l| l.strip_prefix("mcp_sidecar_grants_reloads_total{result=\"ok\"} "))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or(0.0);
+        if status == 200
+            && text.trim() == "ok"
+            && accepted >= 2.0
+            && !metrics.contains("grants_rejected_total{")
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{status} {text}\n{metrics}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(agent_list(&sidecar.url).await, ["files__read_file"]);
+
+    // A second rotation: the pod's keys are both gone.
+    rotate(2).await;
+    eventually(
+        SOON,
+        "the grants signed with a key the pod never had",
+        || async {
+            match signing_key_of(&client, ns.name(), "bot").await {
+                Some(k) if k != first && k != second => Ok(k),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (status, text) = sidecar.readyz().await;
+        if text.contains("not one of the trusted keys") {
+            assert_eq!(status, 200, "the last good grants are served: {text}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "{status} {text}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        sidecar
+            .metrics()
+            .await
+            .contains("mcp_sidecar_grants_rejected_total{reason=\"unknown_key\"}")
+    );
+    assert_eq!(agent_list(&sidecar.url).await, ["files__read_file"]);
+}
+
+/// [`kubectl`] with owned arguments.
+async fn kubectl_owned(args: Vec<String>) -> String {
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    kubectl(&args).await
 }

@@ -1428,6 +1428,50 @@ async fn a_labelled_pod_gets_its_sidecar_and_calls_exactly_its_granted_tools() {
             && message.contains("remove it from the pod spec and the operator injects it"),
         "refused with: {message}"
     );
+    // The injected sidecar, as the pod runs it.
+    let rs = created.spec.clone().expect("a spec");
+    let init = rs.init_containers.clone().unwrap_or_default();
+    assert_eq!(init.len(), 1);
+    // The injected sidecar obeys only grants the operator signed for this AgentSpec: both
+    // keys of the keyring, the namespace and uid, its own state volume (mounted nowhere else).
+    let args = init[0].args.clone().unwrap_or_default();
+    let keys = args
+        .iter()
+        .find_map(|a| a.strip_prefix("--grants-verify-keys="))
+        .expect("the sidecar is given the verifying keys");
+    assert_eq!(keys.split(',').count(), 2, "{keys}");
+    assert!(
+        args.iter()
+            .any(|a| a.starts_with("--agent-uid=") && a.len() > 12),
+        "{args:?}"
+    );
+    assert!(
+        rs.containers.iter().all(|c| c
+            .volume_mounts
+            .iter()
+            .flatten()
+            .all(|m| m.name != "mcp-sidecar-state")),
+        "only the sidecar mounts its state"
+    );
+    let names: Vec<String> = rs
+        .volumes
+        .unwrap_or_default()
+        .into_iter()
+        .map(|v| v.name)
+        .filter(|n| n.starts_with("mcp-"))
+        .collect();
+    assert_eq!(
+        names,
+        ["mcp-grants", "mcp-sidecar-state", "mcp-credentials"]
+    );
+    let urls = rs.containers[0]
+        .env
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|e| e.name == "MCP_SERVER_URL")
+        .count();
+    assert_eq!(urls, 1);
 
     // --- an unlabelled pod is untouched; a label naming no AgentSpec is refused by name.
     let plain = pods

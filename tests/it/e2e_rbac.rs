@@ -218,6 +218,8 @@ fn the_cluster_role_and_the_release_namespace_roles_grant_exactly_the_reviewed_p
         // blockOwnerDeletion on the ConfigMaps they own.
         "mcp-operator.dev/agentspecs list",
         "mcp-operator.dev/agentspecs watch",
+        // The finalizer that makes a delete revoke the grants first.
+        "mcp-operator.dev/agentspecs patch",
         "mcp-operator.dev/agentspecs/finalizers update",
         "mcp-operator.dev/agentspecs/status patch",
         "mcp-operator.dev/mcpservers list",
@@ -277,6 +279,22 @@ fn the_cluster_role_and_the_release_namespace_roles_grant_exactly_the_reviewed_p
         ],
         "the webhook TLS Role changed: review it"
     );
+    let signing: Vec<String> = permissions(named(&objects, "Role", "mcp-operator-grants-signing"))
+        .into_iter()
+        .collect();
+    assert_eq!(
+        signing,
+        [
+            // The grants signing keyring: created by the leader, watched by every replica,
+            // rotated in place.
+            "/secrets create",
+            "/secrets get @mcp-operator-grants-signing",
+            "/secrets list @mcp-operator-grants-signing",
+            "/secrets update @mcp-operator-grants-signing",
+            "/secrets watch @mcp-operator-grants-signing",
+        ],
+        "the grants signing Role changed: review it"
+    );
     let pins: Vec<String> = permissions(named(&objects, "Role", "mcp-operator-pin-store"))
         .into_iter()
         .collect();
@@ -290,7 +308,7 @@ fn the_cluster_role_and_the_release_namespace_roles_grant_exactly_the_reviewed_p
         ],
         "the pin store Role changed: review it"
     );
-    assert_eq!(of_kind(&objects, "Role").len(), 3);
+    assert_eq!(of_kind(&objects, "Role").len(), 4);
     // The pin approvers' ClusterRole: the one verb, bound by the platform (the chart binds it
     // to no one).
     let approver: Vec<String> =
@@ -303,6 +321,7 @@ fn the_cluster_role_and_the_release_namespace_roles_grant_exactly_the_reviewed_p
         "mcp-operator-leader-election",
         "mcp-operator-pin-store",
         "mcp-operator-webhook-tls",
+        "mcp-operator-grants-signing",
     ] {
         let binding = named(&objects, "RoleBinding", role);
         assert_eq!(binding["roleRef"]["name"], role);
@@ -312,6 +331,10 @@ fn the_cluster_role_and_the_release_namespace_roles_grant_exactly_the_reviewed_p
     let args = container_args(&objects);
     assert!(
         args.contains(&"--lease-name=mcp-operator".to_string()),
+        "{args:?}"
+    );
+    assert!(
+        args.contains(&"--signing-secret=mcp-operator-grants-signing".to_string()),
         "{args:?}"
     );
 }
@@ -580,8 +603,8 @@ fn the_chart_lints_and_renders_its_options() {
         "no webhook, no pin approvals to check"
     );
     assert!(of_kind(&off, "ValidatingWebhookConfiguration").is_empty());
-    // No webhook, no Secret to write: only the leader election and pin store Roles and their
-    // bindings.
+    // No webhook, no certificate Secret to write: the leader election, pin store and grants
+    // signing Roles (grants are signed without injection too) and their bindings.
     for kind in ["Role", "RoleBinding"] {
         let names: Vec<&Value> = of_kind(&off, kind)
             .into_iter()
@@ -591,7 +614,8 @@ fn the_chart_lints_and_renders_its_options() {
             names,
             [
                 &json!("mcp-operator-leader-election"),
-                &json!("mcp-operator-pin-store")
+                &json!("mcp-operator-pin-store"),
+                &json!("mcp-operator-grants-signing")
             ],
             "{kind}"
         );
@@ -1089,13 +1113,51 @@ async fn the_controller_does_its_whole_job_with_only_the_charts_rbac() {
     })
     .await;
     let grants_cm = config_maps.get(&grants).await.unwrap();
+    let data = grants_cm.data.unwrap_or_default();
     assert!(
-        grants_cm
-            .data
-            .unwrap_or_default()
-            .contains_key("grants.json"),
+        data.contains_key("grants.json"),
         "{grants} holds grants.json"
     );
+    assert!(data.contains_key("grants.sig"), "{grants} is signed");
+    // The leader created the signing keyring in the release namespace.
+    let keyring_name = container_args(&objects)
+        .iter()
+        .find_map(|a| a.strip_prefix("--signing-secret=").map(str::to_string))
+        .expect("the chart names the signing Secret");
+    let keyring = Api::<Secret>::namespaced(client.clone(), release)
+        .get_opt(&keyring_name)
+        .await
+        .unwrap()
+        .expect("the grants signing Secret");
+    assert!(keyring.data.unwrap_or_default().contains_key("current"));
+    // Rotating it is a right of the chart's RBAC too: signed again with the new key.
+    let before: Value = serde_json::from_str(&data["grants.sig"]).unwrap();
+    Api::<Secret>::namespaced(client.clone(), release)
+        .patch(
+            &keyring_name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"mcp-operator.dev/rotate": "now"}}})),
+        )
+        .await
+        .unwrap();
+    eventually(
+        SOON,
+        "the grants signed again with the next key",
+        || async {
+            let cm = config_maps
+                .get(&grants)
+                .await
+                .map_err(|e| e2e::describe(&e))?;
+            let sig: Value = serde_json::from_str(&cm.data.unwrap_or_default()["grants.sig"])
+                .map_err(|e| e.to_string())?;
+            if sig["keyId"] != before["keyId"] {
+                Ok(())
+            } else {
+                Err(format!("still {}", sig["keyId"]))
+            }
+        },
+    )
+    .await;
 
     // The policy's status (a cluster-scoped status patch) and its event in `default`.
     let policies: Api<McpTenantPolicy> = Api::all(client.clone());
@@ -1241,6 +1303,36 @@ async fn the_controller_does_its_whole_job_with_only_the_charts_rbac() {
     )
     .await;
 
+    // Deleting the AgentSpec: its finalizer publishes the revoked grants, then (no pod runs)
+    // the ConfigMap and the finalizer go.
+    agents
+        .delete("assistant", &Default::default())
+        .await
+        .unwrap();
+    eventually(
+        SOON,
+        "the AgentSpec and its grants ConfigMap gone",
+        || async {
+            let a = agents
+                .get_opt("assistant")
+                .await
+                .map_err(|e| e2e::describe(&e))?;
+            let cm = config_maps
+                .get_opt(&grants)
+                .await
+                .map_err(|e| e2e::describe(&e))?;
+            match (a, cm) {
+                (None, None) => Ok(()),
+                (a, cm) => Err(format!(
+                    "agentspec {}, configmap {}",
+                    a.is_some(),
+                    cm.is_some()
+                )),
+            }
+        },
+    )
+    .await;
+
     // The leader shuts down and releases the Lease; the standby takes it and reconciles.
     assert!(
         leader.terminate(Duration::from_secs(20)).is_some(),
@@ -1359,6 +1451,16 @@ async fn the_service_account_can_do_nothing_else() {
         // Secret in the release namespace; its own webhook configuration's caBundle.
         attrs(mcp, "agentspecs", "get", "tenant-a"),
         attrs(mcp, "mcpservers", "get", "tenant-a"),
+        // The finalizer that revokes a deleted AgentSpec's grants.
+        attrs(mcp, "agentspecs", "patch", "tenant-a"),
+        // The grants signing keyring in the release namespace.
+        named(
+            "",
+            "secrets",
+            "update",
+            release,
+            &format!("{lease}-grants-signing"),
+        ),
         attrs("", "secrets", "create", release),
         named(
             "",
@@ -1385,7 +1487,8 @@ async fn the_service_account_can_do_nothing_else() {
         attrs(mcp, "mcpservers", "patch", "tenant-a"),
         attrs(mcp, "mcpservers", "update", "tenant-a"),
         attrs(mcp, "mcpservers", "delete", "tenant-a"),
-        attrs(mcp, "agentspecs", "patch", "tenant-a"),
+        attrs(mcp, "agentspecs", "update", "tenant-a"),
+        attrs(mcp, "agentspecs", "delete", "tenant-a"),
         attrs(mcp, "mcptenantpolicies", "delete", ""),
         attrs(mcp, "mcptenantpolicies", "patch", ""),
         attrs(mcp, "mcpservers/status", "update", "tenant-a"),

@@ -21,20 +21,24 @@ use mcp_operator::api::tenant_policy::McpTenantPolicy;
 use operator::{Operator, apply_server, server_manifest};
 use serde_json::json;
 use sidecar_support::{
-    Sidecar, agent, agent_answering, agent_with, names, swap_grants, upstream_calls,
+    Sidecar, agent, agent_answering, agent_with, names, swap_files, upstream_calls,
 };
 use support::Fixtures;
 
 const TENANT_LABEL: &str = "mcp-operator.dev/e2e-tenant";
 
 /// A ready sidecar on the grants the controller publishes for AgentSpec `agent`, kept current
-/// the way the kubelet keeps a mounted ConfigMap.
+/// the way the kubelet keeps a mounted ConfigMap, and started as the webhook starts it: with
+/// the keyring's public keys (read from the operator's Secret in `namespace`, where the test's
+/// operator runs), the namespace and the AgentSpec's uid, so it obeys only signed grants.
 pub(crate) async fn sidecar_on_published_grants(
     client: &Client,
     namespace: &str,
     agent: &str,
 ) -> Sidecar {
-    let sidecar = Sidecar::start(None);
+    let args = injected_args(client, namespace, agent).await;
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let sidecar = Sidecar::start_on(&[], &args);
     mirror_config_map(
         client.clone(),
         namespace.to_string(),
@@ -45,8 +49,52 @@ pub(crate) async fn sidecar_on_published_grants(
     sidecar
 }
 
-/// Copies the ConfigMap's `grants.json` into `root` whenever the ConfigMap changes, the way the
-/// kubelet updates a ConfigMap volume.
+/// The flags the webhook gives the sidecar of a pod of AgentSpec `agent`: the operator's public
+/// keys (its keyring Secret in `namespace`), the namespace, the uid, a state directory.
+pub(crate) async fn injected_args(client: &Client, namespace: &str, agent: &str) -> Vec<String> {
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(client.clone(), namespace);
+    let keyring = operator::eventually(
+        Duration::from_secs(30),
+        "the operator's grants signing keys",
+        || async {
+            let secret = secrets
+                .get_opt("mcp-operator-grants-signing")
+                .await
+                .map_err(|e| e.to_string())?
+                .ok_or("not created yet")?;
+            let data = secret
+                .data
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(k, v)| (k, v.0))
+                .collect();
+            mcp_operator::grants::signature::Keyring::from_secret_data(&data)
+                .map_err(|e| e.to_string())
+        },
+    )
+    .await;
+    let uid = operator::eventually(Duration::from_secs(30), "the AgentSpec's uid", || async {
+        Api::<AgentSpec>::namespaced(client.clone(), namespace)
+            .get_opt(agent)
+            .await
+            .map_err(|e| e.to_string())?
+            .and_then(|a| a.uid())
+            .ok_or_else(|| format!("no AgentSpec {agent}"))
+    })
+    .await;
+    vec![
+        format!("--grants-verify-keys={}", keyring.verifying_keys().to_arg()),
+        format!("--agent-namespace={namespace}"),
+        format!("--agent-uid={uid}"),
+        "--state-dir=STATE".into(),
+        format!("--agent={agent}"),
+    ]
+}
+
+/// Copies the ConfigMap's `grants.json` and `grants.sig` into `root` whenever the ConfigMap
+/// changes, the way the kubelet updates a ConfigMap volume (a deleted ConfigMap leaves the
+/// last files, as the kubelet does).
 pub(crate) fn mirror_config_map(
     client: Client,
     namespace: String,
@@ -60,10 +108,16 @@ pub(crate) fn mirror_config_map(
         loop {
             if let Ok(Some(cm)) = api.get_opt(&name).await
                 && cm.resource_version().unwrap_or_default() != seen
-                && let Some(text) = cm.data.as_ref().and_then(|d| d.get("grants.json"))
             {
                 seen = cm.resource_version().unwrap_or_default();
-                swap_grants(&root, &mut generation, text.as_bytes());
+                let files: Vec<(&str, Vec<u8>)> = ["grants.json", "grants.sig"]
+                    .into_iter()
+                    .filter_map(|key| {
+                        let text = cm.data.as_ref()?.get(key)?;
+                        Some((key, text.as_bytes().to_vec()))
+                    })
+                    .collect();
+                swap_files(&root, &mut generation, &files);
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }

@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use sidecar_support::{
-    RawLegacyAgent, Sidecar, agent, agent_with, files_behind_sidecar, grants_for, http, inspector,
-    json_of, names, upstream_calls, upstream_cancelled,
+    RawLegacyAgent, Sidecar, Signer, agent, agent_with, files_behind_sidecar, grants_for, http,
+    inspector, json_of, names, upstream_calls, upstream_cancelled,
 };
 use support::Fixtures;
 
@@ -429,7 +429,7 @@ async fn the_grants_file_is_reloaded_and_a_bad_one_keeps_the_last_good() {
     let (status, text) = sidecar.readyz().await;
     assert_eq!(status, 503);
     assert!(
-        text.contains("no grants document yet") && text.contains("does not exist"),
+        text.contains("nothing is granted") && text.contains("does not exist"),
         "{text}"
     );
 
@@ -1643,4 +1643,185 @@ async fn an_agents_cancellation_reaches_the_upstream_and_the_next_call_works() {
         );
         assert_eq!(outcomes.len(), 6, "{audit:?}");
     }
+}
+
+/// Waits until `/readyz` holds `needle`; returns its status and text.
+async fn readyz_saying(sidecar: &Sidecar, needle: &str) -> (u16, String) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (status, text) = sidecar.readyz().await;
+        if text.contains(needle) {
+            return (status, text);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "/readyz never said {needle:?}: {text}\n{}",
+            sidecar.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// With the keys the webhook injects, the sidecar obeys only what the operator signed for its
+/// AgentSpec: a hand-edited grants.json (a tool added, the signature left as it was) and an
+/// older signed document put back are refused — the last good grants stay, a metric counts
+/// the reason, /readyz says it — also after a restart; a signed revoked document grants
+/// nothing, and every refusal says why.
+#[tokio::test(flavor = "multi_thread")]
+async fn signed_grants_refuse_a_tampered_or_replayed_document_and_a_revoked_one_grants_nothing() {
+    let fixtures = Fixtures::load();
+    let server = fixtures.sdk_server(&[]);
+    let signer = Signer::new();
+    let narrow = grants_for("files", "fs", &server.url, &["read_file"], json!({}), None).await;
+    let wide = grants_for(
+        "files",
+        "fs",
+        &server.url,
+        &["read_file", "write_file"],
+        json!({}),
+        None,
+    )
+    .await;
+    let mut sidecar = Sidecar::start_signed(&narrow, &signer, 100);
+    sidecar.wait_ready().await;
+    let listed = |out: &Value| names(&out["steps"][0]);
+    let out = agent(&sidecar.url, "auto", json!([{"op": "list"}])).await;
+    assert_eq!(listed(&out), ["fs__read_file"]);
+
+    // A tenant's edit: write_file added to grants.json, grants.sig untouched.
+    let narrow_sig = signer.sign(&serde_json::to_vec(&narrow).unwrap(), 100);
+    sidecar.swap_files(&[
+        ("grants.json", serde_json::to_vec(&wide).unwrap()),
+        ("grants.sig", narrow_sig.clone()),
+    ]);
+    let (status, text) = readyz_saying(&sidecar, "last good").await;
+    assert_eq!(status, 200, "{text}");
+    assert!(text.contains("changed after it was signed"), "{text}");
+    let out = agent(
+        &sidecar.url,
+        "auto",
+        json!([{"op": "list"}, {"op": "call", "name": "fs__write_file",
+                "arguments": {"path": "/x", "content": "y"}}]),
+    )
+    .await;
+    assert_eq!(listed(&out), ["fs__read_file"], "{out}");
+    assert!(
+        out["steps"][1]["text"]
+            .as_str()
+            .unwrap()
+            .contains("not granted"),
+        "{out}"
+    );
+    assert!(upstream_calls(&server.url).await.is_empty());
+    let metrics = sidecar.metrics().await;
+    assert!(
+        metrics.contains("mcp_sidecar_grants_rejected_total{reason=\"content_changed\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        sidecar.log_text().contains("keeping the last good grants"),
+        "{}",
+        sidecar.log_text()
+    );
+
+    // Unsigned altogether: refused the same way.
+    sidecar.swap_files(&[("grants.json", serde_json::to_vec(&wide).unwrap())]);
+    readyz_saying(&sidecar, "it is not signed").await;
+
+    // The operator's newer document is obeyed.
+    let wide_json = serde_json::to_vec(&wide).unwrap();
+    sidecar.swap_files(&[
+        ("grants.json", wide_json.clone()),
+        ("grants.sig", signer.sign(&wide_json, 200)),
+    ]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while sidecar.readyz().await != (200, "ok\n".to_string()) {
+        assert!(Instant::now() < deadline, "{:?}", sidecar.readyz().await);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let out = agent(&sidecar.url, "auto", json!([{"op": "list"}])).await;
+    assert_eq!(listed(&out), ["fs__read_file", "fs__write_file"]);
+
+    // The older signed document put back: a replay, refused; the newer grants stay.
+    let narrow_files = [
+        ("grants.json", serde_json::to_vec(&narrow).unwrap()),
+        ("grants.sig", narrow_sig),
+    ];
+    sidecar.swap_files(&narrow_files);
+    let (status, text) = readyz_saying(&sidecar, "a replay").await;
+    assert_eq!(status, 200, "{text}");
+    let out = agent(&sidecar.url, "auto", json!([{"op": "list"}])).await;
+    assert_eq!(listed(&out), ["fs__read_file", "fs__write_file"]);
+
+    // Restarted with the replayed document in place: the state directory remembers 200.
+    sidecar.restart();
+    let (status, text) = readyz_saying(&sidecar, "a replay").await;
+    assert_eq!(status, 503, "nothing good to fall back on: {text}");
+    let metrics = sidecar.metrics().await;
+    assert!(
+        metrics.contains("mcp_sidecar_grants_rejected_total{reason=\"older_sequence\"} 1"),
+        "{metrics}"
+    );
+
+    // The AgentSpec is deleted: the operator's signed revoked document grants nothing.
+    sidecar.swap_files(&[
+        ("grants.json", wide_json.clone()),
+        ("grants.sig", signer.sign(&wide_json, 300)),
+    ]);
+    sidecar.wait_ready().await;
+    let revoked = br#"{"schemaVersion":"mcp-operator.dev/grants/v1","revoked":true,"servers":[]}"#;
+    sidecar.swap_files(&[
+        ("grants.json", revoked.to_vec()),
+        ("grants.sig", signer.sign(revoked, 400)),
+    ]);
+    let (status, text) = readyz_saying(&sidecar, "revoked").await;
+    assert_eq!(status, 503, "{text}");
+    assert!(
+        text.contains("team-a/test-agent is being deleted"),
+        "{text}"
+    );
+    let out = agent(
+        &sidecar.url,
+        "auto",
+        json!([{"op": "list"}, {"op": "call", "name": "fs__read_file", "arguments": {"path": "/x"}}]),
+    )
+    .await;
+    assert_eq!(listed(&out), Vec::<String>::new(), "{out}");
+    let refusal = out["steps"][1]["text"].as_str().unwrap();
+    assert!(
+        refusal.contains("not granted") && refusal.contains("revoked"),
+        "{refusal}"
+    );
+    assert!(upstream_calls(&server.url).await.is_empty());
+
+    // Another AgentSpec's signed grants copied in: refused for what they are.
+    let other = Signer {
+        keyring: signer.keyring.clone(),
+        binding: mcp_operator::grants::signature::Binding {
+            agent_spec: "other".into(),
+            ..signer.binding.clone()
+        },
+    };
+    sidecar.swap_files(&[
+        ("grants.json", wide_json.clone()),
+        ("grants.sig", other.sign(&wide_json, 500)),
+    ]);
+    readyz_saying(&sidecar, "signed for the AgentSpec \"other\"").await;
+    // No private key in what the sidecar logs or shows.
+    use base64::Engine as _;
+    let shown = format!("{}{}", sidecar.log_text(), sidecar.metrics().await);
+    for seed in signer.keyring.to_secret_data().values() {
+        assert!(!shown.contains(&base64::engine::general_purpose::STANDARD.encode(seed)));
+    }
+}
+
+/// A sidecar run by hand without keys obeys unsigned grants, and says so at start.
+#[tokio::test(flavor = "multi_thread")]
+async fn without_verify_keys_the_sidecar_obeys_unsigned_grants_and_warns() {
+    let (_server, sidecar) = files_behind_sidecar(&["read_file"]).await;
+    assert!(
+        sidecar.log_text().contains("no --grants-verify-keys"),
+        "{}",
+        sidecar.log_text()
+    );
 }

@@ -47,6 +47,11 @@ app.kubernetes.io/component: controller
 {{- default (include "mcp-operator.fullname" .) .Values.controller.leaseName }}
 {{- end }}
 
+{{/* The Secret holding the keys that sign every grants document. */}}
+{{- define "mcp-operator.signingSecret" -}}
+{{- printf "%s-grants-signing" (include "mcp-operator.fullname" .) }}
+{{- end }}
+
 {{- define "mcp-operator.image" -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
 {{- end }}

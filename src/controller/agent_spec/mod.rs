@@ -13,6 +13,14 @@
 //!    (metadata) ─► the AgentSpec it names             key the grants reference (inject::drift)
 //! ```
 //!
+//! Signed, and revoked on delete: every published ConfigMap carries `grants.sig`
+//! ([`crate::grants::signature`]) by the keyring's current key, and is compared by content
+//! ([`publish::judge`]); a hand edit is put back at once with a Warning `GrantsTampered`. The
+//! finalizer [`FINALIZER`] holds a deleted AgentSpec until its revoked document has been
+//! served: published at once, then kept until no pod of the AgentSpec runs or `--revoke-wait`
+//! has passed (the kubelet refreshes a mounted ConfigMap within about a minute); then the
+//! ConfigMap is removed and the finalizer with it.
+//!
 //! A name collision is not a reason to keep serving grants computed from older inputs (they
 //! may hold a tool a policy has since withdrawn): the ConfigMap then holds the current
 //! intersection minus every tool whose qualified name collides — neither tool is chosen — and
@@ -39,21 +47,35 @@ use crate::api::agent_spec::{AgentSpec, grants_config_map_name};
 use crate::api::mcp_server::McpServer;
 use crate::api::tenant_policy::McpTenantPolicy;
 use crate::core::Catalog;
-use crate::grants::TenantDefault;
+use crate::grants::signature::Keyring;
+use crate::grants::{GrantsDocument, TenantDefault};
 
 use super::readiness::Readiness;
 
-use super::context::Context;
+use super::context::{Context, Signing};
 use super::error::ReconcileError;
 use super::mcp_server::{key_of as server_key, read_spilled_catalog};
 use super::shared::{events, status::apply_status};
 pub(crate) use input::policy_selects;
 use input::{Grants, decide_grants, policy_input, resolve_input, status_catalog};
-use publish::published_digest;
 use status::{AgentTransitions, Published, next_agent_status};
 
 /// (namespace, name) of an McpServer.
 type ServerKey = (String, String);
+
+/// The finalizer that makes deleting an AgentSpec revoke its grants first.
+pub const FINALIZER: &str = "mcp-operator.dev/revoke-grants";
+
+/// What this controller last published or checked for one AgentSpec's grants ConfigMap: while
+/// the ConfigMap's resourceVersion is unchanged, it is not read again.
+#[derive(Clone, Debug)]
+struct Memo {
+    uid: String,
+    resource_version: Option<String>,
+    digest: String,
+    key_id: String,
+    sequence: u64,
+}
 
 pub const KIND: &str = "AgentSpec";
 
@@ -76,6 +98,8 @@ pub struct AgentContext {
     /// Spilled catalogues read back from their ConfigMaps, so a thousand AgentSpecs on one
     /// large server read its ConfigMap once.
     spilled: SpilledCatalogs,
+    /// The grants ConfigMaps published or checked, by (namespace, AgentSpec).
+    published: Mutex<HashMap<(String, String), Memo>>,
 }
 
 /// The stores the AgentSpec reconciler reads, fed by the watches that trigger it.
@@ -109,6 +133,7 @@ impl AgentContext {
             tenant_default,
             preload_budget,
             spilled: SpilledCatalogs::default(),
+            published: Mutex::new(HashMap::new()),
         }
     }
 }
@@ -140,11 +165,21 @@ pub fn error_policy(
 }
 
 async fn reconcile_inner(agent: &AgentSpec, ctx: &AgentContext) -> Result<Action, ReconcileError> {
-    if agent.meta().deletion_timestamp.is_some() {
+    if agent.meta().deletion_timestamp.is_some() && !has_finalizer(agent) {
         return Ok(Action::await_change());
     }
     // Resolving against a store that has not listed yet would publish too little.
     ctx.stores_listed.wait().await;
+    let keyring = signing_keys(&ctx.base.signing).await?;
+    if agent.meta().deletion_timestamp.is_some() {
+        return revoke(agent, ctx, &keyring).await;
+    }
+    // Before anything is published: a delete from now on revokes.
+    if !has_finalizer(agent) {
+        finalizer_patch(&ctx.base.client, agent, true)
+            .await
+            .map_err(ReconcileError::Finalizer)?;
+    }
 
     // Gather: the AgentSpec's servers (with spilled catalogues read back) and its namespace.
     let namespace = agent.namespace().unwrap_or_default();
@@ -168,7 +203,7 @@ async fn reconcile_inner(agent: &AgentSpec, ctx: &AgentContext) -> Result<Action
     let grants = off_the_async_workers(|| decide(agent, ctx, &referenced, &servers, &spilled));
 
     // Apply: the ConfigMap, then the events, then the status.
-    let published = publish(agent, ctx, &grants).await?;
+    let published = publish(agent, ctx, &grants, &keyring).await?;
     let pods = pod_drift(agent, ctx, &grants);
     let (status, transitions) = next_agent_status(
         agent.status.as_ref(),
@@ -268,40 +303,251 @@ fn pod_drift(agent: &AgentSpec, ctx: &AgentContext, grants: &Grants) -> crate::i
     )
 }
 
-/// Publishes the grants ConfigMap when its digest changed; says what it holds.
+/// Publishes the grants ConfigMap, signed, unless it already holds exactly that; says what it
+/// holds. A ConfigMap someone else changed is put back with a Warning `GrantsTampered`.
 async fn publish(
     agent: &AgentSpec,
     ctx: &AgentContext,
     grants: &Grants,
+    keyring: &Keyring,
 ) -> Result<Published, ReconcileError> {
     let namespace = agent.namespace().unwrap_or_default();
     let config_map = grants_config_map_name(&agent.name_any());
     let (document, too_large) = publish::publishable(&grants.document);
-    let digest = document.digest();
+    let intent = publish::Intent::new(&document, true);
     let cached = ctx
         .config_maps
         .get(&ObjectRef::new(&config_map).within(&namespace))
-        .and_then(|cm| published_digest(cm.as_ref()).map(str::to_string));
-    let base = &ctx.base;
-    if publish::publish(
-        &base.client,
-        agent,
-        &document,
-        &digest,
-        cached.as_deref(),
-        &base.settings.field_manager,
-    )
-    .await
-    .map_err(ReconcileError::GrantsConfigMap)?
-    {
-        base.metrics.count_write("GrantsConfigMap");
+        .and_then(|cm| cm.resource_version());
+    let memo = ctx.memo(agent);
+    let checked = memo.as_ref().is_some_and(|m| {
+        cached.is_some()
+            && m.resource_version == cached
+            && m.digest == intent.digest
+            && m.key_id == keyring.current.id()
+    });
+    if !checked {
+        let publication = publish_signed(agent, ctx, &intent, keyring, memo.as_ref()).await?;
+        if let Some(message) = &publication.tampered {
+            warn!(%namespace, agentspec = %agent.name_any(), reason = "GrantsTampered", "{message}");
+            events::publish(
+                &ctx.base.recorder,
+                &agent.object_ref(&()),
+                vec![Event {
+                    type_: EventType::Warning,
+                    reason: "GrantsTampered".into(),
+                    note: Some(message.clone()),
+                    action: "Publish".into(),
+                    secondary: None,
+                }],
+            )
+            .await;
+        }
     }
     Ok(Published {
         config_map,
-        digest,
+        digest: intent.digest.clone(),
         tools: document.tool_count() as u32,
         too_large,
     })
+}
+
+/// One [`publish::publish`], remembered.
+async fn publish_signed(
+    agent: &AgentSpec,
+    ctx: &AgentContext,
+    intent: &publish::Intent<'_>,
+    keyring: &Keyring,
+    memo: Option<&Memo>,
+) -> Result<publish::Publication, ReconcileError> {
+    let base = &ctx.base;
+    let publication = publish::publish(
+        &base.client,
+        agent,
+        intent,
+        keyring,
+        memo.map(|m| m.sequence),
+        &base.settings.field_manager,
+    )
+    .await
+    .map_err(ReconcileError::GrantsConfigMap)?;
+    if publication.written {
+        base.metrics.count_write("GrantsConfigMap");
+    }
+    ctx.remember(
+        agent,
+        Memo {
+            uid: agent.uid().unwrap_or_default(),
+            resource_version: publication.resource_version.clone(),
+            digest: intent.digest.clone(),
+            key_id: keyring.current.id().to_string(),
+            sequence: publication.sequence,
+        },
+    );
+    Ok(publication)
+}
+
+impl AgentContext {
+    fn key(agent: &AgentSpec) -> (String, String) {
+        (agent.namespace().unwrap_or_default(), agent.name_any())
+    }
+
+    /// What was last published for this AgentSpec (this uid: a recreated one starts afresh).
+    fn memo(&self, agent: &AgentSpec) -> Option<Memo> {
+        let memos = self.published.lock().expect("memo lock");
+        memos
+            .get(&Self::key(agent))
+            .filter(|m| Some(&m.uid) == agent.uid().as_ref())
+            .cloned()
+    }
+
+    fn remember(&self, agent: &AgentSpec, memo: Memo) {
+        let mut memos = self.published.lock().expect("memo lock");
+        memos.insert(Self::key(agent), memo);
+    }
+
+    fn forget(&self, agent: &AgentSpec) {
+        let mut memos = self.published.lock().expect("memo lock");
+        memos.remove(&Self::key(agent));
+    }
+}
+
+/// The keyring to sign with: waits a little for a replica that has just started (or a keyring
+/// the leader is creating), then fails the reconcile with the reason (it is retried).
+async fn signing_keys(signing: &Signing) -> Result<Arc<Keyring>, ReconcileError> {
+    let mut keys = signing.keys.clone();
+    let waited = tokio::time::timeout(
+        Duration::from_secs(10),
+        keys.wait_for(|k| k.keyring().is_some()),
+    )
+    .await;
+    if let Ok(Ok(state)) = waited
+        && let Some(keyring) = state.keyring()
+    {
+        return Ok(keyring.clone());
+    }
+    let state = signing.keys.borrow().clone();
+    Err(ReconcileError::SigningKeys(
+        state
+            .problem(&signing.at.namespace, &signing.at.name)
+            .unwrap_or_else(|| "the grants signing keys are not loaded".into()),
+    ))
+}
+
+fn has_finalizer(agent: &AgentSpec) -> bool {
+    agent.finalizers().iter().any(|f| f == FINALIZER)
+}
+
+/// Adds or removes [`FINALIZER`], testing the list it edits (a concurrent change fails the
+/// patch, and the reconcile is retried).
+async fn finalizer_patch(
+    client: &kube::Client,
+    agent: &AgentSpec,
+    add: bool,
+) -> Result<(), kube::Error> {
+    let finalizers = agent.finalizers();
+    let ops = match (add, finalizers.iter().position(|f| f == FINALIZER)) {
+        (true, Some(_)) | (false, None) => return Ok(()),
+        (true, None) if finalizers.is_empty() => serde_json::json!([
+            {"op": "test", "path": "/metadata/uid", "value": agent.uid()},
+            {"op": "add", "path": "/metadata/finalizers", "value": [FINALIZER]},
+        ]),
+        (true, None) => serde_json::json!([
+            {"op": "test", "path": "/metadata/finalizers", "value": finalizers},
+            {"op": "add", "path": "/metadata/finalizers/-", "value": FINALIZER},
+        ]),
+        (false, Some(i)) => serde_json::json!([
+            {"op": "test", "path": format!("/metadata/finalizers/{i}"), "value": FINALIZER},
+            {"op": "remove", "path": format!("/metadata/finalizers/{i}")},
+        ]),
+    };
+    let patch: json_patch::Patch = serde_json::from_value(ops).expect("a JSON patch");
+    let api: kube::Api<AgentSpec> =
+        kube::Api::namespaced(client.clone(), &agent.namespace().unwrap_or_default());
+    match api
+        .patch(
+            &agent.name_any(),
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Json::<()>(patch),
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        // Gone already: nothing holds it.
+        Err(kube::Error::Api(s)) if s.code == 404 && !add => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// The pods of this AgentSpec that have not finished (labelled for it, or injected for it).
+fn running_pods(agent: &AgentSpec, ctx: &AgentContext) -> usize {
+    let name = agent.name_any();
+    let namespace = agent.namespace();
+    ctx.pods
+        .state()
+        .iter()
+        .filter(|p| p.metadata.namespace == namespace)
+        .filter(|p| of_pod(p).iter().any(|r| r.name == name))
+        .count()
+}
+
+/// A deleted AgentSpec: publish the signed revoked document, serve it until no pod of the
+/// AgentSpec runs or `--revoke-wait` has passed, then remove the ConfigMap and the finalizer.
+async fn revoke(
+    agent: &AgentSpec,
+    ctx: &AgentContext,
+    keyring: &Keyring,
+) -> Result<Action, ReconcileError> {
+    let namespace = agent.namespace().unwrap_or_default();
+    let name = agent.name_any();
+    let revoked = GrantsDocument::revoked();
+    let intent = publish::Intent::new(&revoked, false);
+    let memo = ctx.memo(agent);
+    let publication = publish_signed(agent, ctx, &intent, keyring, memo.as_ref()).await?;
+    let wait = ctx.base.signing.revoke_wait;
+    if publication.written {
+        info!(%namespace, agentspec = %name, sequence = publication.sequence, "the AgentSpec is being deleted: published its revoked grants");
+        events::publish(
+            &ctx.base.recorder,
+            &agent.object_ref(&()),
+            vec![Event {
+                type_: EventType::Normal,
+                reason: "GrantsRevoked".into(),
+                note: Some(format!(
+                    "The AgentSpec is being deleted: its grants ConfigMap holds a signed revoked document, so its running agents can call nothing once the kubelet refreshes their volume. The ConfigMap goes when no pod of the AgentSpec runs, or after {}s.",
+                    wait.as_secs()
+                )),
+                action: "Revoke".into(),
+                secondary: None,
+            }],
+        )
+        .await;
+    }
+    let served_for = publication
+        .revoked_at
+        .as_deref()
+        .and_then(|at| at.parse::<k8s_openapi::jiff::Timestamp>().ok())
+        .map(|at| {
+            let since = k8s_openapi::jiff::Timestamp::now().duration_since(at);
+            Duration::try_from(since).unwrap_or_default()
+        })
+        .unwrap_or_default();
+    let pods = running_pods(agent, ctx);
+    if pods > 0 && served_for < wait {
+        // A pod's end triggers a reconcile too (the pod watch).
+        let left = wait - served_for;
+        return Ok(Action::requeue(left.min(Duration::from_secs(5))));
+    }
+    let base = &ctx.base;
+    publish::remove(&base.client, agent)
+        .await
+        .map_err(ReconcileError::GrantsConfigMap)?;
+    finalizer_patch(&base.client, agent, false)
+        .await
+        .map_err(ReconcileError::Finalizer)?;
+    ctx.forget(agent);
+    info!(%namespace, agentspec = %name, pods, served_s = served_for.as_secs(), "revoked grants served: removed the grants ConfigMap and the finalizer");
+    Ok(Action::await_change())
 }
 
 /// The full catalogue of a server whose catalogue was spilled to a ConfigMap, from the cache
@@ -455,6 +701,24 @@ pub fn of_pod(pod: &PartialObjectMeta<Pod>) -> Vec<ObjectRef<AgentSpec>> {
         .collect()
 }
 
+/// The AgentSpec a grants ConfigMap belongs to by its name (`<agentspec>-mcp-grants`): a
+/// ConfigMap whose owner reference and labels were edited away still reaches its AgentSpec.
+pub fn of_config_map(
+    agents: &Store<AgentSpec>,
+    config_map: &PartialObjectMeta<ConfigMap>,
+) -> Vec<ObjectRef<AgentSpec>> {
+    let name = config_map.name_any();
+    let Some(agent) = name.strip_suffix(crate::api::agent_spec::GRANTS_CONFIG_MAP_SUFFIX) else {
+        return vec![];
+    };
+    let reference = ObjectRef::new(agent).within(&config_map.namespace().unwrap_or_default());
+    if agents.get(&reference).is_some() {
+        vec![reference]
+    } else {
+        vec![]
+    }
+}
+
 /// Every AgentSpec (McpTenantPolicy watch → reconcile: a policy may select any namespace, and
 /// may have stopped selecting one).
 pub fn all(agents: &Store<AgentSpec>) -> Vec<ObjectRef<AgentSpec>> {
@@ -531,6 +795,24 @@ mod tests {
         );
         assert!(in_namespace(&agents, "other").is_empty());
         assert_eq!(names(all(&agents)).len(), 3);
+    }
+
+    #[test]
+    fn a_grants_config_map_reaches_its_agent_spec_by_name_even_without_its_owner() {
+        let agents = store_of(vec![named("bot", "team-a", &["gh"])]);
+        let cm = |name: &str, namespace: &str| {
+            let mut m = PartialObjectMeta::<ConfigMap>::default();
+            m.metadata.name = Some(name.into());
+            m.metadata.namespace = Some(namespace.into());
+            m
+        };
+        assert_eq!(
+            names(of_config_map(&agents, &cm("bot-mcp-grants", "team-a"))),
+            ["team-a/bot"]
+        );
+        assert!(of_config_map(&agents, &cm("bot-mcp-grants", "team-b")).is_empty());
+        assert!(of_config_map(&agents, &cm("other-mcp-grants", "team-a")).is_empty());
+        assert!(of_config_map(&agents, &cm("bot", "team-a")).is_empty());
     }
 
     #[test]

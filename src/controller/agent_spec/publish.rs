@@ -1,6 +1,6 @@
-//! The grants ConfigMap `<agentspec>-mcp-grants`: built here from the grants document (pure),
-//! written by the AgentSpec reconciler only when the digest it carries differs from the one in
-//! the cluster.
+//! The grants ConfigMap `<agentspec>-mcp-grants`: built here from the grants document and its
+//! signature (pure), judged against what the cluster holds (pure), written by the AgentSpec
+//! reconciler when it is not exactly what the operator would publish.
 //!
 //! ```text
 //! [ AgentSpec bot ] --owns (controller)--> [ ConfigMap bot-mcp-grants ]
@@ -8,24 +8,32 @@
 //!                                                    mcp-operator.dev/agentspec=bot
 //!                                            annotation mcp-operator.dev/grants-digest
 //!                                            data: grants.json  (never a secret value)
+//!                                                  grants.sig   (grants::signature)
 //! ```
 //!
-//! Deleting the AgentSpec lets the garbage collector delete the ConfigMap; deleting the
-//! ConfigMap by hand triggers a reconcile (the controller watches the ConfigMaps it owns) that
-//! writes it again.
+//! What the cluster holds is compared by content, not by annotation: the `grants.json` bytes,
+//! a signature by the current key bound to this AgentSpec, and the digest annotation. A
+//! ConfigMap that fails is written again; when its own signature does not vouch for it (edited
+//! by hand, signature removed or forged, an older signed document put back) the reconciler
+//! also reports `GrantsTampered` ([`judge`] says what changed). Deleting the ConfigMap by hand
+//! triggers a reconcile (the controller watches the ConfigMaps it owns) that writes it again.
+//! Deleting the AgentSpec publishes the revoked document first (see the reconciler's
+//! finalizer); that ConfigMap has no owner, the reconciler removes it itself.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::ObjectMeta;
+use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams};
 use kube::{Api, Client, Resource, ResourceExt};
 
 use crate::api::agent_spec::{AgentSpec, GRANTS_KEY, grants_config_map_name};
-use crate::controller::shared::config_map::apply_if_changed;
 use crate::grants::GrantsDocument;
+use crate::grants::signature::{self, Binding, GrantsSignature, Keyring, Refused, SIGNATURE_KEY};
 
 /// Annotation carrying the published document's digest.
 pub const DIGEST_ANNOTATION: &str = "mcp-operator.dev/grants-digest";
+/// Annotation on a revoked grants ConfigMap: when the revoked document was first published.
+pub const REVOKED_ANNOTATION: &str = "mcp-operator.dev/revoked-at";
 /// Label naming the AgentSpec a grants ConfigMap belongs to.
 pub const AGENT_LABEL: &str = "mcp-operator.dev/agentspec";
 /// Label on everything the operator creates.
@@ -34,13 +42,13 @@ pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 pub const MANAGED_BY: &str = "mcp-operator";
 
 /// The most bytes a grants document may have. The apiserver refuses a ConfigMap over 1 MiB
-/// (1,048,576 bytes, metadata included); the rest is left for the metadata and the managed
-/// fields.
+/// (1,048,576 bytes, metadata included); the rest is left for the signature, the metadata and
+/// the managed fields.
 pub const MAX_GRANTS_BYTES: usize = 1_000_000;
 
 /// The document as the ConfigMap holds it (compact: a large catalogue's indentation alone
-/// would cost a third of the room).
-fn document_json(doc: &GrantsDocument) -> String {
+/// would cost a third of the room). These exact bytes are signed.
+pub fn document_json(doc: &GrantsDocument) -> String {
     serde_json::to_string(doc).expect("a grants document serialises")
 }
 
@@ -60,25 +68,68 @@ pub fn publishable(doc: &GrantsDocument) -> (std::borrow::Cow<'_, GrantsDocument
     (std::borrow::Cow::Owned(empty), Some(size))
 }
 
-/// The grants ConfigMap for one AgentSpec holding `doc` (whose digest is `digest`).
-pub fn config_map(agent: &AgentSpec, doc: &GrantsDocument, digest: &str) -> ConfigMap {
-    let json = document_json(doc);
+/// Whose grants: the AgentSpec's namespace, name and uid.
+pub fn binding(agent: &AgentSpec) -> Binding {
+    Binding {
+        namespace: agent.namespace().unwrap_or_default(),
+        agent_spec: agent.name_any(),
+        uid: agent.uid().unwrap_or_default(),
+    }
+}
+
+/// What one grants ConfigMap is to hold.
+pub struct Intent<'a> {
+    pub doc: &'a GrantsDocument,
+    /// [`document_json`] of `doc`.
+    pub json: String,
+    pub digest: String,
+    /// Owned by the AgentSpec (not once it is being deleted: the garbage collector must not
+    /// take the revoked document away before the pods have read it).
+    pub owned: bool,
+}
+
+impl<'a> Intent<'a> {
+    pub fn new(doc: &'a GrantsDocument, owned: bool) -> Self {
+        Intent {
+            doc,
+            json: document_json(doc),
+            digest: doc.digest(),
+            owned,
+        }
+    }
+}
+
+/// The grants ConfigMap for one AgentSpec holding `intent`, signed by `sig`.
+pub fn config_map(
+    agent: &AgentSpec,
+    intent: &Intent<'_>,
+    sig: &GrantsSignature,
+    revoked_at: Option<&str>,
+) -> ConfigMap {
+    let mut annotations = BTreeMap::from([(DIGEST_ANNOTATION.to_string(), intent.digest.clone())]);
+    if let Some(at) = revoked_at {
+        annotations.insert(REVOKED_ANNOTATION.to_string(), at.to_string());
+    }
     ConfigMap {
         metadata: ObjectMeta {
             name: Some(grants_config_map_name(&agent.name_any())),
             namespace: agent.namespace(),
-            owner_references: agent.controller_owner_ref(&()).map(|o| vec![o]),
+            owner_references: if intent.owned {
+                agent.controller_owner_ref(&()).map(|o| vec![o])
+            } else {
+                None
+            },
             labels: Some(BTreeMap::from([
                 (MANAGED_BY_LABEL.to_string(), MANAGED_BY.to_string()),
                 (AGENT_LABEL.to_string(), agent.name_any()),
             ])),
-            annotations: Some(BTreeMap::from([(
-                DIGEST_ANNOTATION.to_string(),
-                digest.to_string(),
-            )])),
+            annotations: Some(annotations),
             ..Default::default()
         },
-        data: Some(BTreeMap::from([(GRANTS_KEY.to_string(), json)])),
+        data: Some(BTreeMap::from([
+            (GRANTS_KEY.to_string(), intent.json.clone()),
+            (SIGNATURE_KEY.to_string(), sig.to_json()),
+        ])),
         ..Default::default()
     }
 }
@@ -93,32 +144,324 @@ pub fn published_digest<K: Resource>(config_map: &K) -> Option<&str> {
         .map(String::as_str)
 }
 
-/// Makes the grants ConfigMap hold `doc`. `cached` is the digest the controller's ConfigMap
-/// store shows (it may lag): when it matches, nothing is read or written; otherwise the
-/// ConfigMap is read and written only when its digest differs. Returns whether it was written.
+/// How the grants ConfigMap in the cluster compares with what the operator would publish.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Judged {
+    /// Exactly it: the bytes, a signature by the current key for this AgentSpec, the digest.
+    UpToDate { sequence: u64 },
+    /// There is none.
+    Missing,
+    /// An earlier document of the operator's (the grants changed since, or the keys were
+    /// rotated, or it was written before grants were signed): written again, quietly.
+    Stale { sequence: Option<u64> },
+    /// Changed by someone else: what changed, in sentences.
+    Tampered { changes: Vec<String> },
+}
+
+impl Judged {
+    /// The highest sequence the ConfigMap proves the operator published.
+    fn sequence(&self) -> Option<u64> {
+        match self {
+            Judged::UpToDate { sequence } => Some(*sequence),
+            Judged::Stale { sequence } => *sequence,
+            _ => None,
+        }
+    }
+}
+
+/// Judges `existing` against `intent`. `last` is the highest sequence this controller
+/// published for the AgentSpec (None after a restart: the ConfigMap's own valid signature is
+/// then the only record).
+pub fn judge(
+    existing: Option<&ConfigMap>,
+    intent: &Intent<'_>,
+    keyring: &Keyring,
+    binding: &Binding,
+    last: Option<u64>,
+) -> Judged {
+    let Some(existing) = existing else {
+        return Judged::Missing;
+    };
+    let data = existing.data.clone().unwrap_or_default();
+    let Some(json) = data.get(GRANTS_KEY) else {
+        return Judged::Tampered {
+            changes: vec![format!("{GRANTS_KEY} was removed")],
+        };
+    };
+    let sig = data.get(SIGNATURE_KEY).map(|s| s.as_bytes());
+    let annotated = published_digest(existing);
+    let there: Option<GrantsDocument> = serde_json::from_str(json).ok();
+    let verified = signature::verify(json.as_bytes(), sig, &keyring.known_keys(), binding, last);
+    match verified {
+        Ok(v) => {
+            let sequence = Some(v.sequence);
+            if there.as_ref().map(GrantsDocument::digest).as_deref() != annotated {
+                return Judged::Tampered {
+                    changes: vec![format!("the annotation {DIGEST_ANNOTATION} was changed")],
+                };
+            }
+            if *json == intent.json
+                && v.key_id == keyring.current.id()
+                && annotated == Some(intent.digest.as_str())
+            {
+                return Judged::UpToDate {
+                    sequence: v.sequence,
+                };
+            }
+            Judged::Stale { sequence }
+        }
+        // Written before grants were signed (an upgrade): its digest still vouches for it.
+        Err(Refused::Unsigned)
+            if last.is_none()
+                && there.as_ref().map(GrantsDocument::digest).as_deref() == annotated
+                && annotated.is_some() =>
+        {
+            Judged::Stale { sequence: None }
+        }
+        Err(refused) => {
+            let mut changes = vec![tampering(&refused)];
+            if matches!(refused, Refused::ContentChanged { .. }) {
+                changes.extend(tool_changes(there.as_ref(), json, intent.doc));
+            }
+            Judged::Tampered { changes }
+        }
+    }
+}
+
+/// What a refusal means for a ConfigMap the operator wrote.
+fn tampering(refused: &Refused) -> String {
+    match refused {
+        Refused::Unsigned => format!("{SIGNATURE_KEY} was removed"),
+        Refused::Malformed(_) | Refused::UnsupportedVersion(_) => {
+            format!(
+                "{SIGNATURE_KEY} was replaced by something that is not the operator's signature"
+            )
+        }
+        Refused::UnknownKey { key_id, .. } => {
+            format!("{SIGNATURE_KEY} names the key {key_id}, which is not the operator's")
+        }
+        Refused::BadSignature { .. } => {
+            format!("{SIGNATURE_KEY} was edited: its signature no longer verifies")
+        }
+        Refused::ContentChanged { .. } => {
+            format!("{GRANTS_KEY} was edited: it no longer matches its signature")
+        }
+        Refused::OtherNamespace { signed, .. } => {
+            format!("the grants of an AgentSpec in namespace {signed} were copied in")
+        }
+        Refused::OtherAgentSpec { signed, .. } => {
+            format!("the grants of the AgentSpec {signed} were copied in")
+        }
+        Refused::OtherUid { .. } => {
+            "the grants of an earlier AgentSpec of the same name were put back".to_string()
+        }
+        Refused::OlderSequence { sequence, last } => format!(
+            "an older signed document (sequence {sequence}) was put back over sequence {last}"
+        ),
+    }
+}
+
+/// Which granted tools an edited `grants.json` adds, removes or changes against `intent`.
+fn tool_changes(
+    there: Option<&GrantsDocument>,
+    json: &str,
+    intent: &GrantsDocument,
+) -> Vec<String> {
+    let Some(there) = there else {
+        return vec![format!(
+            "{GRANTS_KEY} is not a grants document ({} bytes)",
+            json.len()
+        )];
+    };
+    let tools = |doc: &GrantsDocument| -> BTreeMap<String, String> {
+        doc.servers
+            .iter()
+            .flat_map(|s| s.tools.iter())
+            .map(|t| (t.qualified_name.clone(), format!("{t:?}")))
+            .collect()
+    };
+    let (theirs, ours) = (tools(there), tools(intent));
+    let names = |it: &mut dyn Iterator<Item = &String>| -> (usize, String) {
+        let all: Vec<&String> = it.collect();
+        let mut shown: Vec<String> = all
+            .iter()
+            .take(5)
+            .map(|n| n.chars().take(80).collect())
+            .collect();
+        if all.len() > 5 {
+            shown.push(format!("and {} more", all.len() - 5));
+        }
+        (all.len(), shown.join(", "))
+    };
+    let mut out = Vec::new();
+    let (n, list) = names(&mut theirs.keys().filter(|k| !ours.contains_key(*k)));
+    if n > 0 {
+        out.push(format!("{n} tool(s) added: {list}"));
+    }
+    let (n, list) = names(&mut ours.keys().filter(|k| !theirs.contains_key(*k)));
+    if n > 0 {
+        out.push(format!("{n} tool(s) removed: {list}"));
+    }
+    let (n, list) = names(
+        &mut theirs
+            .iter()
+            .filter(|(k, v)| ours.get(*k).is_some_and(|o| o != *v))
+            .map(|(k, _)| k),
+    );
+    if n > 0 {
+        out.push(format!(
+            "{n} tool(s) changed (access, approval or digest): {list}"
+        ));
+    }
+    let servers = |doc: &GrantsDocument| -> BTreeSet<String> {
+        doc.servers
+            .iter()
+            .map(|s| format!("{:?}", (&s.name, &s.endpoint, s.available)))
+            .collect()
+    };
+    if servers(there) != servers(intent) {
+        out.push("a server's connection details changed".into());
+    }
+    out
+}
+
+/// The field managers other than `ours` that wrote the ConfigMap: who edited it, as far as the
+/// apiserver records (never the person; their client's name).
+pub fn other_managers(config_map: &ConfigMap, ours: &str) -> Vec<String> {
+    let mut managers: Vec<String> = config_map
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter_map(|f| f.manager.clone())
+        .filter(|m| m != ours)
+        .collect();
+    managers.sort();
+    managers.dedup();
+    managers
+}
+
+/// The `GrantsTampered` message.
+pub fn tampered_message(
+    name: &str,
+    changes: &[String],
+    managers: &[String],
+    sequence: u64,
+) -> String {
+    let by = if managers.is_empty() {
+        String::new()
+    } else {
+        format!(" (field manager {})", managers.join(", "))
+    };
+    let mut text = format!(
+        "The grants ConfigMap {name} was changed by someone other than the operator{by}: {}. Sidecars never obey grants the operator did not sign; the signed grants were put back (sequence {sequence}).",
+        changes.join("; ")
+    );
+    if text.len() > 1000 {
+        let mut cut = 1000;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        text.truncate(cut);
+        text.push('…');
+    }
+    text
+}
+
+/// What [`publish`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Publication {
+    pub written: bool,
+    /// The sequence the ConfigMap now holds.
+    pub sequence: u64,
+    /// The ConfigMap's resourceVersion now.
+    pub resource_version: Option<String>,
+    /// Someone else had changed it: the `GrantsTampered` message.
+    pub tampered: Option<String>,
+    /// When the revoked document was first published (revoked intents only).
+    pub revoked_at: Option<String>,
+}
+
+/// Makes the grants ConfigMap hold `intent`, signed: reads it, [`judge`]s it, and writes it
+/// unless it is up to date. `last` is the highest sequence published for this AgentSpec.
 pub async fn publish(
     client: &Client,
     agent: &AgentSpec,
-    doc: &GrantsDocument,
-    digest: &str,
-    cached: Option<&str>,
+    intent: &Intent<'_>,
+    keyring: &Keyring,
+    last: Option<u64>,
     field_manager: &str,
-) -> Result<bool, kube::Error> {
-    if cached == Some(digest) {
-        return Ok(false);
-    }
+) -> Result<Publication, kube::Error> {
     let namespace = agent.namespace().unwrap_or_default();
     let name = grants_config_map_name(&agent.name_any());
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &namespace);
-    apply_if_changed(
-        &api,
-        &name,
-        DIGEST_ANNOTATION,
-        digest,
-        field_manager,
-        || config_map(agent, doc, digest),
-    )
-    .await
+    let existing = api.get_opt(&name).await?;
+    let binding = binding(agent);
+    let judged = judge(existing.as_ref(), intent, keyring, &binding, last);
+    let revoked_at = intent.doc.revoked.then(|| {
+        existing
+            .as_ref()
+            .and_then(|cm| cm.annotations().get(REVOKED_ANNOTATION).cloned())
+            .filter(|_| matches!(judged, Judged::UpToDate { .. }))
+            .unwrap_or_else(|| k8s_openapi::jiff::Timestamp::now().to_string())
+    });
+    if let Judged::UpToDate { sequence } = judged {
+        return Ok(Publication {
+            written: false,
+            sequence,
+            resource_version: existing.and_then(|cm| cm.resource_version()),
+            tampered: None,
+            revoked_at,
+        });
+    }
+    let now_ms = u64::try_from(k8s_openapi::jiff::Timestamp::now().as_millisecond()).unwrap_or(0);
+    let sequence = signature::next_sequence(now_ms, last.max(judged.sequence()));
+    let sig = keyring
+        .current
+        .sign(intent.json.as_bytes(), &binding, sequence);
+    let written = api
+        .patch(
+            &name,
+            &PatchParams::apply(field_manager).force(),
+            &Patch::Apply(&config_map(agent, intent, &sig, revoked_at.as_deref())),
+        )
+        .await?;
+    let tampered = match &judged {
+        Judged::Tampered { changes } => Some(tampered_message(
+            &name,
+            changes,
+            &existing
+                .as_ref()
+                .map(|cm| other_managers(cm, field_manager))
+                .unwrap_or_default(),
+            sequence,
+        )),
+        _ => None,
+    };
+    Ok(Publication {
+        written: true,
+        sequence,
+        resource_version: written.resource_version(),
+        tampered,
+        revoked_at,
+    })
+}
+
+/// Removes the grants ConfigMap (once the revoked document has been served long enough).
+pub async fn remove(client: &Client, agent: &AgentSpec) -> Result<(), kube::Error> {
+    let namespace = agent.namespace().unwrap_or_default();
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &namespace);
+    match api
+        .delete(
+            &grants_config_map_name(&agent.name_any()),
+            &DeleteParams::default(),
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(e),
+    }
 }
 
 #[cfg(test)]
@@ -126,6 +469,7 @@ mod tests {
     use super::*;
     use crate::controller::agent_spec::input::{fill_endpoints, resolve_input};
     use crate::controller::fixtures::{agent, catalog, full_server, ready_status, server};
+    use crate::grants::signature::Keyring;
     use crate::grants::{SCHEMA_VERSION, ServerGrants, TenantDefault, resolve};
     use serde_json::{Value, json};
 
@@ -280,7 +624,12 @@ mod tests {
         let (published, too_large) = publishable(&doc);
         assert_eq!(too_large, None);
         assert_eq!(*published, doc);
-        let cm = config_map(&agent(json!({"servers": [{"name": "big"}]})), &doc, "d");
+        let a = agent(json!({"servers": [{"name": "big"}]}));
+        let intent = Intent::new(&doc, true);
+        let sig = Keyring::generate()
+            .current
+            .sign(intent.json.as_bytes(), &binding(&a), 1);
+        let cm = config_map(&a, &intent, &sig, None);
         let text = &cm.data.unwrap()[GRANTS_KEY];
         assert_eq!(serde_json::from_str::<GrantsDocument>(text).unwrap(), doc);
     }
@@ -319,7 +668,12 @@ mod tests {
             endpoint: None,
             tools: vec![],
         }]);
-        let cm = config_map(&a, &doc, &doc.digest());
+        let keyring = Keyring::generate();
+        let intent = Intent::new(&doc, true);
+        let sig = keyring
+            .current
+            .sign(intent.json.as_bytes(), &binding(&a), 1);
+        let cm = config_map(&a, &intent, &sig, None);
         assert_eq!(cm.metadata.name.as_deref(), Some("bot-mcp-grants"));
         assert_eq!(cm.metadata.namespace.as_deref(), Some("team-a"));
         let owner = &cm.metadata.owner_references.as_ref().unwrap()[0];
@@ -340,5 +694,232 @@ mod tests {
             serde_json::from_str(&cm.data.as_ref().unwrap()[GRANTS_KEY]).unwrap();
         assert_eq!(back, doc);
         assert_eq!(back.schema_version, SCHEMA_VERSION);
+        let data = cm.data.as_ref().unwrap();
+        assert_eq!(data[SIGNATURE_KEY], sig.to_json());
+        assert!(
+            signature::verify(
+                data[GRANTS_KEY].as_bytes(),
+                Some(data[SIGNATURE_KEY].as_bytes()),
+                &keyring.verifying_keys(),
+                &binding(&a),
+                None
+            )
+            .is_ok()
+        );
+        // No private key anywhere in what the ConfigMap holds.
+        let text = serde_json::to_string(&cm).unwrap();
+        for seed in keyring.to_secret_data().values() {
+            use base64::Engine as _;
+            assert!(!text.contains(&base64::engine::general_purpose::STANDARD.encode(seed)));
+            assert!(!text.contains(&hex::encode(seed)));
+        }
+        // Revoked: not owned (the garbage collector must not take it away early).
+        let revoked = GrantsDocument::revoked();
+        let intent = Intent::new(&revoked, false);
+        let cm = config_map(&a, &intent, &sig, Some("2026-12-02T00:00:00Z"));
+        assert!(cm.metadata.owner_references.is_none());
+        assert_eq!(
+            cm.metadata.annotations.as_ref().unwrap()[REVOKED_ANNOTATION],
+            "2026-12-02T00:00:00Z"
+        );
+    }
+
+    /// The AgentSpec `bot`, a document granting `tools` of server fs, and a keyring.
+    fn scene(tools: &[&str]) -> (AgentSpec, GrantsDocument, Keyring) {
+        let a = agent(json!({"servers": [{"name": "fs"}]}));
+        let mut granted: Vec<crate::grants::GrantedTool> = tools
+            .iter()
+            .map(|t| crate::grants::GrantedTool {
+                qualified_name: format!("fs__{t}"),
+                name: t.to_string(),
+                access: crate::core::Access::Read,
+                idempotent: true,
+                requires_approval: false,
+                definition_digest: "sha256:1".into(),
+            })
+            .collect();
+        granted.sort_by(|a, b| a.qualified_name.cmp(&b.qualified_name));
+        let doc = GrantsDocument::new(vec![ServerGrants {
+            name: "fs".into(),
+            prefix: "fs".into(),
+            optional: false,
+            available: true,
+            deferred: false,
+            endpoint: None,
+            tools: granted,
+        }]);
+        (a, doc, Keyring::generate())
+    }
+
+    fn published(
+        a: &AgentSpec,
+        doc: &GrantsDocument,
+        keyring: &Keyring,
+        sequence: u64,
+    ) -> ConfigMap {
+        let intent = Intent::new(doc, true);
+        let sig = keyring
+            .current
+            .sign(intent.json.as_bytes(), &binding(a), sequence);
+        config_map(a, &intent, &sig, None)
+    }
+
+    fn changes(judged: Judged) -> Vec<String> {
+        match judged {
+            Judged::Tampered { changes } => changes,
+            other => panic!("not tampered: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn what_the_operator_published_is_up_to_date_and_an_older_one_is_stale() {
+        let (a, doc, keyring) = scene(&["read"]);
+        let b = binding(&a);
+        let cm = published(&a, &doc, &keyring, 5);
+        let intent = Intent::new(&doc, true);
+        assert_eq!(
+            judge(Some(&cm), &intent, &keyring, &b, Some(5)),
+            Judged::UpToDate { sequence: 5 }
+        );
+        assert_eq!(judge(None, &intent, &keyring, &b, None), Judged::Missing);
+        // The grants changed since.
+        let (_, wider, _) = scene(&["read", "write"]);
+        assert_eq!(
+            judge(Some(&cm), &Intent::new(&wider, true), &keyring, &b, Some(5)),
+            Judged::Stale { sequence: Some(5) }
+        );
+        // The keys were rotated: signed again with the new current key, not tampered.
+        let rotated = keyring.rotated();
+        assert_eq!(
+            judge(Some(&cm), &intent, &rotated, &b, None),
+            Judged::Stale { sequence: Some(5) }
+        );
+        // Written by an operator before signing: its digest annotation vouches for it.
+        let mut unsigned = cm.clone();
+        unsigned.data.as_mut().unwrap().remove(SIGNATURE_KEY);
+        assert_eq!(
+            judge(Some(&unsigned), &intent, &keyring, &b, None),
+            Judged::Stale { sequence: None }
+        );
+        // ...but not once this controller published a signed one.
+        assert_eq!(
+            changes(judge(Some(&unsigned), &intent, &keyring, &b, Some(5))),
+            ["grants.sig was removed"]
+        );
+    }
+
+    #[test]
+    fn a_hand_edit_is_tampering_and_says_what_changed() {
+        let (a, doc, keyring) = scene(&["read"]);
+        let b = binding(&a);
+        let intent = Intent::new(&doc, true);
+        let cm = published(&a, &doc, &keyring, 5);
+
+        // Two tools added, the signature and annotations untouched.
+        let (_, wider, _) = scene(&["read", "write", "delete"]);
+        let mut edited = cm.clone();
+        edited
+            .data
+            .as_mut()
+            .unwrap()
+            .insert(GRANTS_KEY.into(), document_json(&wider));
+        let c = changes(judge(Some(&edited), &intent, &keyring, &b, Some(5)));
+        assert_eq!(
+            c[0],
+            "grants.json was edited: it no longer matches its signature"
+        );
+        assert_eq!(c[1], "2 tool(s) added: fs__delete, fs__write");
+
+        // Access raised on a granted tool.
+        let mut raised = doc.clone();
+        raised.servers[0].tools[0].access = crate::core::Access::Destructive;
+        let mut edited = cm.clone();
+        edited
+            .data
+            .as_mut()
+            .unwrap()
+            .insert(GRANTS_KEY.into(), document_json(&raised));
+        let c = changes(judge(Some(&edited), &intent, &keyring, &b, Some(5)));
+        assert!(
+            c[1].contains("1 tool(s) changed") && c[1].contains("fs__read"),
+            "{c:?}"
+        );
+
+        // Garbage.
+        let mut edited = cm.clone();
+        edited
+            .data
+            .as_mut()
+            .unwrap()
+            .insert(GRANTS_KEY.into(), "{".into());
+        assert!(
+            changes(judge(Some(&edited), &intent, &keyring, &b, Some(5)))[1]
+                .contains("not a grants document")
+        );
+
+        // Re-signed by someone else's key.
+        let stranger = Keyring::generate();
+        let forged = published(&a, &wider, &stranger, 6);
+        assert!(
+            changes(judge(Some(&forged), &intent, &keyring, &b, Some(5)))[0]
+                .contains("not the operator's")
+        );
+
+        // An older genuine document put back.
+        let (_, older, _) = scene(&["read", "write"]);
+        let old = published(&a, &older, &keyring, 3);
+        assert_eq!(
+            changes(judge(Some(&old), &intent, &keyring, &b, Some(5))),
+            ["an older signed document (sequence 3) was put back over sequence 5"]
+        );
+
+        // Another AgentSpec's grants copied in.
+        let mut other = a.clone();
+        other.metadata.name = Some("other".into());
+        let copied = published(&other, &doc, &keyring, 9);
+        assert!(
+            changes(judge(Some(&copied), &intent, &keyring, &b, Some(5)))[0]
+                .contains("AgentSpec other")
+        );
+
+        // The digest annotation alone.
+        let mut annotated = cm.clone();
+        annotated
+            .metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert(DIGEST_ANNOTATION.into(), "sha256:x".into());
+        assert_eq!(
+            changes(judge(Some(&annotated), &intent, &keyring, &b, Some(5))),
+            ["the annotation mcp-operator.dev/grants-digest was changed"]
+        );
+
+        // grants.json removed.
+        let mut removed = cm.clone();
+        removed.data.as_mut().unwrap().remove(GRANTS_KEY);
+        assert_eq!(
+            changes(judge(Some(&removed), &intent, &keyring, &b, Some(5))),
+            ["grants.json was removed"]
+        );
+    }
+
+    #[test]
+    fn the_tampered_message_names_the_changes_and_the_editor_and_stays_short() {
+        let text = tampered_message(
+            "bot-mcp-grants",
+            &[
+                "grants.json was edited".into(),
+                "1 tool(s) added: fs__x".into(),
+            ],
+            &["kubectl-patch".into()],
+            42,
+        );
+        assert_eq!(
+            text,
+            "The grants ConfigMap bot-mcp-grants was changed by someone other than the operator (field manager kubectl-patch): grants.json was edited; 1 tool(s) added: fs__x. Sidecars never obey grants the operator did not sign; the signed grants were put back (sequence 42)."
+        );
+        let long = tampered_message("cm", &["x".repeat(5000)], &[], 1);
+        assert!(long.len() <= 1004);
     }
 }

@@ -65,8 +65,9 @@ use tokio_rustls::server::TlsStream;
 use crate::api::agent_spec::{AgentSpec, grants_config_map_name};
 use crate::api::mcp_server::McpServer;
 use crate::controller::agent_spec::input::endpoint;
-use crate::inject::{self, Outcome, References, Refusal, SidecarSettings};
+use crate::inject::{self, GrantsTrust, Outcome, References, Refusal, SidecarSettings};
 
+use super::context::Signing;
 use super::metrics::Metrics;
 
 /// Flags of the webhook (part of `mcp-operator controller`).
@@ -109,6 +110,8 @@ struct Shared {
     /// The chart's ClusterRole of pin approvers, named in refusals: `<configuration>-pin-approver`
     /// (the chart names the webhook configuration and that role after its full name).
     approver_role: Arc<str>,
+    /// The signing keyring, kept current by its watch: the public keys go to every sidecar.
+    signing: Signing,
 }
 
 /// Starts the webhook: the first certificate is made current before it listens (so a replica
@@ -119,6 +122,7 @@ pub async fn start(
     client: Client,
     namespace: String,
     metrics: Arc<Metrics>,
+    signing: Signing,
 ) -> Result<SocketAddr, String> {
     let sidecar = Arc::new(settings(args)?);
     let resolver = Arc::new(certs::Resolver::default());
@@ -176,6 +180,7 @@ pub async fn start(
         sidecar,
         metrics,
         approver_role: format!("{}-pin-approver", args.webhook_configuration).into(),
+        signing,
     });
     tokio::spawn(async move {
         if let Err(e) = axum::serve(tls_listener, app).await {
@@ -362,8 +367,8 @@ async fn admit(
     };
     // Even a pod that has a sidecar already is judged against the AgentSpec: one it brought
     // itself is refused, not taken for the operator's.
-    let (grants_config_map, refs) = injection_inputs(s, namespace, &agent).await?;
-    match inject::decide(pod, &agent, &grants_config_map, &refs, &s.sidecar)
+    let (grants_config_map, refs, trust) = injection_inputs(s, namespace, &agent).await?;
+    match inject::decide(pod, &agent, &grants_config_map, &refs, &trust, &s.sidecar)
         .map_err(Denied::Refused)?
     {
         Outcome::AlreadyInjected => Ok(Admitted::Already(agent)),
@@ -371,13 +376,13 @@ async fn admit(
     }
 }
 
-/// The AgentSpec's grants ConfigMap and the credential keys its McpServers reference: what the
-/// injected sidecar is built from.
+/// The AgentSpec's grants ConfigMap, the credential keys its McpServers reference and the keys
+/// its grants are signed with: what the injected sidecar is built from.
 async fn injection_inputs(
     s: &Shared,
     namespace: &str,
     agent: &str,
-) -> Result<(String, References), Denied> {
+) -> Result<(String, References, GrantsTrust), Denied> {
     let read = Duration::from_secs(5);
     let specs: Api<AgentSpec> = Api::namespaced(s.client.clone(), namespace);
     let spec = tokio::time::timeout(read, specs.get_opt(agent))
@@ -390,6 +395,25 @@ async fn injection_inputs(
                 namespace: namespace.to_owned(),
             })
         })?;
+    if spec.metadata.deletion_timestamp.is_some() {
+        return Err(Denied::Refused(Refusal::AgentSpecDeleting {
+            agent: agent.to_owned(),
+            namespace: namespace.to_owned(),
+        }));
+    }
+    // The sidecar obeys only grants signed by these keys for this AgentSpec.
+    let keys = s.signing.keys.borrow().clone();
+    let Some(keyring) = keys.keyring() else {
+        return Err(Denied::Api(
+            keys.problem(&s.signing.at.namespace, &s.signing.at.name)
+                .unwrap_or_default(),
+        ));
+    };
+    let trust = GrantsTrust {
+        verify_keys: keyring.verifying_keys(),
+        namespace: namespace.to_owned(),
+        uid: spec.metadata.uid.clone().unwrap_or_default(),
+    };
     // The grants reference exactly the credentials of the AgentSpec's McpServers that exist
     // (the controller fills each server's endpoint from its McpServer the same way).
     let servers: Api<McpServer> = Api::namespaced(s.client.clone(), namespace);
@@ -411,6 +435,7 @@ async fn injection_inputs(
     Ok((
         grants_config_map_name(&spec.name_any()),
         References::of(&endpoints),
+        trust,
     ))
 }
 
@@ -498,8 +523,8 @@ async fn validate(
                 None => return Ok(()),
                 Some(a) => a.map_err(Denied::Refused)?.to_owned(),
             };
-            let (_, refs) = injection_inputs(s, namespace, &agent).await?;
-            let expected = inject::validate::expected_sidecar(&agent, &refs, &s.sidecar);
+            let (_, refs, trust) = injection_inputs(s, namespace, &agent).await?;
+            let expected = inject::validate::expected_sidecar(&agent, &refs, &trust, &s.sidecar);
             inject::validate::on_create(pod, &expected).map_err(Denied::Refused)
         }
         (Operation::Update, Some(old), Some(new)) => {

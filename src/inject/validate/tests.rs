@@ -1,6 +1,7 @@
 use serde_json::json;
 
 use super::*;
+use crate::inject::tests::trust;
 use crate::inject::{Outcome, decide};
 
 fn settings() -> SidecarSettings {
@@ -17,7 +18,7 @@ fn refs() -> References {
 }
 
 fn expected() -> Container {
-    expected_sidecar("bot", &refs(), &settings())
+    expected_sidecar("bot", &refs(), &trust(), &settings())
 }
 
 fn pod(value: Value) -> Pod {
@@ -35,7 +36,7 @@ fn agent_pod(agent: Value) -> Pod {
 /// The pod after the injection's patch.
 fn injected(pod: &Pod) -> Pod {
     let Outcome::Inject(patch) =
-        decide(pod, "bot", "bot-mcp-grants", &refs(), &settings()).unwrap()
+        decide(pod, "bot", "bot-mcp-grants", &refs(), &trust(), &settings()).unwrap()
     else {
         panic!("a pod without a sidecar gets one");
     };
@@ -111,6 +112,7 @@ fn an_injected_pod_is_admitted_as_the_apiserver_stores_it() {
             "bot",
             "bot-mcp-grants",
             &refs(),
+            &trust(),
             &settings()
         ),
         Ok(Outcome::AlreadyInjected)
@@ -243,7 +245,14 @@ fn a_pod_bringing_its_own_sidecar_is_refused_by_the_injection() {
         ),
     ];
     for (change, field) in cases {
-        let refused = decide(&own(change), "bot", "bot-mcp-grants", &refs(), &settings());
+        let refused = decide(
+            &own(change),
+            "bot",
+            "bot-mcp-grants",
+            &refs(),
+            &trust(),
+            &settings(),
+        );
         assert_eq!(
             refused,
             Err(Refusal::OwnSidecar {
@@ -273,9 +282,9 @@ fn a_pod_bringing_its_own_sidecar_is_refused_by_the_injection() {
 #[test]
 fn the_sidecar_of_other_grants_is_not_the_one_for_these() {
     // Built for an AgentSpec without credentials: its mounts and arguments differ.
-    let other = expected_sidecar("bot", &References::default(), &settings());
+    let other = expected_sidecar("bot", &References::default(), &trust(), &settings());
     assert_eq!(sidecar_difference(&other, &expected()), Some("args".into()));
-    let other_agent = expected_sidecar("admin-bot", &refs(), &settings());
+    let other_agent = expected_sidecar("admin-bot", &refs(), &trust(), &settings());
     assert_eq!(
         sidecar_difference(&other_agent, &expected()),
         Some("args".into())
@@ -302,7 +311,14 @@ fn host_networking_and_shared_processes_are_refused() {
         |d| d["spec"]["hostNetwork"] = json!(true),
     );
     assert_eq!(
-        decide(&bare, "bot", "bot-mcp-grants", &refs(), &settings()),
+        decide(
+            &bare,
+            "bot",
+            "bot-mcp-grants",
+            &refs(),
+            &trust(),
+            &settings()
+        ),
         Err(Refusal::HostNetwork)
     );
     // Said false is no different from not said.

@@ -126,7 +126,12 @@ fn get_tool_info(view: &View, arguments: &Map<String, Value>) -> Reply {
 fn not_deferred(view: &View, server: &str, tool: Option<&str>) -> String {
     let deferred = view.deferred_servers().join(", ");
     let Some(grants) = view.grants.as_ref() else {
-        return "no tools are granted yet".into();
+        return format!(
+            "no tool is granted to this agent now ({})",
+            view.nothing_granted
+                .as_deref()
+                .unwrap_or("the sidecar has not read a grants document yet")
+        );
     };
     let Some(granted) = grants.doc.servers.iter().find(|s| s.name == server) else {
         return format!(

@@ -318,6 +318,9 @@ impl Drop for TestNamespace {
                         eprintln!("e2e: deleting {} {object}: {}", resource.kind, describe(&e));
                     }
                 }
+                // The operator that would revoke them has stopped with the test: an AgentSpec's
+                // finalizer would keep the namespace terminating for good.
+                strip_agent_finalizers(&client, &name).await;
                 let api: Api<Namespace> = Api::all(client);
                 let deleted =
                     tokio::time::timeout(Duration::from_secs(10), api.delete(&name, &params));
@@ -330,6 +333,29 @@ impl Drop for TestNamespace {
             });
         });
         let _ = deleting.join();
+    }
+}
+
+/// Removes every finalizer from the AgentSpecs in `namespace` (test clean-up only).
+async fn strip_agent_finalizers(client: &Client, namespace: &str) {
+    let api: Api<mcp_operator::api::agent_spec::AgentSpec> =
+        Api::namespaced(client.clone(), namespace);
+    let Ok(Ok(list)) =
+        tokio::time::timeout(Duration::from_secs(10), api.list(&Default::default())).await
+    else {
+        return;
+    };
+    for agent in list {
+        let name = agent.metadata.name.clone().unwrap_or_default();
+        let _ = tokio::time::timeout(
+            Duration::from_secs(10),
+            api.patch(
+                &name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(serde_json::json!({"metadata": {"finalizers": null}})),
+            ),
+        )
+        .await;
     }
 }
 

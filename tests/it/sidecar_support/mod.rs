@@ -18,6 +18,50 @@ pub struct Sidecar {
     pub dir: tempfile::TempDir,
     pub log: PathBuf,
     generation: u32,
+    port: u16,
+    extra: Vec<String>,
+}
+
+/// What a sidecar started with `--grants-verify-keys` is told to trust, and how to sign for it
+/// the way the operator does.
+pub struct Signer {
+    pub keyring: mcp_operator::grants::signature::Keyring,
+    pub binding: mcp_operator::grants::signature::Binding,
+}
+
+impl Signer {
+    /// A fresh keyring, for AgentSpec `test-agent` in `team-a` (uid `uid-test-agent`).
+    pub fn new() -> Self {
+        Signer {
+            keyring: mcp_operator::grants::signature::Keyring::generate(),
+            binding: mcp_operator::grants::signature::Binding {
+                namespace: "team-a".into(),
+                agent_spec: "test-agent".into(),
+                uid: "uid-test-agent".into(),
+            },
+        }
+    }
+
+    /// The flags the webhook would inject (but the state directory, which is the sidecar's).
+    pub fn args(&self) -> Vec<String> {
+        vec![
+            format!(
+                "--grants-verify-keys={}",
+                self.keyring.verifying_keys().to_arg()
+            ),
+            format!("--agent-namespace={}", self.binding.namespace),
+            format!("--agent-uid={}", self.binding.uid),
+        ]
+    }
+
+    /// `grants.sig` for these exact bytes.
+    pub fn sign(&self, grants_json: &[u8], sequence: u64) -> Vec<u8> {
+        self.keyring
+            .current
+            .sign(grants_json, &self.binding, sequence)
+            .to_json()
+            .into_bytes()
+    }
 }
 
 impl Sidecar {
@@ -27,33 +71,47 @@ impl Sidecar {
 
     /// A sidecar with more flags (e.g. `--approval-timeout 1s`).
     pub fn start_with(grants: Option<&Value>, extra: &[&str]) -> Sidecar {
+        let files: Vec<(&str, Vec<u8>)> = grants
+            .map(|doc| vec![("grants.json", serde_json::to_vec(doc).unwrap())])
+            .unwrap_or_default();
+        Self::start_on(&files, extra)
+    }
+
+    /// A sidecar that obeys only what `signer` signs (the flags the webhook injects, and a
+    /// state directory of its own), on `grants` signed with `sequence`.
+    pub fn start_signed(grants: &Value, signer: &Signer, sequence: u64) -> Sidecar {
+        let json = serde_json::to_vec(grants).unwrap();
+        let sig = signer.sign(&json, sequence);
+        let mut extra = signer.args();
+        extra.push("--state-dir=STATE".into());
+        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+        Self::start_on(&[("grants.json", json), ("grants.sig", sig)], &extra)
+    }
+
+    /// A sidecar on the ConfigMap files `files` (name, bytes); `--state-dir=STATE` in `extra`
+    /// becomes a directory of its own.
+    pub fn start_on(files: &[(&str, Vec<u8>)], extra: &[&str]) -> Sidecar {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("grants");
         std::fs::create_dir_all(&root).unwrap();
         std::fs::create_dir_all(dir.path().join("creds/secrets")).unwrap();
+        std::fs::create_dir_all(dir.path().join("state")).unwrap();
         let mut generation = 0;
-        if let Some(doc) = grants {
-            swap_grants(&root, &mut generation, &serde_json::to_vec(doc).unwrap());
+        if !files.is_empty() {
+            swap_files(&root, &mut generation, files);
         }
+        let extra: Vec<String> = extra
+            .iter()
+            .map(|a| {
+                a.replace(
+                    "--state-dir=STATE",
+                    &format!("--state-dir={}", dir.path().join("state").display()),
+                )
+            })
+            .collect();
         let port = support::free_port();
         let log = dir.path().join("sidecar.log");
-        let child = Command::new(env!("CARGO_BIN_EXE_mcp-operator"))
-            .args(["--log-format", "json", "sidecar", "--grants-file"])
-            .arg(root.join("grants.json"))
-            .arg("--credentials-dir")
-            .arg(dir.path().join("creds"))
-            .args([
-                "--listen",
-                &format!("127.0.0.1:{port}"),
-                "--agent",
-                "test-agent",
-                "--allow-loopback",
-            ])
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("the sidecar starts");
+        let child = spawn(dir.path(), port, &extra, &log);
         let sidecar = Sidecar {
             child,
             url: format!("http://127.0.0.1:{port}/mcp"),
@@ -61,17 +119,37 @@ impl Sidecar {
             dir,
             log,
             generation,
+            port,
+            extra,
         };
+        sidecar.wait_listening();
+        sidecar
+    }
+
+    /// Kills the sidecar and starts it again on the same directories (as the kubelet restarts
+    /// a container: the emptyDir state stays).
+    pub fn restart(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.child = spawn(self.dir.path(), self.port, &self.extra, &self.log);
+        self.wait_listening();
+    }
+
+    fn wait_listening(&self) {
         let deadline = Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
             assert!(
                 Instant::now() < deadline,
                 "the sidecar did not listen: {}",
-                sidecar.log_text()
+                self.log_text()
             );
             std::thread::sleep(Duration::from_millis(50));
         }
-        sidecar
+    }
+
+    /// Replaces the ConfigMap's files at once (grants.json and grants.sig), as the kubelet does.
+    pub fn swap_files(&mut self, files: &[(&str, Vec<u8>)]) {
+        swap_files(&self.dir.path().join("grants"), &mut self.generation, files);
     }
 
     pub fn swap_grants(&mut self, bytes: &[u8]) {
@@ -136,19 +214,57 @@ impl Sidecar {
     }
 }
 
+/// `mcp-operator sidecar` on the directories under `dir` (its log appended to `log`).
+fn spawn(dir: &Path, port: u16, extra: &[String], log: &Path) -> Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap();
+    // The AgentSpec's name is test-agent unless the test names it.
+    let agent = if extra.iter().any(|a| a.starts_with("--agent=")) {
+        vec![]
+    } else {
+        vec!["--agent", "test-agent"]
+    };
+    Command::new(env!("CARGO_BIN_EXE_mcp-operator"))
+        .args(["--log-format", "json", "sidecar", "--grants-file"])
+        .arg(dir.join("grants/grants.json"))
+        .arg("--credentials-dir")
+        .arg(dir.join("creds"))
+        .args(["--listen", &format!("127.0.0.1:{port}"), "--allow-loopback"])
+        .args(agent)
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("the sidecar starts")
+}
+
 /// Replaces the grants file as the kubelet does: a new timestamped directory, then an atomic
 /// rename of the `..data` symlink (`grants.json` points through it).
 pub fn swap_grants(root: &Path, generation: &mut u32, bytes: &[u8]) {
+    swap_files(root, generation, &[("grants.json", bytes.to_vec())]);
+}
+
+/// Replaces every file of a ConfigMap volume at once, as the kubelet does: a new timestamped
+/// directory holding exactly `files`, then an atomic rename of the `..data` symlink (each file
+/// is a symlink through it; one no longer there dangles, as a removed key does).
+pub fn swap_files(root: &Path, generation: &mut u32, files: &[(&str, Vec<u8>)]) {
     *generation += 1;
     let stamp = format!("..2026_12_01_10_00_00.{:04}", generation);
     std::fs::create_dir_all(root.join(&stamp)).unwrap();
-    std::fs::write(root.join(&stamp).join("grants.json"), bytes).unwrap();
+    for (name, bytes) in files {
+        std::fs::write(root.join(&stamp).join(name), bytes).unwrap();
+    }
     let tmp = root.join("..data_tmp");
     let _ = std::fs::remove_file(&tmp);
     std::os::unix::fs::symlink(&stamp, &tmp).unwrap();
     std::fs::rename(&tmp, root.join("..data")).unwrap();
-    if std::fs::symlink_metadata(root.join("grants.json")).is_err() {
-        std::os::unix::fs::symlink("..data/grants.json", root.join("grants.json")).unwrap();
+    for (name, _) in files {
+        if std::fs::symlink_metadata(root.join(name)).is_err() {
+            std::os::unix::fs::symlink(format!("..data/{name}"), root.join(name)).unwrap();
+        }
     }
 }
 

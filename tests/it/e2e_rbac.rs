@@ -327,7 +327,7 @@ fn the_cluster_role_and_the_release_namespace_roles_grant_exactly_the_reviewed_p
         assert_eq!(binding["roleRef"]["name"], role);
         assert_eq!(binding["subjects"][0]["name"], "mcp-operator");
     }
-    assert_eq!(of_kind(&objects, "RoleBinding").len(), 3);
+    assert_eq!(of_kind(&objects, "RoleBinding").len(), 4);
     let args = container_args(&objects);
     assert!(
         args.contains(&"--lease-name=mcp-operator".to_string()),

@@ -231,6 +231,9 @@ fn the_cluster_role_and_the_release_namespace_roles_grant_exactly_the_reviewed_p
         // one; the caBundle of its own Mutating- and ValidatingWebhookConfiguration.
         "mcp-operator.dev/agentspecs get",
         "mcp-operator.dev/mcpservers get",
+        // The Secret guard: the ReplicaSet of a pod that uses an McpServer's Secret (its
+        // Deployment: deployments get above; the McpServers: mcpservers list above).
+        "apps/replicasets get",
         "admissionregistration.k8s.io/mutatingwebhookconfigurations get @mcp-operator",
         "admissionregistration.k8s.io/mutatingwebhookconfigurations update @mcp-operator",
         "admissionregistration.k8s.io/validatingwebhookconfigurations get @mcp-operator",

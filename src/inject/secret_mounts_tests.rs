@@ -279,7 +279,7 @@ fn forged_labels_on_a_pod_without_owners_are_refused() {
                 "app.kubernetes.io/component".to_string(),
                 "stdio-mcp-server".to_string(),
             ),
-            ("mcp-operator.dev/server".to_string(), "mem".to_string()),
+            ("mcp-operator.dev/mcpserver".to_string(), "mem".to_string()),
         ]
         .into(),
     );

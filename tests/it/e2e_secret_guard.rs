@@ -173,14 +173,8 @@ async fn a_tenant_cannot_mount_an_mcp_servers_credential_around_the_sidecar() {
         r#"{"image": "mcp-e2e.local/operator:1"}"#,
     ]
     .map(String::from);
-    let op = Operator::spawn(
-        &e2e::kubeconfig_path().await,
-        "op-guard",
-        &args,
-        &[],
-        metrics_port,
-    );
-    // The caBundle keeper writes both configurations of its name: an empty mutating one.
+    // The caBundle keeper writes both configurations of its name (an empty mutating one):
+    // they exist before it starts, so its first round finds them.
     let mutating: MutatingWebhookConfiguration =
         serde_json::from_value(json!({"metadata": {"name": configuration}, "webhooks": []}))
             .unwrap();
@@ -209,6 +203,13 @@ async fn a_tenant_cannot_mount_an_mcp_servers_credential_around_the_sidecar() {
         &configuration,
     );
 
+    let op = Operator::spawn(
+        &e2e::kubeconfig_path().await,
+        "op-guard",
+        &args,
+        &[],
+        metrics_port,
+    );
     operator::apply_server(
         &admin,
         &namespace,

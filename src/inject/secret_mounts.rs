@@ -323,15 +323,24 @@ fn volume_secrets(v: &Volume) -> Vec<String> {
 }
 
 /// The uses of protected Secrets that `pod` adds (all of them on CREATE; on UPDATE those
-/// `old` did not have), less the injected sidecar's own (exception (a)).
-pub fn new_protected_uses(pod: &Pod, old: Option<&Pod>, protected: &Protected) -> Vec<Use> {
+/// `old` did not have), less the injected sidecar's own (exception (a)). `operator_sidecar`:
+/// the pod's `mcp-sidecar` init container is the one the injection builds for its AgentSpec
+/// (the webhook compared them, as `/validate/pods` does): the label alone proves nothing
+/// where `/validate/pods` does not run (another namespaceSelector, failurePolicy Ignore).
+pub fn new_protected_uses(
+    pod: &Pod,
+    old: Option<&Pod>,
+    protected: &Protected,
+    operator_sidecar: bool,
+) -> Vec<Use> {
     let before = old.map(uses).unwrap_or_default();
-    let labelled = pod
-        .metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(AGENT_LABEL))
-        .is_some_and(|v| !v.is_empty());
+    let labelled = operator_sidecar
+        && pod
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(AGENT_LABEL))
+            .is_some_and(|v| !v.is_empty());
     let injected_volume = labelled
         && pod
             .spec

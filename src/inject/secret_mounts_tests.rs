@@ -30,7 +30,7 @@ fn pod(value: Value) -> Pod {
 }
 
 fn judge(p: &Pod) -> Result<(), Refusal> {
-    let uses = new_protected_uses(p, None, &protected());
+    let uses = new_protected_uses(p, None, &protected(), true);
     decide(p, &uses, &protected(), Workload::default())
 }
 
@@ -180,6 +180,15 @@ fn the_injected_sidecars_credentials_volume_is_admitted() {
 }
 
 #[test]
+fn a_sidecar_the_webhook_did_not_find_to_be_the_operators_gets_no_exception() {
+    // A labelled pod with a look-alike mcp-sidecar (in a namespace /validate/pods does not
+    // select, say): its volume is a use like any other.
+    let p = labelled_injected(false);
+    let uses = new_protected_uses(&p, None, &protected(), false);
+    assert!(decide(&p, &uses, &protected(), Workload::default()).is_err());
+}
+
+#[test]
 fn another_container_mounting_the_sidecars_volume_is_refused() {
     let message = judge(&labelled_injected(true)).unwrap_err().to_string();
     assert!(message.contains("the container \"app\""), "{message}");
@@ -247,7 +256,7 @@ fn stdio_chain() -> (Pod, ReplicaSet, Deployment) {
 }
 
 fn judge_stdio(p: &Pod, rs: &ReplicaSet, d: &Deployment) -> Result<(), Refusal> {
-    let uses = new_protected_uses(p, None, &protected());
+    let uses = new_protected_uses(p, None, &protected(), true);
     let workload = Workload {
         replica_set: Some(rs),
         deployment: Some(d),
@@ -374,13 +383,13 @@ fn update_judges_only_what_the_update_adds() {
     );
     let mut new = old.clone();
     new.metadata.annotations = Some([("a".to_string(), "b".to_string())].into());
-    assert!(new_protected_uses(&new, Some(&old), &protected()).is_empty());
+    assert!(new_protected_uses(&new, Some(&old), &protected(), true).is_empty());
     // An ephemeral container that mounts the Secret's volume is a new use.
     let debug = with_ephemeral(
         old.clone(),
         json!({"name": "dbg", "image": "busybox", "volumeMounts": [{"name": "v", "mountPath": "/s"}]}),
     );
-    let uses = new_protected_uses(&debug, Some(&old), &protected());
+    let uses = new_protected_uses(&debug, Some(&old), &protected(), true);
     let message = decide(&debug, &uses, &protected(), Workload::default())
         .unwrap_err()
         .to_string();
@@ -391,14 +400,14 @@ fn update_judges_only_what_the_update_adds() {
         json!({"name": "dbg", "envFrom": [{"secretRef": {"name": "mem-env"}}]}),
     );
     assert_eq!(
-        new_protected_uses(&env, Some(&old), &protected())[0].secret,
+        new_protected_uses(&env, Some(&old), &protected(), true)[0].secret,
         "mem-env"
     );
     let target = with_ephemeral(
         old.clone(),
         json!({"name": "dbg", "image": "busybox", "targetContainerName": "app"}),
     );
-    let uses = new_protected_uses(&target, Some(&old), &protected());
+    let uses = new_protected_uses(&target, Some(&old), &protected(), true);
     assert!(
         uses.iter()
             .any(|u| matches!(&u.place, Place::Target { .. })),
@@ -406,7 +415,7 @@ fn update_judges_only_what_the_update_adds() {
     );
     // An ephemeral container using nothing protected is admitted.
     let plain = with_ephemeral(old.clone(), json!({"name": "dbg", "image": "busybox"}));
-    assert!(new_protected_uses(&plain, Some(&old), &protected()).is_empty());
+    assert!(new_protected_uses(&plain, Some(&old), &protected(), true).is_empty());
 }
 
 #[test]
@@ -416,7 +425,7 @@ fn an_ephemeral_container_in_the_stdio_pod_is_refused() {
         p.clone(),
         json!({"name": "dbg", "image": "busybox", "targetContainerName": "server"}),
     );
-    let uses = new_protected_uses(&debug, Some(&p), &protected());
+    let uses = new_protected_uses(&debug, Some(&p), &protected(), true);
     let workload = Workload {
         replica_set: Some(&rs),
         deployment: Some(&d),

@@ -3,13 +3,15 @@
 //! No node: admission is what is judged, and a pod the apiserver stores is admitted.
 //!
 //! ```text
-//!  apiserver ──(the chart's entry secrets.pods.validate.mcp-operator.dev: its matchConditions,
+//!  apiserver ──(the chart's entries inject.mcp-operator.dev and
+//!              secrets.pods.validate.mcp-operator.dev with its matchConditions,
 //!              namespaceSelector = this test's namespace, url = the local controller)──►
 //!  mcp-operator controller --webhook-addr 127.0.0.1:PORT --webhook-service localhost
 //!  admin:   Secrets github-token, memory-env, unrelated · McpServers github (bearer
 //!           github-token), memory (stdio, env from memory-env; token Secret memory-mcp-token)
 //!  tenant:  pods mounting github-token, memory-mcp-token (refused), unrelated and a Secret
-//!           that does not exist (admitted), a forged copy of memory's own pod (refused);
+//!           that does not exist (admitted), a labelled pod (injected: its sidecar's volume
+//!           holds github-token, admitted), a forged copy of memory's own pod (refused);
 //!           memory's own pods, created by the ReplicaSet controller, are admitted
 //! ```
 
@@ -27,6 +29,7 @@ use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, ApiResource, ListParams, PostParams};
 use kube::{Client, ResourceExt};
+use mcp_operator::api::agent_spec::AgentSpec;
 use operator::{Operator, eventually, server_manifest};
 use serde_json::{Value, json};
 
@@ -34,8 +37,8 @@ const SOON: Duration = Duration::from_secs(60);
 const TENANT: &str = "guard-tenant";
 const REFUSED: &str = "only the injected MCP sidecar may mount it";
 
-/// The chart's Secret guard entry, as `helm template` renders it.
-fn chart_entry() -> Value {
+/// The chart's webhook entry `name` of the configuration `kind`, as `helm template` renders it.
+fn chart_entry(kind: &str, name: &str) -> Value {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
     let out = Command::new("bash")
         .arg(repo.join("e2e/helm.sh"))
@@ -60,10 +63,10 @@ fn chart_entry() -> Value {
     serde_saphyr::from_multiple::<Value>(&text)
         .unwrap()
         .into_iter()
-        .filter(|o| o["kind"] == "ValidatingWebhookConfiguration")
+        .filter(|o| o["kind"] == kind)
         .flat_map(|o| o["webhooks"].as_array().cloned().unwrap_or_default())
-        .find(|w| w["name"] == "secrets.pods.validate.mcp-operator.dev")
-        .expect("the chart renders the Secret guard entry")
+        .find(|w| w["name"] == name)
+        .unwrap_or_else(|| panic!("the chart renders the {kind} entry {name}"))
 }
 
 /// May create and read pods in its namespace, and nothing about Secrets.
@@ -173,10 +176,15 @@ async fn a_tenant_cannot_mount_an_mcp_servers_credential_around_the_sidecar() {
         r#"{"image": "mcp-e2e.local/operator:1"}"#,
     ]
     .map(String::from);
-    // The caBundle keeper writes both configurations of its name (an empty mutating one):
-    // they exist before it starts, so its first round finds them.
+    // Only this test's namespace: the control plane is shared with other tests.
+    let here = json!({"matchLabels": {"kubernetes.io/metadata.name": namespace}});
+    // The caBundle keeper writes both configurations of its name: they exist before it
+    // starts, so its first round finds them. The injection too, for the sidecar's own volume.
+    let mut inject = chart_entry("MutatingWebhookConfiguration", "inject.mcp-operator.dev");
+    inject["clientConfig"] = json!({"url": format!("https://localhost:{port}/inject")});
+    inject["namespaceSelector"] = here.clone();
     let mutating: MutatingWebhookConfiguration =
-        serde_json::from_value(json!({"metadata": {"name": configuration}, "webhooks": []}))
+        serde_json::from_value(json!({"metadata": {"name": configuration}, "webhooks": [inject]}))
             .unwrap();
     Api::<MutatingWebhookConfiguration>::all(admin.clone())
         .create(&PostParams::default(), &mutating)
@@ -186,11 +194,13 @@ async fn a_tenant_cannot_mount_an_mcp_servers_credential_around_the_sidecar() {
         ApiResource::erase::<MutatingWebhookConfiguration>(&()),
         &configuration,
     );
-    let mut entry = chart_entry();
+    let mut entry = chart_entry(
+        "ValidatingWebhookConfiguration",
+        "secrets.pods.validate.mcp-operator.dev",
+    );
     entry["clientConfig"] =
         json!({"url": format!("https://localhost:{port}/validate/secret-mounts")});
-    // Only this test's namespace: the control plane is shared with other tests.
-    entry["namespaceSelector"] = json!({"matchLabels": {"kubernetes.io/metadata.name": namespace}});
+    entry["namespaceSelector"] = here;
     let validating: ValidatingWebhookConfiguration =
         serde_json::from_value(json!({"metadata": {"name": configuration}, "webhooks": [entry]}))
             .unwrap();
@@ -274,6 +284,40 @@ async fn a_tenant_cannot_mount_an_mcp_servers_credential_around_the_sidecar() {
             });
         assert_eq!(created.name_any(), name);
     }
+
+    // An agent's pod, labelled: the injected sidecar's projected volume holds github-token,
+    // and only the sidecar mounts it. The tenant's own container still may not.
+    let agent: AgentSpec = serde_json::from_value(json!({
+        "apiVersion": "mcp-operator.dev/v1alpha1", "kind": "AgentSpec",
+        "metadata": {"name": "bot"}, "spec": {"servers": [{"name": "github"}]},
+    }))
+    .unwrap();
+    Api::<AgentSpec>::namespaced(admin.clone(), &namespace)
+        .create(&PostParams::default(), &agent)
+        .await
+        .unwrap();
+    let mut labelled = pod_with("agent", json!({}));
+    labelled.metadata.labels =
+        Some([("mcp-operator.dev/agent".to_string(), "bot".to_string())].into());
+    let injected = pods
+        .create(&PostParams::default(), &labelled)
+        .await
+        .unwrap_or_else(|e| panic!("the labelled pod is admitted: {}", e2e::describe(&e)));
+    let volume = injected
+        .spec
+        .as_ref()
+        .and_then(|s| s.volumes.as_ref())
+        .and_then(|v| v.iter().find(|v| v.name == "mcp-credentials"))
+        .expect("the sidecar's credentials volume");
+    let sources = serde_json::to_string(&volume.projected).unwrap();
+    assert!(sources.contains("\"github-token\""), "{sources}");
+    let mut reaching = labelled.clone();
+    reaching.metadata.name = Some("agent-reaching".into());
+    reaching.spec.as_mut().unwrap().containers[0].env = Some(vec![
+        serde_json::from_value(json!({"name": "T", "valueFrom": {"secretKeyRef": {"name": "github-token", "key": "token"}}}))
+            .unwrap(),
+    ]);
+    assert!(refusal(&pods, &reaching).await.unwrap().contains(REFUSED));
 
     // A stdio server: its own pods (the ReplicaSet controller creates them through the
     // guard) are admitted; its token Secret and env Secret are closed to the tenant.

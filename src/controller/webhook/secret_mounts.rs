@@ -7,6 +7,9 @@
 //!  apiserver ──POST /validate/secret-mounts──► uses of a Secret the pod adds? none: admitted
 //!                                               │ McpServers of the namespace (list) → Protected
 //!                                               │ new uses of protected Secrets?  none: admitted
+//!                                               │ labelled, its mcp-sidecar the operator's?
+//!                                               │   (AgentSpec, McpServers: get) its volume is
+//!                                               │   the sidecar's own (exception (a))
 //!                                               │ a ReplicaSet controls the pod? get it, and the
 //!                                               │   Deployment that controls it (exception (b))
 //!                                               ▼
@@ -22,6 +25,7 @@ use kube::core::admission::{AdmissionRequest, Operation};
 use kube::{Api, ResourceExt};
 
 use crate::api::mcp_server::McpServer;
+use crate::inject;
 use crate::inject::secret_mounts::{self, Protected, ProtectedServer, Workload};
 
 use super::{Denied, Shared};
@@ -85,9 +89,17 @@ pub(super) async fn validate(
     let protected = Protected {
         servers: listed.items.iter().map(protected_server).collect(),
     };
-    let uses = secret_mounts::new_protected_uses(pod, old, &protected);
+    let mut uses = secret_mounts::new_protected_uses(pod, old, &protected, false);
     if uses.is_empty() {
         return Ok(());
+    }
+    // Exception (a) only for the operator's own sidecar, compared here as /validate/pods
+    // does: that entry may select other namespaces, or be down with failurePolicy Ignore.
+    if old.is_none() && operator_sidecar(s, pod, namespace).await? {
+        uses = secret_mounts::new_protected_uses(pod, old, &protected, true);
+        if uses.is_empty() {
+            return Ok(());
+        }
     }
     // Exception (b) only for a pod a ReplicaSet controls, and only with what the apiserver
     // has: the owner references in the pod are the pod author's to write.
@@ -115,6 +127,29 @@ pub(super) async fn validate(
         deployment: deployment.as_ref(),
     };
     secret_mounts::decide(pod, &uses, &protected, workload).map_err(Denied::Refused)
+}
+
+/// Whether a labelled pod's `mcp-sidecar` init container is the one the injection builds for
+/// the AgentSpec its label names (an unknown AgentSpec or an empty label: no).
+async fn operator_sidecar(s: &Shared, pod: &Pod, namespace: &str) -> Result<bool, Denied> {
+    let Some(Ok(agent)) = inject::agent_of(pod) else {
+        return Ok(false);
+    };
+    let Some(sidecar) = pod
+        .spec
+        .as_ref()
+        .and_then(|p| p.init_containers.as_ref())
+        .and_then(|c| c.iter().find(|c| c.name == inject::SIDECAR_CONTAINER))
+    else {
+        return Ok(false);
+    };
+    let refs = match super::injection_inputs(s, namespace, agent).await {
+        Ok((_, refs)) => refs,
+        Err(Denied::Refused(_)) => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    let expected = inject::validate::expected_sidecar(agent, &refs, &s.sidecar);
+    Ok(inject::validate::sidecar_difference(sidecar, &expected).is_none())
 }
 
 #[cfg(test)]

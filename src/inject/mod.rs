@@ -45,6 +45,7 @@ use crate::grants::signature::VerifyingKeys;
 
 pub mod drift;
 pub use drift::{MOUNTS_ANNOTATION, PodDrift, drift};
+pub mod secret_mounts;
 pub mod validate;
 pub use validate::SIDECAR_VOLUMES;
 
@@ -297,6 +298,15 @@ pub enum Refusal {
         "the ephemeral container {container:?} targets the {SIDECAR_CONTAINER} container, whose process (and so its credentials) it could read: target one of the agent's containers instead (kubectl debug --target=<container>)"
     )]
     DebugsSidecar { container: String },
+    #[error(
+        "the pod uses the Secret {secret:?} ({place}), which is the credential of the McpServer {names}: only the injected MCP sidecar may mount it. Label the pod {AGENT_LABEL}=<AgentSpec> to get a sidecar that calls the server with it (the agent reaches it at ${SERVER_URL_ENV}), or use a Secret no McpServer names",
+        names = .servers.iter().map(|s| format!("{s:?}")).collect::<Vec<_>>().join(", ")
+    )]
+    ProtectedSecret {
+        secret: String,
+        servers: Vec<String>,
+        place: String,
+    },
 }
 
 /// A label's value for a message: quoted, or "absent".

@@ -233,6 +233,9 @@ fn the_cluster_role_and_the_release_namespace_roles_grant_exactly_the_reviewed_p
         // one; the caBundle of its own Mutating- and ValidatingWebhookConfiguration.
         "mcp-operator.dev/agentspecs get",
         "mcp-operator.dev/mcpservers get",
+        // The Secret guard: the ReplicaSet of a pod that uses an McpServer's Secret (its
+        // Deployment: deployments get above; the McpServers: mcpservers list above).
+        "apps/replicasets get",
         "admissionregistration.k8s.io/mutatingwebhookconfigurations get @mcp-operator",
         "admissionregistration.k8s.io/mutatingwebhookconfigurations update @mcp-operator",
         "admissionregistration.k8s.io/validatingwebhookconfigurations get @mcp-operator",
@@ -1586,8 +1589,8 @@ async fn the_service_account_can_do_nothing_else() {
 
 /// Every object the chart renders with its defaults is accepted by the apiserver as written
 /// (server-side dry run, unknown fields refused): the Deployment, Services,
-/// PodDisruptionBudget, ServiceAccount, roles and bindings, the MutatingWebhookConfiguration,
-/// and the `helm test` hook's Pod.
+/// PodDisruptionBudget, ServiceAccount, roles and bindings, the Mutating- and
+/// ValidatingWebhookConfiguration, and the `helm test` hook's Pod.
 #[tokio::test]
 async fn every_rendered_object_is_accepted_by_the_apiserver() {
     let (client, ns) = e2e::setup("chart-objects").await;
@@ -1606,6 +1609,8 @@ async fn every_rendered_object_is_accepted_by_the_apiserver() {
             "RoleBinding",
             "Service",
             "ServiceAccount",
+            // Its entries, the Secret guard's matchConditions (CEL, compiled by the
+            // apiserver) among them.
             "ValidatingWebhookConfiguration",
         ])
     );

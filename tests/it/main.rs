@@ -32,6 +32,7 @@ mod e2e_mcp_admission;
 mod e2e_mcp_server;
 mod e2e_node;
 mod e2e_rbac;
+mod e2e_secret_guard;
 mod e2e_services;
 mod e2e_sidecar;
 mod e2e_stdio;

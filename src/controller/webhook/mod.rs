@@ -1,6 +1,7 @@
 //! The admission webhook, served over HTTPS by every replica (leader or not: admission must not
-//! wait for an election). The apiserver sends only pods labelled `mcp-operator.dev/agent` (the
-//! configurations' objectSelector keeps every other pod away), on two paths:
+//! wait for an election). The apiserver sends pods labelled `mcp-operator.dev/agent` (the
+//! configurations' objectSelector keeps every other pod away) on two paths, and pods that use
+//! a Secret on a third:
 //!
 //! - `/inject` (MutatingWebhookConfiguration, CREATE): reads the AgentSpec the label names and
 //!   its McpServers, and answers with the patch [`crate::inject::decide`] builds, or a refusal
@@ -13,6 +14,9 @@
 //!   McpServers, every one, no selector): the requester may `get` every Secret the server
 //!   newly names, and under a policy requiring pinning may `approve` `mcpservers/approval`
 //!   for the approvals it gives ([`mcp_servers`]).
+//! - `/validate/secret-mounts` (the same ValidatingWebhookConfiguration, no objectSelector,
+//!   matchConditions: the pod uses some Secret): refuses any pod that would read an
+//!   McpServer's credential itself ([`secret_mounts`]), labelled or not.
 //!
 //! ```text
 //!  apiserver ──POST /inject (AdmissionReview)──► TLS (certs::Resolver) ──► admit()
@@ -41,6 +45,7 @@
 
 pub mod certs;
 pub mod mcp_servers;
+mod secret_mounts;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -193,7 +198,14 @@ pub async fn start(
 fn router(shared: Shared) -> Router {
     Router::new()
         .route("/inject", post(inject_handler))
-        .route("/validate/pods", post(validate_pods_handler))
+        .route(
+            "/validate/pods",
+            post(|s: State<Shared>, body: Bytes| validate_handler(s, body, Check::Pods)),
+        )
+        .route(
+            "/validate/secret-mounts",
+            post(|s: State<Shared>, body: Bytes| validate_handler(s, body, Check::SecretMounts)),
+        )
         .route("/validate/mcpservers", post(validate_mcp_servers_handler))
         .with_state(shared)
 }
@@ -439,7 +451,26 @@ async fn injection_inputs(
     ))
 }
 
-async fn validate_pods_handler(State(s): State<Shared>, body: Bytes) -> impl IntoResponse {
+/// Which validation a path runs: both judge pods and answer alike.
+#[derive(Clone, Copy, Debug)]
+enum Check {
+    /// `/validate/pods`: labelled pods, what would get around their sidecar.
+    Pods,
+    /// `/validate/secret-mounts`: any pod using a Secret, an McpServer's credential read
+    /// around the sidecar.
+    SecretMounts,
+}
+
+impl Check {
+    fn path(self) -> &'static str {
+        match self {
+            Check::Pods => "/validate/pods",
+            Check::SecretMounts => "/validate/secret-mounts",
+        }
+    }
+}
+
+async fn validate_handler(State(s): State<Shared>, body: Bytes, check: Check) -> impl IntoResponse {
     let review = match serde_json::from_slice::<AdmissionReview<Pod>>(&body) {
         Ok(review) => review,
         Err(e) => {
@@ -451,7 +482,7 @@ async fn validate_pods_handler(State(s): State<Shared>, body: Bytes) -> impl Int
             );
         }
     };
-    let review = validation_for(&s, review).await;
+    let review = validation_for(&s, review, check).await;
     (
         StatusCode::OK,
         [(header::CONTENT_TYPE, "application/json")],
@@ -462,6 +493,7 @@ async fn validate_pods_handler(State(s): State<Shared>, body: Bytes) -> impl Int
 async fn validation_for(
     s: &Shared,
     review: AdmissionReview<Pod>,
+    check: Check,
 ) -> AdmissionReview<DynamicObject> {
     let request: AdmissionRequest<Pod> = match review.try_into() {
         Ok(r) => r,
@@ -481,7 +513,11 @@ async fn validation_for(
     } else {
         request.name.clone()
     };
-    let response = match validate(s, &request, &namespace).await {
+    let decision = match check {
+        Check::Pods => validate(s, &request, &namespace).await,
+        Check::SecretMounts => secret_mounts::validate(s, &request, &namespace).await,
+    };
+    let response = match decision {
         Ok(()) => {
             s.metrics.admission("Valid");
             response
@@ -493,6 +529,7 @@ async fn validation_for(
                 pod = pod_name,
                 operation = ?request.operation,
                 subresource = request.sub_resource.as_deref().unwrap_or(""),
+                webhook = check.path(),
                 "refused a pod: {refusal}"
             );
             response.deny(refusal.to_string())
@@ -502,6 +539,7 @@ async fn validation_for(
             tracing::warn!(
                 namespace,
                 pod = pod_name,
+                webhook = check.path(),
                 "could not validate a pod: {message}"
             );
             response.deny(message)

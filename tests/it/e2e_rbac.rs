@@ -1367,8 +1367,8 @@ async fn the_service_account_can_do_nothing_else() {
 
 /// Every object the chart renders with its defaults is accepted by the apiserver as written
 /// (server-side dry run, unknown fields refused): the Deployment, Services,
-/// PodDisruptionBudget, ServiceAccount, roles and bindings, the MutatingWebhookConfiguration,
-/// and the `helm test` hook's Pod.
+/// PodDisruptionBudget, ServiceAccount, roles and bindings, the Mutating- and
+/// ValidatingWebhookConfiguration, and the `helm test` hook's Pod.
 #[tokio::test]
 async fn every_rendered_object_is_accepted_by_the_apiserver() {
     let (client, ns) = e2e::setup("chart-objects").await;
@@ -1387,6 +1387,7 @@ async fn every_rendered_object_is_accepted_by_the_apiserver() {
             "RoleBinding",
             "Service",
             "ServiceAccount",
+            "ValidatingWebhookConfiguration",
         ])
     );
     for object in &objects {

@@ -1551,7 +1551,10 @@ async fn a_labelled_pod_gets_its_sidecar_and_calls_exactly_its_granted_tools() {
         .map(|v| v.name)
         .filter(|n| n.starts_with("mcp-"))
         .collect();
-    assert_eq!(names, ["mcp-grants", "mcp-credentials"]);
+    assert_eq!(
+        names,
+        ["mcp-grants", "mcp-sidecar-state", "mcp-credentials"]
+    );
     let urls = rs.containers[0]
         .env
         .clone()

@@ -45,8 +45,54 @@ pub(crate) async fn sidecar_on_published_grants(
         format!("{agent}-mcp-grants"),
         sidecar.dir.path().join("grants"),
     );
+    mount_referenced_secrets(client, namespace, agent, &sidecar.dir.path().join("creds")).await;
     sidecar.wait_ready().await;
     sidecar
+}
+
+/// Lays out the Secret keys the published grants reference under `creds/secrets/<name>/<key>`,
+/// as the webhook's projected volume does in a pod (a stdio server's token among them).
+async fn mount_referenced_secrets(
+    client: &Client,
+    namespace: &str,
+    agent: &str,
+    creds: &std::path::Path,
+) {
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    let name = format!("{agent}-mcp-grants");
+    let doc: mcp_operator::grants::GrantsDocument =
+        operator::eventually(Duration::from_secs(60), "the published grants", || async {
+            let cm = config_maps
+                .get_opt(&name)
+                .await
+                .map_err(|e| e.to_string())?
+                .ok_or("not published yet")?;
+            let text = cm
+                .data
+                .unwrap_or_default()
+                .remove("grants.json")
+                .ok_or("no grants.json")?;
+            serde_json::from_str(&text).map_err(|e| e.to_string())
+        })
+        .await;
+    let refs = mcp_operator::inject::References::of(
+        doc.servers.iter().filter_map(|s| s.endpoint.as_ref()),
+    );
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(client.clone(), namespace);
+    for (secret, keys) in &refs.secrets {
+        let Ok(Some(found)) = secrets.get_opt(secret).await else {
+            continue;
+        };
+        let data = found.data.unwrap_or_default();
+        for key in keys {
+            if let Some(value) = data.get(key) {
+                let dir = creds.join("secrets").join(secret);
+                std::fs::create_dir_all(&dir).unwrap();
+                std::fs::write(dir.join(key), &value.0).unwrap();
+            }
+        }
+    }
 }
 
 /// The flags the webhook gives the sidecar of a pod of AgentSpec `agent`: the operator's public

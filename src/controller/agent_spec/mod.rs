@@ -500,6 +500,17 @@ async fn revoke(
 ) -> Result<Action, ReconcileError> {
     let namespace = agent.namespace().unwrap_or_default();
     let name = agent.name_any();
+    // The store may still hold the AgentSpec a moment after an earlier reconcile removed its
+    // ConfigMap and finalizer (the ConfigMap's deletion queues this one): publishing again would
+    // leave a revoked ConfigMap that nothing owns or removes. Only the apiserver knows (a list
+    // by name: the controller's RBAC lists AgentSpecs, and gets them only with the webhook).
+    let current = kube::Api::<AgentSpec>::namespaced(ctx.base.client.clone(), &namespace)
+        .list(&kube::api::ListParams::default().fields(&format!("metadata.name={name}")))
+        .await
+        .map_err(ReconcileError::Finalizer)?;
+    if !current.items.iter().any(has_finalizer) {
+        return Ok(Action::await_change());
+    }
     let revoked = GrantsDocument::revoked();
     let intent = publish::Intent::new(&revoked, false);
     let memo = ctx.memo(agent);

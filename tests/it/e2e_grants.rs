@@ -535,14 +535,18 @@ async fn the_grants_config_map_stays_idle_is_recreated_and_is_garbage_collected(
     })
     .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
+    // Sorted: the exposition's order of a family's series is not part of what it says.
     let writes = |m: &str| {
-        m.lines()
+        let mut lines = m
+            .lines()
             .filter(|l| {
                 l.starts_with("mcp_operator_writes_total{kind=\"AgentSpec\"}")
                     || l.starts_with("mcp_operator_writes_total{kind=\"GrantsConfigMap\"}")
             })
             .map(str::to_string)
-            .collect::<Vec<_>>()
+            .collect::<Vec<_>>();
+        lines.sort();
+        lines
     };
     let before = (snapshot().await, writes(&op.metrics()));
     tokio::time::sleep(Duration::from_secs(20)).await;

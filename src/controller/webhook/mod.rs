@@ -55,7 +55,7 @@ use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
-use axum::response::IntoResponse;
+use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::serve::Listener;
 use k8s_openapi::api::core::v1::Pod;
@@ -267,24 +267,40 @@ impl Listener for TlsListener {
     }
 }
 
-async fn inject_handler(State(s): State<Shared>, body: Bytes) -> impl IntoResponse {
-    let review = match serde_json::from_slice::<AdmissionReview<Pod>>(&body) {
-        Ok(review) => review,
-        Err(e) => {
-            s.metrics.admission("Invalid");
-            return (
-                StatusCode::BAD_REQUEST,
-                [(header::CONTENT_TYPE, "text/plain")],
-                format!("not an AdmissionReview of a Pod: {e}").into_bytes(),
-            );
-        }
-    };
-    let review = review_for(&s, review).await;
+/// The request's AdmissionReview of a `K`; a body that is not one is answered 400 (and counted
+/// `Invalid`): the apiserver never sends one, so whoever did learns only that.
+fn parse<K: kube::Resource + serde::de::DeserializeOwned>(
+    s: &Shared,
+    body: &Bytes,
+    what: &str,
+) -> Result<AdmissionReview<K>, Box<Response>> {
+    serde_json::from_slice(body).map_err(|e| {
+        s.metrics.admission("Invalid");
+        (
+            StatusCode::BAD_REQUEST,
+            [(header::CONTENT_TYPE, "text/plain")],
+            format!("not an AdmissionReview of {what}: {e}").into_bytes(),
+        )
+            .into_response()
+            .into()
+    })
+}
+
+/// The answer to the apiserver, as JSON.
+fn reply(review: AdmissionReview<DynamicObject>) -> Response {
     (
         StatusCode::OK,
         [(header::CONTENT_TYPE, "application/json")],
         serde_json::to_vec(&review).expect("an AdmissionReview serialises"),
     )
+        .into_response()
+}
+
+async fn inject_handler(State(s): State<Shared>, body: Bytes) -> Response {
+    match parse::<Pod>(&s, &body, "a Pod") {
+        Ok(review) => reply(review_for(&s, review).await),
+        Err(refused) => *refused,
+    }
 }
 
 async fn review_for(s: &Shared, review: AdmissionReview<Pod>) -> AdmissionReview<DynamicObject> {
@@ -470,24 +486,11 @@ impl Check {
     }
 }
 
-async fn validate_handler(State(s): State<Shared>, body: Bytes, check: Check) -> impl IntoResponse {
-    let review = match serde_json::from_slice::<AdmissionReview<Pod>>(&body) {
-        Ok(review) => review,
-        Err(e) => {
-            s.metrics.admission("Invalid");
-            return (
-                StatusCode::BAD_REQUEST,
-                [(header::CONTENT_TYPE, "text/plain")],
-                format!("not an AdmissionReview of a Pod: {e}").into_bytes(),
-            );
-        }
-    };
-    let review = validation_for(&s, review, check).await;
-    (
-        StatusCode::OK,
-        [(header::CONTENT_TYPE, "application/json")],
-        serde_json::to_vec(&review).expect("an AdmissionReview serialises"),
-    )
+async fn validate_handler(State(s): State<Shared>, body: Bytes, check: Check) -> Response {
+    match parse::<Pod>(&s, &body, "a Pod") {
+        Ok(review) => reply(validation_for(&s, review, check).await),
+        Err(refused) => *refused,
+    }
 }
 
 async fn validation_for(
@@ -572,24 +575,11 @@ async fn validate(
     }
 }
 
-async fn validate_mcp_servers_handler(State(s): State<Shared>, body: Bytes) -> impl IntoResponse {
-    let review = match serde_json::from_slice::<AdmissionReview<McpServer>>(&body) {
-        Ok(review) => review,
-        Err(e) => {
-            s.metrics.admission("Invalid");
-            return (
-                StatusCode::BAD_REQUEST,
-                [(header::CONTENT_TYPE, "text/plain")],
-                format!("not an AdmissionReview of an McpServer: {e}").into_bytes(),
-            );
-        }
-    };
-    let review = mcp_server_validation_for(&s, review).await;
-    (
-        StatusCode::OK,
-        [(header::CONTENT_TYPE, "application/json")],
-        serde_json::to_vec(&review).expect("an AdmissionReview serialises"),
-    )
+async fn validate_mcp_servers_handler(State(s): State<Shared>, body: Bytes) -> Response {
+    match parse::<McpServer>(&s, &body, "an McpServer") {
+        Ok(review) => reply(mcp_server_validation_for(&s, review).await),
+        Err(refused) => *refused,
+    }
 }
 
 async fn mcp_server_validation_for(

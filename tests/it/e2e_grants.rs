@@ -1412,28 +1412,15 @@ async fn agent_events(
 
 /// A tenant user who may edit ConfigMaps in its namespace (and nothing else): `kubectl --as`.
 async fn tenant_user(client: &Client, namespace: &str, user: &str) {
-    use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
-    let role: Role = serde_json::from_value(json!({
-        "metadata": {"name": "tenant-configmaps"},
-        "rules": [{"apiGroups": [""], "resources": ["configmaps"],
-                   "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]}],
-    }))
-    .unwrap();
-    let binding: RoleBinding = serde_json::from_value(json!({
-        "metadata": {"name": "tenant-configmaps"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "tenant-configmaps"},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
-    }))
-    .unwrap();
-    let pp = kube::api::PostParams::default();
-    Api::<Role>::namespaced(client.clone(), namespace)
-        .create(&pp, &role)
-        .await
-        .unwrap();
-    Api::<RoleBinding>::namespaced(client.clone(), namespace)
-        .create(&pp, &binding)
-        .await
-        .unwrap();
+    e2e::grant_role(
+        client,
+        namespace,
+        "tenant-configmaps",
+        user,
+        json!([{"apiGroups": [""], "resources": ["configmaps"],
+                "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]}]),
+    )
+    .await;
 }
 
 /// A tenant who may edit its ConfigMaps patches the grants ConfigMap to add a tool: the

@@ -26,7 +26,6 @@ use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
 use k8s_openapi::api::core::v1::{Pod, Secret};
-use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, ApiResource, ListParams, PostParams};
 use kube::{Client, ResourceExt};
 use mcp_operator::api::agent_spec::AgentSpec;
@@ -71,26 +70,15 @@ fn chart_entry(kind: &str, name: &str) -> Value {
 
 /// May create and read pods in its namespace, and nothing about Secrets.
 async fn grant_tenant_role(admin: &Client, namespace: &str) {
-    let role: Role = serde_json::from_value(json!({
-        "metadata": {"name": "tenant"},
-        "rules": [{"apiGroups": [""], "resources": ["pods"],
-                   "verbs": ["get", "list", "create", "delete"]}],
-    }))
-    .unwrap();
-    Api::<Role>::namespaced(admin.clone(), namespace)
-        .create(&PostParams::default(), &role)
-        .await
-        .unwrap();
-    let binding: RoleBinding = serde_json::from_value(json!({
-        "metadata": {"name": "tenant"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "tenant"},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": TENANT}],
-    }))
-    .unwrap();
-    Api::<RoleBinding>::namespaced(admin.clone(), namespace)
-        .create(&PostParams::default(), &binding)
-        .await
-        .unwrap();
+    e2e::grant_role(
+        admin,
+        namespace,
+        "tenant",
+        TENANT,
+        json!([{"apiGroups": [""], "resources": ["pods"],
+                "verbs": ["get", "list", "create", "delete"]}]),
+    )
+    .await;
 }
 
 fn pod_with(name: &str, spec_extra: Value) -> Pod {

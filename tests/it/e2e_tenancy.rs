@@ -18,8 +18,7 @@ use crate::support;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
-use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
-use kube::api::{Api, ApiResource, Patch, PatchParams, PostParams};
+use kube::api::{Api, ApiResource, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use mcp_operator::api::agent_spec::AgentSpec;
 use mcp_operator::api::mcp_server::McpServer;
@@ -34,30 +33,19 @@ const TENANT_LABEL: &str = "mcp-operator.dev/e2e-tenant";
 
 /// What a tenant may do in its namespace: its McpServers, AgentSpecs, ConfigMaps and Pods.
 async fn grant_tenant_role(admin: &Client, namespace: &str) {
-    let role: Role = serde_json::from_value(json!({
-        "metadata": {"name": "tenant"},
-        "rules": [
+    e2e::grant_role(
+        admin,
+        namespace,
+        "tenant",
+        TENANT,
+        json!([
             {"apiGroups": ["mcp-operator.dev"], "resources": ["mcpservers", "agentspecs"],
              "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
             {"apiGroups": [""], "resources": ["configmaps", "pods"],
              "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
-        ],
-    }))
-    .unwrap();
-    Api::<Role>::namespaced(admin.clone(), namespace)
-        .create(&PostParams::default(), &role)
-        .await
-        .unwrap();
-    let binding: RoleBinding = serde_json::from_value(json!({
-        "metadata": {"name": "tenant"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "tenant"},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": TENANT}],
-    }))
-    .unwrap();
-    Api::<RoleBinding>::namespaced(admin.clone(), namespace)
-        .create(&PostParams::default(), &binding)
-        .await
-        .unwrap();
+        ]),
+    )
+    .await;
 }
 
 /// Server-side apply of a namespaced object by `client` (the tenant).

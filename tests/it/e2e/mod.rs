@@ -455,3 +455,33 @@ pub fn yaml_documents(path: &Path) -> Vec<Value> {
         .filter(|d| !d.is_null())
         .collect()
 }
+
+/// Gives `user` a namespaced Role `name` with `rules` in `namespace` (and nothing else): the
+/// tenant a test then acts as, through impersonation (`kubectl --as` or [`client_as`]).
+pub async fn grant_role(
+    admin: &Client,
+    namespace: &str,
+    name: &str,
+    user: &str,
+    rules: serde_json::Value,
+) {
+    use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+    let role: Role =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": name}, "rules": rules}))
+            .expect("a Role");
+    let binding: RoleBinding = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+    }))
+    .expect("a RoleBinding");
+    let pp = PostParams::default();
+    Api::<Role>::namespaced(admin.clone(), namespace)
+        .create(&pp, &role)
+        .await
+        .unwrap_or_else(|e| panic!("creating Role {name}: {}", describe(&e)));
+    Api::<RoleBinding>::namespaced(admin.clone(), namespace)
+        .create(&pp, &binding)
+        .await
+        .unwrap_or_else(|e| panic!("creating RoleBinding {name}: {}", describe(&e)));
+}

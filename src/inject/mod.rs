@@ -43,6 +43,7 @@ use serde_json::{Value, json};
 use crate::grants::Endpoint;
 use crate::grants::signature::VerifyingKeys;
 
+pub mod connect;
 pub mod drift;
 pub use drift::{MOUNTS_ANNOTATION, PodDrift, drift};
 pub mod secret_mounts;
@@ -306,6 +307,20 @@ pub enum Refusal {
         secret: String,
         servers: Vec<String>,
         place: String,
+    },
+    #[error(
+        "{action} the {SIDECAR_CONTAINER} container is refused: it holds the agent's MCP credentials and the grants state it trusts, which no one may read or change around it. Read its log with kubectl logs -c {SIDECAR_CONTAINER}, its state with its /readyz and /metrics, and debug the agent's own containers instead"
+    )]
+    ConnectSidecar { action: &'static str },
+    #[error(
+        "{action} the container {container:?} is refused: it holds the Secret {secret:?}, the credential of the McpServer {names}, which no one may read around the MCP sidecar. Read its log with kubectl logs -c {container}, or ask the platform team",
+        names = .servers.iter().map(|s| format!("{s:?}")).collect::<Vec<_>>().join(", ")
+    )]
+    ConnectCredential {
+        action: &'static str,
+        container: String,
+        secret: String,
+        servers: Vec<String>,
     },
 }
 

@@ -51,7 +51,7 @@ pub struct Protected {
 
 impl Protected {
     /// The McpServers naming `secret`, sorted (empty: the Secret is not protected).
-    fn servers_of(&self, secret: &str) -> Vec<&str> {
+    pub fn servers_of(&self, secret: &str) -> Vec<&str> {
         let mut names: Vec<&str> = self
             .servers
             .iter()

@@ -1604,9 +1604,10 @@ fn kubectl_as(
 /// get around the sidecar the way `kubectl` lets them, and the webhook refuses each attempt with
 /// a message that says why and what to do: the agent container mounting the credentials, a pod
 /// bringing its own mcp-sidecar, hostNetwork, `kubectl debug` with a container mounting the
-/// credentials or targeting the sidecar, taking the label off a running agent. Their ordinary
-/// agent pod, as the apiserver stores it after every admission plugin, is admitted, and so is
-/// a debugging container that targets the agent.
+/// credentials or targeting the sidecar, taking the label off a running agent, `kubectl exec`,
+/// `cp` and `attach` into the sidecar and into a stdio server's container. Their ordinary
+/// agent pod, as the apiserver stores it after every admission plugin, is admitted, and so are
+/// a debugging container that targets the agent and an exec into the agent's own container.
 #[tokio::test]
 async fn a_tenant_cannot_get_around_the_sidecar() {
     let _one = ONE_RELEASE.lock().await;
@@ -1688,7 +1689,25 @@ async fn a_tenant_cannot_get_around_the_sidecar() {
                  "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
                 {"apiGroups": [""], "resources": ["pods/ephemeralcontainers"],
                  "verbs": ["get", "update", "patch"]},
+                {"apiGroups": [""], "resources": ["pods/exec", "pods/attach"],
+                 "verbs": ["get", "create"]},
             ],
+        }),
+        // A stdio server of the platform's with a Secret in its environment: its pod holds
+        // that Secret and the token the sidecars send (the server need not run for this: the
+        // exec is judged before the kubelet is asked).
+        serde_json::json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "memory-key", "namespace": namespace},
+            "stringData": {"key": "not-for-the-tenant"},
+        }),
+        serde_json::json!({
+            "apiVersion": "mcp-operator.dev/v1alpha1", "kind": "McpServer",
+            "metadata": {"name": "memory", "namespace": namespace},
+            "spec": {"stdio": {
+                "image": pause_image, "command": ["/pause"],
+                "env": [{"name": "KEY", "valueFrom": {"secretKeyRef": {"name": "memory-key", "key": "key"}}}],
+            }},
         }),
         serde_json::json!({
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
@@ -1915,7 +1934,120 @@ async fn a_tenant_cannot_get_around_the_sidecar() {
     );
     assert!(ok, "other updates of the agent pod are admitted: {said}");
 
+    // --- exec, cp and attach into the sidecar, which holds the credentials and the state it
+    // trusts; the agent's own container stays open to them.
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    eventually(SOON, "the agent pod Ready", || async {
+        let p = pods.get("agent").await.map_err(|e| e.to_string())?;
+        if pod_ready(&p) {
+            Ok(())
+        } else {
+            Err(format!("{:?}", p.status.and_then(|s| s.phase)))
+        }
+    })
+    .await;
+    const CONNECT: &str = "connect.pods.validate.mcp-operator.dev";
+    refused(
+        "kubectl exec into the mcp-sidecar",
+        kubectl_as(
+            &cluster_dir,
+            tenant,
+            &[
+                "exec",
+                "agent",
+                "-n",
+                namespace,
+                "-c",
+                "mcp-sidecar",
+                "--",
+                "/mcp-operator",
+                "--version",
+            ],
+            None,
+        ),
+        &[(
+            CONNECT,
+            "exec into the mcp-sidecar container is refused: it holds the agent's MCP credentials",
+        )],
+    );
+    let copied = scratch.path().join("copied");
+    refused(
+        "kubectl cp from the mcp-sidecar",
+        kubectl_as(
+            &cluster_dir,
+            tenant,
+            &[
+                "cp",
+                "-c",
+                "mcp-sidecar",
+                &format!("{namespace}/agent:/var/run/mcp-credentials"),
+                copied.to_str().expect("a UTF-8 path"),
+            ],
+            None,
+        ),
+        &[(CONNECT, "exec into the mcp-sidecar container is refused")],
+    );
+    assert!(!copied.exists(), "nothing was copied out of the sidecar");
+    refused(
+        "kubectl attach to the mcp-sidecar",
+        kubectl_as(
+            &cluster_dir,
+            tenant,
+            &[
+                "attach",
+                "agent",
+                "-n",
+                namespace,
+                "-c",
+                "mcp-sidecar",
+                "--pod-running-timeout=10s",
+            ],
+            None,
+        ),
+        &[(CONNECT, "attach to the mcp-sidecar container is refused")],
+    );
+    let (ok, said) = kubectl_as(
+        &cluster_dir,
+        tenant,
+        &[
+            "exec", "agent", "-n", namespace, "-c", "agent", "--", "/pause", "-v",
+        ],
+        None,
+    );
+    assert!(
+        ok,
+        "exec into the agent's own container is admitted: {said}"
+    );
+    assert!(said.contains("pause"), "{said}");
+
+    // --- exec into the stdio server's container, which has its Secret in its environment.
+    let stdio_pod = eventually(SOON, "the stdio server's pod to exist", || async {
+        pods.list(&ListParams::default().labels("mcp-operator.dev/mcpserver=memory"))
+            .await
+            .map_err(|e| e.to_string())?
+            .items
+            .into_iter()
+            .map(|p| p.name_any())
+            .next()
+            .ok_or_else(|| "no pod yet".to_string())
+    })
+    .await;
+    refused(
+        "kubectl exec into a stdio server's container",
+        kubectl_as(
+            &cluster_dir,
+            tenant,
+            &[
+                "exec", &stdio_pod, "-n", namespace, "-c", "server", "--", "/pause", "-v",
+            ],
+            None,
+        ),
+        &[(
+            CONNECT,
+            "exec into the container \"server\" is refused: it holds the Secret \"memory-key\", the credential of the McpServer \"memory\"",
+        )],
+    );
+
     let names: Vec<String> = pods
         .list(&ListParams::default().labels(mcp_operator::inject::AGENT_LABEL))
         .await

@@ -234,8 +234,10 @@ fn the_cluster_role_and_the_release_namespace_roles_grant_exactly_the_reviewed_p
         "mcp-operator.dev/agentspecs get",
         "mcp-operator.dev/mcpservers get",
         // The Secret guard: the ReplicaSet of a pod that uses an McpServer's Secret (its
-        // Deployment: deployments get above; the McpServers: mcpservers list above).
+        // Deployment: deployments get above; the McpServers: mcpservers list above), and the
+        // pod an exec or attach names.
         "apps/replicasets get",
+        "/pods get",
         "admissionregistration.k8s.io/mutatingwebhookconfigurations get @mcp-operator",
         "admissionregistration.k8s.io/mutatingwebhookconfigurations update @mcp-operator",
         "admissionregistration.k8s.io/validatingwebhookconfigurations get @mcp-operator",
@@ -511,6 +513,24 @@ fn the_chart_lints_and_renders_its_options() {
     assert_eq!(
         servers["clientConfig"]["service"]["path"],
         "/validate/mcpservers"
+    );
+    // Exec and attach into a container holding an McpServer's credential: CONNECT, with the
+    // Secret guard's failure policy and namespaces (never kube-system or the release's own).
+    let connect = &one(&defaults, "ValidatingWebhookConfiguration")["webhooks"][3];
+    assert_eq!(connect["name"], "connect.pods.validate.mcp-operator.dev");
+    assert_eq!(connect["failurePolicy"], "Fail");
+    assert_eq!(
+        connect["rules"],
+        json!([{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CONNECT"],
+                "resources": ["pods/exec", "pods/attach"], "scope": "Namespaced"}])
+    );
+    assert_eq!(
+        connect["namespaceSelector"]["matchExpressions"][0]["values"],
+        json!(["kube-system", "mcp-operator"])
+    );
+    assert_eq!(
+        connect["clientConfig"]["service"]["path"],
+        "/validate/pods-connect"
     );
     for expected in [
         "--webhook-addr=0.0.0.0:9443",

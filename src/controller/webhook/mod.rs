@@ -17,6 +17,9 @@
 //! - `/validate/secret-mounts` (the same ValidatingWebhookConfiguration, no objectSelector,
 //!   matchConditions: the pod uses some Secret): refuses any pod that would read an
 //!   McpServer's credential itself ([`secret_mounts`]), labelled or not.
+//! - `/validate/pods-connect` (the same ValidatingWebhookConfiguration, CONNECT on pods/exec
+//!   and pods/attach): refuses an exec or attach into the containers that may hold such a
+//!   credential, the sidecar and a stdio server's own ([`connect`]).
 //!
 //! ```text
 //!  apiserver ──POST /inject (AdmissionReview)──► TLS (certs::Resolver) ──► admit()
@@ -44,6 +47,7 @@
 //! limiting the Service to the apiserver.
 
 pub mod certs;
+mod connect;
 pub mod mcp_servers;
 mod secret_mounts;
 
@@ -207,6 +211,7 @@ fn router(shared: Shared) -> Router {
             post(|s: State<Shared>, body: Bytes| validate_handler(s, body, Check::SecretMounts)),
         )
         .route("/validate/mcpservers", post(validate_mcp_servers_handler))
+        .route("/validate/pods-connect", post(validate_connect_handler))
         .with_state(shared)
 }
 
@@ -573,6 +578,58 @@ async fn validate(
         }
         _ => Ok(()),
     }
+}
+
+async fn validate_connect_handler(State(s): State<Shared>, body: Bytes) -> Response {
+    match parse::<DynamicObject>(&s, &body, "pod exec or attach options") {
+        Ok(review) => reply(connect_validation_for(&s, review).await),
+        Err(refused) => *refused,
+    }
+}
+
+async fn connect_validation_for(
+    s: &Shared,
+    review: AdmissionReview<DynamicObject>,
+) -> AdmissionReview<DynamicObject> {
+    let request: AdmissionRequest<DynamicObject> = match review.try_into() {
+        Ok(r) => r,
+        Err(e) => {
+            s.metrics.admission("Invalid");
+            return AdmissionResponse::invalid(e).into_review();
+        }
+    };
+    let response = AdmissionResponse::from(&request);
+    let namespace = request.namespace.clone().unwrap_or_default();
+    let user = request.user_info.username.clone().unwrap_or_default();
+    let subresource = request.sub_resource.clone().unwrap_or_default();
+    let response = match connect::validate(s, &request, &namespace).await {
+        Ok(()) => {
+            s.metrics.admission("Valid");
+            response
+        }
+        Err(Denied::Refused(refusal)) => {
+            s.metrics.admission("Refused");
+            tracing::info!(
+                namespace,
+                pod = request.name,
+                user,
+                subresource,
+                "refused a connection into a pod: {refusal}"
+            );
+            response.deny(refusal.to_string())
+        }
+        Err(Denied::Api(message)) => {
+            s.metrics.admission("ApiError");
+            tracing::warn!(
+                namespace,
+                pod = request.name,
+                subresource,
+                "could not validate a connection into a pod: {message}"
+            );
+            response.deny(message)
+        }
+    };
+    response.into_review()
 }
 
 async fn validate_mcp_servers_handler(State(s): State<Shared>, body: Bytes) -> Response {

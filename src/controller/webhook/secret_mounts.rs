@@ -62,6 +62,18 @@ pub fn protected_server(server: &McpServer) -> ProtectedServer {
     }
 }
 
+/// The Secrets every McpServer of `namespace` protects, as the apiserver has them now.
+pub(super) async fn protected(s: &Shared, namespace: &str) -> Result<Protected, Denied> {
+    let servers: Api<McpServer> = Api::namespaced(s.client.clone(), namespace);
+    let listed = tokio::time::timeout(Duration::from_secs(5), servers.list(&ListParams::default()))
+        .await
+        .map_err(|_| Denied::Api("listing the namespace's McpServers timed out".into()))?
+        .map_err(|e| Denied::Api(format!("listing the namespace's McpServers failed: {e}")))?;
+    Ok(Protected {
+        servers: listed.items.iter().map(protected_server).collect(),
+    })
+}
+
 /// CREATE: the pod; UPDATE (also of pods/ephemeralcontainers): what the update adds. A read
 /// that fails refuses the pod with the reason (the chart's failurePolicy decides what the
 /// apiserver does when the webhook cannot answer at all).
@@ -81,14 +93,7 @@ pub(super) async fn validate(
         return Ok(());
     }
     let read = Duration::from_secs(5);
-    let servers: Api<McpServer> = Api::namespaced(s.client.clone(), namespace);
-    let listed = tokio::time::timeout(read, servers.list(&ListParams::default()))
-        .await
-        .map_err(|_| Denied::Api("listing the namespace's McpServers timed out".into()))?
-        .map_err(|e| Denied::Api(format!("listing the namespace's McpServers failed: {e}")))?;
-    let protected = Protected {
-        servers: listed.items.iter().map(protected_server).collect(),
-    };
+    let protected = protected(s, namespace).await?;
     let mut uses = secret_mounts::new_protected_uses(pod, old, &protected, false);
     if uses.is_empty() {
         return Ok(());

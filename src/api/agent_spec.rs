@@ -185,6 +185,13 @@ pub struct AgentSpecStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grants_digest: Option<String>,
 
+    /// The signature sequence of the published grants document. The injection gives it to
+    /// each new pod's sidecar as the oldest document it may obey, so an older signed document
+    /// put back in the ConfigMap is refused by a brand-new pod too. Only the operator writes
+    /// status: a tenant must not be granted agentspecs/status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grants_sequence: Option<u64>,
+
     /// Total number of tools granted across all servers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub granted_tools: Option<u32>,

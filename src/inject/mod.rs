@@ -72,6 +72,9 @@ pub const CREDENTIALS_DIR: &str = "/var/run/mcp-operator/credentials";
 /// The environment variable telling the agent where its MCP endpoint is.
 pub const SERVER_URL_ENV: &str = "MCP_SERVER_URL";
 
+/// The sidecar's argument carrying [`GrantsTrust::min_sequence`].
+pub const MIN_SEQUENCE_ARG: &str = "--grants-min-sequence=";
+
 /// What the sidecar checks every grants document against: the operator's public keys (the
 /// keyring's current and next) and the AgentSpec the pod is injected for.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -79,6 +82,10 @@ pub struct GrantsTrust {
     pub verify_keys: VerifyingKeys,
     pub namespace: String,
     pub uid: String,
+    /// The sequence of the grants document the AgentSpec's status says is published: the
+    /// sidecar of a new pod obeys none older (`--grants-min-sequence`), so an older signed
+    /// document put back in the ConfigMap before the pod starts is refused too.
+    pub min_sequence: Option<u64>,
 }
 
 /// How the injected sidecar looks: the chart's `injection.sidecar` values.
@@ -566,6 +573,10 @@ fn sidecar_container(
         format!("--agent-uid={}", trust.uid),
         format!("--state-dir={STATE_DIR}"),
         format!("--grants-file={GRANTS_DIR}/grants.json"),
+    ];
+    // Nothing older than what is published now, even in a pod whose state is still empty.
+    args.extend(trust.min_sequence.map(|n| format!("{MIN_SEQUENCE_ARG}{n}")));
+    args.extend([
         format!("--credentials-dir={CREDENTIALS_DIR}"),
         // What this pod mounts: a key the grants reference later is reported as a pod to
         // restart, not as a missing Secret.
@@ -573,7 +584,7 @@ fn sidecar_container(
         format!("--listen=127.0.0.1:{}", settings.port),
         format!("--metrics-addr=0.0.0.0:{}", settings.health_port),
         "--log-format=json".to_string(),
-    ];
+    ]);
     args.extend(settings.extra_args.iter().cloned());
     let probe = |path: &str, period: i32, failures: i32| Probe {
         http_get: Some(HTTPGetAction {

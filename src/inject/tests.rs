@@ -36,6 +36,7 @@ pub(super) fn trust() -> GrantsTrust {
             .clone(),
         namespace: "team-a".into(),
         uid: "uid-bot".into(),
+        min_sequence: Some(1000),
     }
 }
 
@@ -132,6 +133,8 @@ fn a_labelled_pod_gets_a_native_sidecar_that_gates_the_agent() {
     assert!(args.contains(&"--agent-namespace=team-a".to_string()));
     assert!(args.contains(&"--agent-uid=uid-bot".to_string()));
     assert!(args.contains(&format!("--state-dir={STATE_DIR}")));
+    // No signed document older than the one the AgentSpec's status says is published.
+    assert!(args.contains(&"--grants-min-sequence=1000".to_string()));
     let state = volume(&pod, STATE_VOLUME).expect("the state volume");
     assert!(state.empty_dir.is_some());
     let state_mounts: Vec<&str> = sc

@@ -22,8 +22,8 @@ use k8s_openapi::api::core::v1::{Container, Pod, VolumeMount};
 use serde_json::Value;
 
 use super::{
-    AGENT_LABEL, CREDENTIALS_VOLUME, GRANTS_VOLUME, GrantsTrust, References, Refusal,
-    SIDECAR_CONTAINER, STATE_VOLUME, SidecarSettings,
+    AGENT_LABEL, CREDENTIALS_VOLUME, GRANTS_VOLUME, GrantsTrust, MIN_SEQUENCE_ARG, References,
+    Refusal, SIDECAR_CONTAINER, STATE_VOLUME, SidecarSettings,
 };
 
 /// Every volume only the sidecar may mount: the grants, the credentials, and the state in
@@ -72,6 +72,15 @@ pub fn sidecar_difference(actual: &Container, expected: &Container) -> Option<St
                 found.is_some_and(|f| covers(f, wanted))
             }
             "volumeMounts" => found.is_some_and(|f| same_mounts(f, wanted)),
+            "args" => match found.map(|f| same_args(f, wanted)) {
+                Some(Args::Same) => true,
+                Some(Args::OlderMinSequence) => {
+                    return Some(format!(
+                        "args: {MIN_SEQUENCE_ARG} is older than the grants the AgentSpec has published now (they changed while the pod was admitted: create it again)"
+                    ));
+                }
+                _ => false,
+            },
             _ => found == Some(wanted),
         };
         if !same {
@@ -82,6 +91,48 @@ pub fn sidecar_difference(actual: &Container, expected: &Container) -> Option<St
         .keys()
         .find(|f| !expected.contains_key(*f) && !FILLED_IN_LATER.contains(&f.as_str()))
         .cloned()
+}
+
+/// How a sidecar's args compare with the injection's.
+#[derive(Debug, PartialEq)]
+enum Args {
+    Same,
+    /// Alike but for `--grants-min-sequence`, which is lower than the injection's now: the
+    /// AgentSpec's grants were published again since it was set (or it was lowered by hand).
+    OlderMinSequence,
+    Different,
+}
+
+/// The args, alike, but `--grants-min-sequence` may be higher than the injection's (a pod
+/// admitted a moment ago, reinvoked since, keeps what it was given; a higher floor only ever
+/// refuses more), never lower and never absent where the injection sets it.
+fn same_args(found: &Value, wanted: &Value) -> Args {
+    let parse = |v: &Value| serde_json::from_value::<Vec<String>>(v.clone()).ok();
+    let (Some(found), Some(wanted)) = (parse(found), parse(wanted)) else {
+        return Args::Different;
+    };
+    fn split(args: &[String]) -> (Option<Option<u64>>, Vec<&String>) {
+        let floor = args
+            .iter()
+            .find_map(|a| a.strip_prefix(MIN_SEQUENCE_ARG))
+            .map(|n| n.parse::<u64>().ok());
+        let rest = args
+            .iter()
+            .filter(|a| !a.starts_with(MIN_SEQUENCE_ARG))
+            .collect();
+        (floor, rest)
+    }
+    let ((found_floor, found_rest), (wanted_floor, wanted_rest)) = (split(&found), split(&wanted));
+    if found_rest != wanted_rest {
+        return Args::Different;
+    }
+    match (found_floor, wanted_floor) {
+        (None, None) => Args::Same,
+        (Some(Some(f)), Some(Some(w))) if f >= w => Args::Same,
+        (Some(Some(_)), Some(Some(_))) => Args::OlderMinSequence,
+        (Some(Some(_)), None) => Args::Same,
+        _ => Args::Different,
+    }
 }
 
 /// Whether `found` holds everything `wanted` does (objects may have more keys; arrays the

@@ -87,6 +87,8 @@ pub enum Trust {
         keys: VerifyingKeys,
         binding: Binding,
         state: Option<SequenceFile>,
+        /// The oldest sequence obeyed even when `state` has none (`--grants-min-sequence`).
+        min_sequence: Option<u64>,
     },
 }
 
@@ -313,21 +315,30 @@ fn fingerprint(path: &Path) -> (Fingerprint, Fingerprint) {
     (fingerprint_of(path), fingerprint_of(&signature_path(path)))
 }
 
+/// What a sidecar starts from: nothing loaded, and the oldest sequence it will obey — the one
+/// it accepted before a restart (its state dir) or the one the injection gave it, the higher.
+fn starting_state(trust: &Trust) -> GrantsState {
+    let mut state = GrantsState::default();
+    if let Trust::Signed {
+        binding,
+        state: file,
+        min_sequence,
+        ..
+    } = trust
+    {
+        let kept = file.as_ref().and_then(|f| f.load(&binding.uid));
+        state.sequence = kept.max(*min_sequence);
+    }
+    state
+}
+
 /// Loads the file now and keeps watching it; the receiver always holds the current state.
 pub fn watch_file(
     path: PathBuf,
     trust: Trust,
     metrics: Arc<Metrics>,
 ) -> watch::Receiver<GrantsState> {
-    let mut state = GrantsState::default();
-    if let Trust::Signed {
-        binding,
-        state: Some(file),
-        ..
-    } = &trust
-    {
-        state.sequence = file.load(&binding.uid);
-    }
+    let mut state = starting_state(&trust);
     apply(&path, &trust, &mut state, &metrics);
     let (tx, rx) = watch::channel(state);
     tokio::spawn(async move {
@@ -471,6 +482,7 @@ mod tests {
             keys: keyring.verifying_keys(),
             binding: bot(),
             state: state.map(SequenceFile::in_dir),
+            min_sequence: None,
         }
     }
 
@@ -670,12 +682,48 @@ mod tests {
             &GOOD.replace("sha256:1", "sha256:0"),
             40,
         );
-        let mut restarted = GrantsState {
-            sequence: file.load("uid-1"),
-            ..GrantsState::default()
-        };
+        let mut restarted = starting_state(&trust);
         apply(&path, &trust, &mut restarted, &metrics);
         assert!(restarted.current.is_none());
         assert!(restarted.why_nothing().unwrap().contains("a replay"));
+    }
+
+    #[test]
+    fn a_brand_new_sidecar_refuses_a_document_older_than_the_published_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let state_dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("grants.json");
+        let keyring = Keyring::generate();
+        let Trust::Signed {
+            keys,
+            binding,
+            state,
+            ..
+        } = signed_trust(&keyring, Some(state_dir.path()))
+        else {
+            unreachable!()
+        };
+        // The AgentSpec's status says sequence 50 is published; the tenant put 40 back first.
+        let trust = Trust::Signed {
+            keys,
+            binding,
+            state,
+            min_sequence: Some(50),
+        };
+        let metrics = Metrics::new();
+        publish(dir.path(), &keyring, GOOD, 40);
+        let mut state = starting_state(&trust);
+        apply(&path, &trust, &mut state, &metrics);
+        assert!(state.current.is_none(), "the older document is not obeyed");
+        assert!(state.why_nothing().unwrap().contains("a replay"));
+        assert_eq!(rejected(&metrics, "older_sequence"), 1);
+        // The published document itself, and any newer one, is.
+        publish(dir.path(), &keyring, GOOD, 50);
+        apply(&path, &trust, &mut state, &metrics);
+        assert!(state.current.is_some());
+        // The state dir's higher record wins over a lower floor after a restart.
+        publish(dir.path(), &keyring, GOOD, 60);
+        apply(&path, &trust, &mut state, &metrics);
+        assert_eq!(starting_state(&trust).sequence, Some(60));
     }
 }

@@ -128,6 +128,11 @@ pub struct SidecarArgs {
     /// a restart too.
     #[arg(long, env = "MCP_SIDECAR_STATE_DIR")]
     pub state_dir: Option<PathBuf>,
+    /// The oldest grants sequence to obey, even before anything is in --state-dir: the
+    /// injection passes the sequence the AgentSpec's status says is published, so an older
+    /// signed document put back in the ConfigMap is refused by a brand-new pod too.
+    #[arg(long, env = "MCP_SIDECAR_GRANTS_MIN_SEQUENCE")]
+    pub grants_min_sequence: Option<u64>,
 }
 
 impl SidecarArgs {
@@ -151,6 +156,7 @@ impl SidecarArgs {
                 uid: uid.clone(),
             },
             state: self.state_dir.as_deref().map(SequenceFile::in_dir),
+            min_sequence: self.grants_min_sequence,
         })
     }
 }

@@ -1672,6 +1672,8 @@ async fn a_tenant_cannot_get_around_the_sidecar() {
             "apiVersion": "mcp-operator.dev/v1alpha1", "kind": "McpServer",
             "metadata": {"name": "files", "namespace": namespace},
             "spec": {
+                // Optional, so the sidecar is ready (and the agent runs) while it is down.
+                "optional": true,
                 "url": "http://files.example/mcp",
                 "credentials": {"bearerToken": {"secretKeyRef": {"name": "files-token", "key": "token"}}},
             },
@@ -1765,7 +1767,24 @@ async fn a_tenant_cannot_get_around_the_sidecar() {
         "only the injected MCP sidecar may mount it",
     );
 
-    // --- the tenant's ordinary agent pod: injected, and admitted as stored.
+    // --- the tenant's ordinary agent pod: injected, and admitted as stored; its sidecar obeys
+    // no signed document older than the one published when it was admitted, even before its
+    // state holds one (a document put back in the ConfigMap is refused by a brand-new pod).
+    let specs: Api<AgentSpec> = Api::namespaced(client.clone(), namespace);
+    let published = eventually(
+        SOON,
+        "the AgentSpec's published grants sequence",
+        || async {
+            specs
+                .get("bot")
+                .await
+                .map_err(|e| e.to_string())?
+                .status
+                .and_then(|s| s.grants_sequence)
+                .ok_or_else(|| "no status.grantsSequence yet".to_string())
+        },
+    )
+    .await;
     let (ok, said) = create(&pod(
         "agent",
         serde_json::json!({"containers": [agent], "terminationGracePeriodSeconds": 2}),
@@ -1946,6 +1965,34 @@ async fn a_tenant_cannot_get_around_the_sidecar() {
         }
     })
     .await;
+    let floor: u64 = pods
+        .get("agent")
+        .await
+        .expect("the agent pod")
+        .spec
+        .and_then(|s| s.init_containers)
+        .into_iter()
+        .flatten()
+        .find(|c| c.name == "mcp-sidecar")
+        .and_then(|c| c.args)
+        .into_iter()
+        .flatten()
+        .find_map(|a| a.strip_prefix("--grants-min-sequence=").map(str::to_owned))
+        .expect("the sidecar has --grants-min-sequence")
+        .parse()
+        .expect("a number");
+    let now = specs
+        .get("bot")
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .grants_sequence
+        .unwrap();
+    assert!(
+        (published..=now).contains(&floor),
+        "the sidecar's floor {floor} is the published sequence of its admission ({published}..={now})"
+    );
     const CONNECT: &str = "connect.pods.validate.mcp-operator.dev";
     refused(
         "kubectl exec into the mcp-sidecar",

@@ -326,8 +326,10 @@ async fn publish(
             && m.digest == intent.digest
             && m.key_id == keyring.current.id()
     });
+    let mut sequence = memo.as_ref().map(|m| m.sequence);
     if !checked {
         let publication = publish_signed(agent, ctx, &intent, keyring, memo.as_ref()).await?;
+        sequence = Some(publication.sequence);
         if let Some(message) = &publication.tampered {
             warn!(%namespace, agentspec = %agent.name_any(), reason = "GrantsTampered", "{message}");
             events::publish(
@@ -349,6 +351,7 @@ async fn publish(
         digest: intent.digest.clone(),
         tools: document.tool_count() as u32,
         too_large,
+        sequence,
     })
 }
 

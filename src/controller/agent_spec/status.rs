@@ -46,6 +46,8 @@ pub struct Published {
     /// The resolved grants did not fit in a ConfigMap: their size in bytes. What was published
     /// instead grants no tools (fail closed).
     pub too_large: Option<usize>,
+    /// The sequence the published document is signed with.
+    pub sequence: Option<u64>,
 }
 
 /// What changed, for events and log lines.
@@ -94,6 +96,7 @@ pub fn next_agent_status(
         .collect();
     status.grants_config_map = Some(published.config_map.clone());
     status.grants_digest = Some(published.digest.clone());
+    status.grants_sequence = published.sequence;
     status.granted_tools = Some(published.tools);
 
     let servers = outcomes.len();
@@ -345,6 +348,7 @@ mod tests {
             digest: digest.into(),
             tools,
             too_large: None,
+            sequence: Some(7),
         }
     }
 

@@ -446,6 +446,7 @@ async fn injection_inputs(
         verify_keys: keyring.verifying_keys(),
         namespace: namespace.to_owned(),
         uid: spec.metadata.uid.clone().unwrap_or_default(),
+        min_sequence: spec.status.as_ref().and_then(|s| s.grants_sequence),
     };
     // The grants reference exactly the credentials of the AgentSpec's McpServers that exist
     // (the controller fills each server's endpoint from its McpServer the same way).

@@ -293,6 +293,38 @@ fn the_sidecar_of_other_grants_is_not_the_one_for_these() {
 }
 
 #[test]
+fn the_min_sequence_may_be_higher_than_the_injections_never_lower_or_absent() {
+    let with = |min: Option<u64>| {
+        let mut t = trust();
+        t.min_sequence = min;
+        expected_sidecar("bot", &refs(), &t, &settings())
+    };
+    // Published again since the pod was admitted (or lowered by hand): refused, saying so.
+    let older = sidecar_difference(&with(Some(999)), &expected()).expect("refused");
+    assert!(older.contains("--grants-min-sequence= is older"), "{older}");
+    assert_eq!(
+        sidecar_difference(&with(None), &expected()),
+        Some("args".into())
+    );
+    // Higher only ever refuses more: a pod admitted a moment before a reinvocation keeps it.
+    assert_eq!(sidecar_difference(&with(Some(1001)), &expected()), None);
+    // Before the status names a sequence, the injection sets none; a pod with one is alike.
+    assert_eq!(sidecar_difference(&with(Some(5)), &with(None)), None);
+    assert_eq!(sidecar_difference(&with(None), &with(None)), None);
+    // Any other argument changed alongside is still a difference.
+    let mut changed = with(Some(1001));
+    changed
+        .args
+        .as_mut()
+        .unwrap()
+        .push("--listen=0.0.0.0:9500".into());
+    assert_eq!(
+        sidecar_difference(&changed, &expected()),
+        Some("args".into())
+    );
+}
+
+#[test]
 fn host_networking_and_shared_processes_are_refused() {
     let host = edited(&plain_agent(), |d| d["spec"]["hostNetwork"] = json!(true));
     let refusal = on_create(&host, &expected()).unwrap_err();

@@ -619,6 +619,18 @@ fn install_chart(
     tag: &str,
     kubeconfig: &Path,
 ) -> (Uninstall, String) {
+    install_chart_watching(ns, ns.name(), repository, tag, kubeconfig)
+}
+
+/// [`install_chart`] into `ns`, limited to the namespace `watch` (a tenant's, apart from the
+/// operator's own).
+fn install_chart_watching(
+    ns: &e2e::TestNamespace,
+    watch: &str,
+    repository: &str,
+    tag: &str,
+    kubeconfig: &Path,
+) -> (Uninstall, String) {
     let release = ns.name();
     run(Command::new("bash")
         .arg(repo().join("e2e/helm.sh"))
@@ -627,7 +639,7 @@ fn install_chart(
         .args(["--set", &format!("image.repository={repository}")])
         .args(["--set", &format!("image.tag={tag}")])
         .args(["--set", "image.pullPolicy=Never"])
-        .args(["--set", &format!("controller.watchNamespace={release}")])
+        .args(["--set", &format!("controller.watchNamespace={watch}")])
         .env("KUBECONFIG", kubeconfig)
         .current_dir(repo()));
     let uninstall = Uninstall {
@@ -2104,4 +2116,319 @@ async fn a_tenant_cannot_get_around_the_sidecar() {
         .map(|p| p.name_any())
         .collect();
     assert_eq!(names, ["agent"], "no refused agent pod was stored");
+}
+
+/// The tenant policy as a control, told once on the real node against the chart's in-cluster
+/// controller: a platform caps the server `files` at read for a tenant's namespace (and denies
+/// deletes on servers labelled tier=admin); the tenant — a user with a namespaced Role over its
+/// McpServers, AgentSpecs, ConfigMaps and Pods, nothing else — runs an agent pod and then tries,
+/// one after the other, to widen what it may call: an override that lowers `write_file` to read,
+/// the label that picks the permissive rule, the grants ConfigMap edited by hand, and at last
+/// deleting its AgentSpec while the agent keeps running. The agent (the official Python SDK
+/// client through `kubectl port-forward` to its injected sidecar) never lists or calls more than
+/// `read_file`, the operator says why in the AgentSpec's status and an Event, and the delete
+/// leaves the running agent with nothing callable.
+#[tokio::test]
+async fn a_tenant_cannot_widen_what_its_running_agent_may_call() {
+    let _one = ONE_RELEASE.lock().await;
+    let (client, ns) = e2e::setup("node-story").await;
+    let tenant_ns = e2e::TestNamespace::create(&client, "node-story-tenant").await;
+    let namespace = tenant_ns.name();
+    let kubeconfig = e2e::kubeconfig_path().await;
+    let cluster_dir = kubeconfig.parent().expect("the cluster dir").to_path_buf();
+    let node = node(&cluster_dir);
+    let scratch = tempfile::tempdir().expect("a temp dir");
+    let (repository, tag) = operator_image(&cluster_dir, scratch.path());
+    let paths = run(Command::new("bash")
+        .arg(repo().join("e2e/node.sh"))
+        .arg("paths"));
+    let pause_image = image_reference(Path::new(
+        paths
+            .lines()
+            .find_map(|l| l.strip_prefix("PAUSE_IMAGE="))
+            .expect("node.sh paths names the pause image"),
+    ));
+    let (_uninstall, _fullname) =
+        install_chart_watching(&ns, namespace, &repository, &tag, &kubeconfig);
+
+    // --- the platform's side: the server, the policy, the tenant's Role.
+    let fixtures = Fixtures::load();
+    let files = fixtures.sdk_server(&["--host", &node.ip]);
+    Api::<Namespace>::all(client.clone())
+        .patch(
+            namespace,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"metadata": {"labels": {TENANT_LABEL: namespace}}})),
+        )
+        .await
+        .expect("labelling the tenant's namespace");
+    let policy_name = tenant_ns.scoped_name("files-read-only");
+    tenant_ns.delete_later(ApiResource::erase::<McpTenantPolicy>(&()), &policy_name);
+    for (object, ns) in [
+        (
+            serde_json::json!({
+                "apiVersion": "mcp-operator.dev/v1alpha1", "kind": "McpTenantPolicy",
+                "metadata": {"name": policy_name},
+                "spec": {"namespaceSelector": {"matchLabels": {TENANT_LABEL: namespace}},
+                         "rules": [{"servers": {"names": ["files"]}, "maxAccess": "read"},
+                                   {"servers": {"selector": {"matchLabels": {"tier": "admin"}}},
+                                    "deny": ["delete_*"]}]},
+            }),
+            None,
+        ),
+        (
+            serde_json::json!({
+                "apiVersion": "mcp-operator.dev/v1alpha1", "kind": "McpServer",
+                "metadata": {"name": "files", "namespace": namespace},
+                "spec": {"url": files.url},
+            }),
+            Some(namespace),
+        ),
+    ] {
+        e2e::write(&client, e2e::Write::ServerSideApply, &object, ns, false)
+            .await
+            .unwrap_or_else(|e| panic!("applying {object}: {}", e2e::describe(&e)));
+    }
+    const TENANT: &str = "story-tenant@example";
+    e2e::grant_role(
+        &client,
+        namespace,
+        "tenant",
+        TENANT,
+        serde_json::json!([
+            {"apiGroups": ["mcp-operator.dev"], "resources": ["mcpservers", "agentspecs"],
+             "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
+            {"apiGroups": [""], "resources": ["configmaps", "pods"],
+             "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
+            {"apiGroups": [""], "resources": ["pods/portforward"], "verbs": ["get", "create"]},
+        ]),
+    )
+    .await;
+    let tenant = |args: &[&str], manifest: Option<&Value>| {
+        let mut all = vec!["-n", namespace];
+        all.extend_from_slice(args);
+        let (ok, said) = kubectl_as(&cluster_dir, TENANT, &all, manifest);
+        assert!(ok, "the tenant's kubectl {args:?}: {said}");
+        said
+    };
+
+    // --- the tenant's agent: its AgentSpec and a pod labelled for it.
+    tenant(
+        &["apply", "-f", "-"],
+        Some(&serde_json::json!({
+            "apiVersion": "mcp-operator.dev/v1alpha1", "kind": "AgentSpec",
+            "metadata": {"name": "bot"},
+            "spec": {"servers": [{"name": "files"}]},
+        })),
+    );
+    let specs: Api<AgentSpec> = Api::namespaced(client.clone(), namespace);
+    let granted_tools = |spec: &AgentSpec| spec.status.as_ref().and_then(|s| s.granted_tools);
+    eventually(SOON, "the AgentSpec's grants published", || async {
+        let spec = specs.get("bot").await.map_err(|e| e.to_string())?;
+        match granted_tools(&spec) {
+            Some(1) => Ok(()),
+            other => Err(format!("granted {other:?}: {:?}", spec.status)),
+        }
+    })
+    .await;
+    let agent = serde_json::to_value(agent_pod(
+        "agent",
+        Some("bot"),
+        serde_json::json!({"name": "agent", "image": pause_image, "imagePullPolicy": "Never"}),
+        "Always",
+    ))
+    .expect("a pod manifest");
+    tenant(&["create", "-f", "-"], Some(&agent));
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    eventually(SOON, "the agent pod Ready", || async {
+        let p = pods.get("agent").await.map_err(|e| e.to_string())?;
+        if pod_ready(&p) {
+            Ok(())
+        } else {
+            Err(format!("{:?}", p.status.and_then(|s| s.phase)))
+        }
+    })
+    .await;
+    let forward = PortForward::start(&cluster_dir, namespace, "agent", 9500);
+    let only_read = || async {
+        let out = sidecar_support::agent(
+            &forward.url,
+            "auto",
+            serde_json::json!([
+                {"op": "list"},
+                {"op": "call", "name": "files__write_file", "arguments": {"path": "/notes"}},
+            ]),
+        )
+        .await;
+        let listed = sidecar_support::names(&out["steps"][0]);
+        assert_eq!(
+            listed,
+            ["files__read_file"],
+            "the agent lists only read_file: {out}"
+        );
+        assert_eq!(out["steps"][1]["isError"], true, "{out}");
+        assert!(
+            out["steps"][1]["text"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("is not granted to this agent"),
+            "write_file is refused by the sidecar: {out}"
+        );
+    };
+    only_read().await;
+
+    // --- 1. an override that lowers write_file to read: not applied under the policy, and
+    // the AgentSpec says why.
+    tenant(
+        &[
+            "patch",
+            "mcpserver",
+            "files",
+            "--type=merge",
+            "-p",
+            r#"{"spec": {"tools": {"overrides": {"write_file": "read", "put_object": "read"}}}}"#,
+        ],
+        None,
+    );
+    let said = eventually(
+        SOON,
+        "the AgentSpec to say the override is not applied",
+        || async {
+            let spec = specs.get("bot").await.map_err(|e| e.to_string())?;
+            let text = serde_json::to_string(&spec.status).unwrap_or_default();
+            if text.contains("OverrideNotApplied") {
+                Ok(text)
+            } else {
+                Err(text)
+            }
+        },
+    )
+    .await;
+    eprintln!("e2e_node: story 1, the override: the AgentSpec's status says: {said}");
+    only_read().await;
+
+    // --- 2. the label that picks the permissive rule: rules bound, they do not add up.
+    tenant(&["label", "mcpserver", "files", "tier=admin"], None);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        granted_tools(&specs.get("bot").await.unwrap()),
+        Some(1),
+        "a label never widens the grants"
+    );
+    only_read().await;
+
+    // --- 3. the grants ConfigMap edited by hand: write_file added as the tenant would. The
+    // sidecar never obeys it (not signed), the operator puts it back and says so.
+    let grants_name = grants_config_map_name("bot");
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    let cm = config_maps
+        .get(&grants_name)
+        .await
+        .expect("the grants ConfigMap");
+    let original = cm.data.clone().unwrap_or_default()["grants.json"].clone();
+    let mut widened: Value = serde_json::from_str(&original).expect("grants.json");
+    let mut write = widened["servers"][0]["tools"][0].clone();
+    write["qualifiedName"] = "files__write_file".into();
+    write["name"] = "write_file".into();
+    write["access"] = "write".into();
+    widened["servers"][0]["tools"]
+        .as_array_mut()
+        .expect("tools")
+        .push(write);
+    let patch = serde_json::json!({"data": {"grants.json": widened.to_string()}});
+    tenant(
+        &[
+            "patch",
+            "configmap",
+            &grants_name,
+            "--type=merge",
+            "-p",
+            &patch.to_string(),
+        ],
+        None,
+    );
+    let edited = Instant::now();
+    let restored = eventually(SOON, "the signed grants put back", || async {
+        let now = config_maps
+            .get(&grants_name)
+            .await
+            .map_err(|e| e.to_string())?;
+        let json = now.data.unwrap_or_default()["grants.json"].clone();
+        if json == original {
+            Ok(edited.elapsed())
+        } else {
+            Err("still the tenant's edit".to_string())
+        }
+    })
+    .await;
+    let tampered = eventually(SOON, "a GrantsTampered event", || async {
+        let events: Api<k8s_openapi::api::events::v1::Event> =
+            Api::namespaced(client.clone(), namespace);
+        events
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| e.to_string())?
+            .items
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("GrantsTampered"))
+            .and_then(|e| e.note)
+            .ok_or_else(|| "none yet".to_string())
+    })
+    .await;
+    eprintln!(
+        "e2e_node: story 3, the hand edit: put back {:.1}s later; the Event says: {tampered}",
+        restored.as_secs_f64()
+    );
+    // Whether or not the kubelet delivered the edit to the pod meanwhile, the sidecar obeys
+    // only what the operator signed.
+    for _ in 0..5 {
+        only_read().await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+
+    // --- 4. the AgentSpec deleted while its agent runs: the signed revoked grants reach the
+    // running pod, which then has nothing callable, saying why.
+    tenant(&["delete", "agentspec", "bot", "--wait=false"], None);
+    let deleted = Instant::now();
+    let revoked = eventually(
+        Duration::from_secs(180),
+        "the running agent's grants revoked",
+        || async {
+            let out = sidecar_support::agent(
+                &forward.url,
+                "auto",
+                serde_json::json!([
+                    {"op": "list"},
+                    {"op": "call", "name": "files__read_file", "arguments": {"path": "/notes"}},
+                ]),
+            )
+            .await;
+            let text = out["steps"][1]["text"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            if sidecar_support::names(&out["steps"][0]).is_empty() && text.contains("revoked") {
+                Ok(text)
+            } else {
+                Err(format!("{out}"))
+            }
+        },
+    )
+    .await;
+    eprintln!(
+        "e2e_node: story 4, the delete: the running agent had nothing callable {:.1}s later; a call is answered: {revoked}",
+        deleted.elapsed().as_secs_f64()
+    );
+    // The finalizer lets the AgentSpec go once the revocation has had its time (while the
+    // operator still runs: after the uninstall nobody would remove it).
+    eventually(Duration::from_secs(180), "the AgentSpec gone", || async {
+        match specs.get_opt("bot").await {
+            Ok(None) => Ok(()),
+            other => Err(format!(
+                "{:?}",
+                other.map(|s| s.map(|s| s.metadata.finalizers))
+            )),
+        }
+    })
+    .await;
 }

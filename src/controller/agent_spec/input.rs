@@ -24,9 +24,8 @@ use crate::api::mcp_server::McpServer;
 use crate::api::tenant_policy::McpTenantPolicy;
 use crate::core::catalog::Catalog;
 use crate::grants::{
-    AgentServerInput, Collision, Endpoint, GrantsDocument, HeaderReference, McpServerInput,
-    PolicyInput, Resolution, ResolveInput, RuleInput, ServerOutcome, TenantDefault, TlsReference,
-    resolve,
+    AgentServerInput, Endpoint, GrantsDocument, HeaderReference, McpServerInput, PolicyInput,
+    Resolution, ResolveInput, RuleInput, TenantDefault, TlsReference, resolve,
 };
 
 use crate::controller::shared::picking::{self, Pick};
@@ -146,55 +145,23 @@ pub fn resolve_input<'a>(
     }
 }
 
-/// The same input with every colliding tool denied on the AgentSpec plane: resolving it gives
-/// the grants minus the tools whose qualified names collide — a subset of the intersection that
-/// chooses neither of the colliding tools.
-pub fn without_collisions<'a>(
-    input: &ResolveInput<'a>,
-    collisions: &[Collision],
-) -> ResolveInput<'a> {
-    let mut input = input.clone();
-    for collision in collisions {
-        for tool in &collision.tools {
-            for entry in input.servers.iter_mut().filter(|e| e.name == tool.server) {
-                entry.deny.push(tool.tool.clone());
-            }
-        }
-    }
-    input
-}
-
-/// The one decision of an AgentSpec reconcile: what the pure core resolves, and the document to
-/// publish. A name collision is not a reason to keep serving grants computed from older inputs:
-/// the document is then the current intersection minus every colliding tool (neither is
-/// chosen), while `resolution` still reports the collision. Endpoints are filled from `servers`.
+/// The one decision of an AgentSpec reconcile: what the pure core resolves (its findings and
+/// collisions make the status; a collision's tools are already withheld from its document),
+/// and the document to publish, endpoints filled from `servers`.
 pub struct Grants {
-    /// The resolution of the input as given (its findings and collisions make the status).
     pub resolution: Resolution,
     /// The document to publish, endpoints filled.
     pub document: GrantsDocument,
-    /// Per-server counts of what the document grants.
-    pub outcomes: Vec<ServerOutcome>,
 }
 
-/// Resolves `input` and, on a collision, resolves again without the colliding tools.
+/// Resolves `input` once and fills the endpoints of the document to publish.
 pub fn decide_grants(input: &ResolveInput<'_>, servers: &BTreeMap<String, &McpServer>) -> Grants {
     let resolution = resolve(input);
-    let (mut document, outcomes) = match &resolution.document {
-        Some(doc) => (doc.clone(), resolution.servers.clone()),
-        None => {
-            let narrower = resolve(&without_collisions(input, &resolution.collisions));
-            let doc = narrower
-                .document
-                .unwrap_or_else(|| GrantsDocument::new(Vec::new()));
-            (doc, narrower.servers)
-        }
-    };
+    let mut document = resolution.document.clone();
     fill_endpoints(&mut document, servers);
     Grants {
         resolution,
         document,
-        outcomes,
     }
 }
 
@@ -451,29 +418,19 @@ mod tests {
             ("b".to_string(), (&b, Some(&cat))),
         ]);
         let input = resolve_input(&agent, &servers, vec![], TenantDefault::Allow, u64::MAX);
-        let first = resolve(&input);
-        assert!(
-            first.document.is_none(),
-            "a collision publishes nothing by itself"
-        );
-        assert_eq!(first.collisions.len(), 1);
-        let second = resolve(&without_collisions(&input, &first.collisions));
-        assert!(second.collisions.is_empty());
-        let doc = second.document.unwrap();
-        let names: Vec<&str> = doc
+        // The reconciler's one decision: one resolution, the collision reported, neither
+        // colliding tool published, everything else is.
+        let by_name = BTreeMap::from([("a".to_string(), &a), ("b".to_string(), &b)]);
+        let grants = decide_grants(&input, &by_name);
+        assert_eq!(grants.resolution.collisions.len(), 1);
+        let names: Vec<&str> = grants
+            .document
             .servers
             .iter()
             .flat_map(|s| s.tools.iter().map(|t| t.qualified_name.as_str()))
             .collect();
         assert!(!names.contains(&"x___read_file"), "{names:?}");
-        assert_eq!(doc.tool_count(), 4 + 5 - 2);
-
-        // The reconciler's one decision applies the same rule and keeps the collision reported.
-        let by_name = BTreeMap::from([("a".to_string(), &a), ("b".to_string(), &b)]);
-        let grants = decide_grants(&input, &by_name);
-        assert_eq!(grants.resolution.collisions.len(), 1);
-        assert_eq!(grants.document.tool_count(), doc.tool_count());
-        assert_eq!(grants.outcomes, second.servers);
+        assert_eq!(grants.document.tool_count(), 4 + 5 - 2);
         assert!(grants.document.servers.iter().all(|s| s.endpoint.is_some()));
     }
 
@@ -484,7 +441,7 @@ mod tests {
         let cat = catalog();
         let servers = BTreeMap::from([("gh".to_string(), (&gh, Some(&cat)))]);
         let input = resolve_input(&agent, &servers, vec![], TenantDefault::Allow, u64::MAX);
-        let mut doc = resolve(&input).document.unwrap();
+        let mut doc = resolve(&input).document;
         fill_endpoints(&mut doc, &BTreeMap::from([("gh".to_string(), &gh)]));
         assert!(
             doc.servers

@@ -209,7 +209,6 @@ async fn reconcile_inner(agent: &AgentSpec, ctx: &AgentContext) -> Result<Action
         agent.status.as_ref(),
         agent.meta().generation,
         &grants.resolution,
-        &grants.outcomes,
         &published,
         &pods,
         Time(k8s_openapi::jiff::Timestamp::now()),

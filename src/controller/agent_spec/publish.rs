@@ -528,7 +528,7 @@ mod tests {
             ("down".to_string(), (&down, None)),
         ]);
         let input = resolve_input(&a, &servers, vec![], TenantDefault::Allow, 10);
-        let mut doc = resolve(&input).document.unwrap();
+        let mut doc = resolve(&input).document;
         fill_endpoints(
             &mut doc,
             &BTreeMap::from([

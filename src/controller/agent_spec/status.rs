@@ -26,7 +26,7 @@ use crate::api::conditions::{
     PODS_UP_TO_DATE, READY, RESOLVED, TRUE, condition, find, set_condition,
 };
 use crate::controller::shared::ready::ready_change;
-use crate::grants::{Finding, Resolution, ServerOutcome};
+use crate::grants::{Finding, Resolution};
 use crate::inject::PodDrift;
 
 /// At most this many findings are spelled out in one condition message.
@@ -61,14 +61,13 @@ pub struct AgentTransitions {
     pub pods_out_of_date: Option<String>,
 }
 
-/// The AgentSpec's status after this reconcile. `resolution` is the core's verdict (its
-/// findings and readiness); `outcomes` the per-server counts of what was actually published
-/// (they differ only on a collision, when the colliding tools are withheld).
+/// The AgentSpec's status after this reconcile. `resolution` is the core's verdict: its
+/// findings, readiness and the per-server counts of what is published (a collision's tools
+/// withheld).
 pub fn next_agent_status(
     previous: Option<&AgentSpecStatus>,
     generation: Option<i64>,
     resolution: &Resolution,
-    outcomes: &[ServerOutcome],
     published: &Published,
     pods: &PodDrift,
     now: Time,
@@ -79,6 +78,7 @@ pub fn next_agent_status(
     let previous_digest = status.grants_digest.clone();
     let previous_tools = status.granted_tools;
     status.observed_generation = generation;
+    let outcomes = &resolution.servers;
     status.servers = outcomes
         .iter()
         .map(|o| AgentServerStatus {
@@ -297,7 +297,7 @@ fn sentences(findings: &[Finding]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::grants::Reason;
+    use crate::grants::{Reason, ServerOutcome};
 
     fn at(s: i64) -> Time {
         Time(k8s_openapi::jiff::Timestamp::from_second(s).unwrap())
@@ -328,11 +328,11 @@ mod tests {
         }
     }
 
-    fn resolution(findings: Vec<Finding>) -> Resolution {
+    fn resolution(findings: Vec<Finding>, servers: &[ServerOutcome]) -> Resolution {
         let ready = !findings.iter().any(|f| f.blocking);
         Resolution {
-            document: None,
-            servers: vec![],
+            document: crate::grants::GrantsDocument::new(vec![]),
+            servers: servers.to_vec(),
             collisions: vec![],
             findings,
             ready,
@@ -360,8 +360,7 @@ mod tests {
         let (s, t) = next_agent_status(
             None,
             Some(2),
-            &resolution(vec![]),
-            &[outcome("gh", 3, true), outcome("fs", 1, true)],
+            &resolution(vec![], &[outcome("gh", 3, true), outcome("fs", 1, true)]),
             &published("sha256:a", 4),
             &PodDrift::default(),
             at(1),
@@ -403,8 +402,7 @@ mod tests {
         let (s, t) = next_agent_status(
             None,
             Some(1),
-            &resolution(vec![]),
-            &[outcome("gh", 3000, true)],
+            &resolution(vec![], &[outcome("gh", 3000, true)]),
             &too_large,
             &PodDrift::default(),
             at(1),
@@ -435,19 +433,21 @@ mod tests {
         let (s, _) = next_agent_status(
             None,
             Some(1),
-            &resolution(vec![
-                finding(
-                    Reason::PatternMatchesNothing,
-                    "allow pattern nope_* matches no tool of McpServer gh",
-                    false,
-                ),
-                finding(
-                    Reason::DeniedByPolicy,
-                    "tool x of McpServer gh is asked for by name, but McpTenantPolicy p does not permit it",
-                    false,
-                ),
-            ]),
-            &[outcome("gh", 1, true)],
+            &resolution(
+                vec![
+                    finding(
+                        Reason::PatternMatchesNothing,
+                        "allow pattern nope_* matches no tool of McpServer gh",
+                        false,
+                    ),
+                    finding(
+                        Reason::DeniedByPolicy,
+                        "tool x of McpServer gh is asked for by name, but McpTenantPolicy p does not permit it",
+                        false,
+                    ),
+                ],
+                &[outcome("gh", 1, true)],
+            ),
             &published("sha256:a", 1),
             &PodDrift::default(),
             at(1),
@@ -486,23 +486,24 @@ mod tests {
         let ok = next_agent_status(
             None,
             Some(1),
-            &resolution(vec![]),
-            &[outcome("gh", 4, true)],
+            &resolution(vec![], &[outcome("gh", 4, true)]),
             &published("sha256:a", 4),
             &PodDrift::default(),
             at(1),
         )
         .0;
-        let down = resolution(vec![finding(
-            Reason::ServerNotReady,
-            "McpServer gh is not ready (Unauthorized); the agent is not ready until it is, or until the McpServer is marked optional",
-            true,
-        )]);
+        let down = resolution(
+            vec![finding(
+                Reason::ServerNotReady,
+                "McpServer gh is not ready (Unauthorized); the agent is not ready until it is, or until the McpServer is marked optional",
+                true,
+            )],
+            &[outcome("gh", 0, false)],
+        );
         let (s, t) = next_agent_status(
             Some(&ok),
             Some(1),
             &down,
-            &[outcome("gh", 0, false)],
             &published("sha256:b", 0),
             &PodDrift::default(),
             at(2),
@@ -538,7 +539,6 @@ mod tests {
             Some(&s),
             Some(1),
             &down,
-            &[outcome("gh", 0, false)],
             &published("sha256:b", 0),
             &PodDrift::default(),
             at(3),
@@ -549,8 +549,7 @@ mod tests {
         let (back, t) = next_agent_status(
             Some(&s),
             Some(1),
-            &resolution(vec![]),
-            &[outcome("gh", 4, true)],
+            &resolution(vec![], &[outcome("gh", 4, true)]),
             &published("sha256:a", 4),
             &PodDrift::default(),
             at(4),
@@ -573,8 +572,7 @@ mod tests {
         let (s, _) = next_agent_status(
             None,
             None,
-            &resolution(many),
-            &[],
+            &resolution(many, &[]),
             &published("d", 0),
             &PodDrift::default(),
             at(1),
@@ -606,8 +604,7 @@ mod tests {
         next_agent_status(
             previous,
             Some(1),
-            &resolution(vec![]),
-            &[outcome("gh", 4, true)],
+            &resolution(vec![], &[outcome("gh", 4, true)]),
             &published("sha256:a", 4),
             pods,
             at(t),

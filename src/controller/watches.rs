@@ -46,6 +46,7 @@ use super::context::Context;
 use super::fanout::{Change, Watched};
 use super::mcp_server::{self, ServerContext, Tenancy};
 use super::readiness::Readiness;
+use super::shared::server_key::key_of;
 use super::{ControllerArgs, agent_spec, tenant_policy};
 
 /// Runs the three reconcilers until `stop` turns true; `ready` turns true once every watch has
@@ -298,13 +299,10 @@ async fn forget_deleted_servers(
     let mut changes = std::pin::pin!(changes);
     while let Some(change) = changes.next().await {
         match change {
-            Change::Deleted(server) => ctx.forget(&mcp_server::key_of(&server)),
+            Change::Deleted(server) => ctx.forget(&key_of(&server)),
             Change::Relisted => {
-                let listed: std::collections::HashSet<_> = store
-                    .state()
-                    .iter()
-                    .map(|s| mcp_server::key_of(s))
-                    .collect();
+                let listed: std::collections::HashSet<_> =
+                    store.state().iter().map(|s| key_of(s)).collect();
                 for key in ctx.remembered() {
                     if !listed.contains(&key) {
                         ctx.forget(&key);

@@ -1,5 +1,5 @@
-//! Kubernetes objects → the plain inputs of `grants::resolve`, and the grants document's
-//! endpoints ← the McpServers. Pure: the AgentSpec reconciler reads the objects from its stores
+//! Kubernetes objects → the plain inputs of `grants::resolve`, and the one decision that
+//! resolves them (endpoints filled by [`crate::controller::shared::endpoint`]). Pure: the AgentSpec reconciler reads the objects from its stores
 //! and calls these; tests build the objects by hand.
 //!
 //! ```text
@@ -24,21 +24,13 @@ use crate::api::mcp_server::McpServer;
 use crate::api::tenant_policy::McpTenantPolicy;
 use crate::core::catalog::Catalog;
 use crate::grants::{
-    AgentServerInput, Endpoint, GrantsDocument, HeaderReference, McpServerInput, PolicyInput,
-    Resolution, ResolveInput, RuleInput, TenantDefault, TlsReference, resolve,
+    AgentServerInput, GrantsDocument, McpServerInput, PolicyInput, Resolution, ResolveInput,
+    RuleInput, TenantDefault, resolve,
 };
 
+pub use crate::controller::shared::endpoint::endpoint;
+use crate::controller::shared::endpoint::fill_endpoints;
 use crate::controller::shared::picking::{self, Pick};
-use crate::controller::shared::selector as grants_selector;
-
-/// Whether a policy applies to a namespace with these labels. An invalid namespaceSelector
-/// selects every namespace (fail closed).
-pub fn policy_selects(
-    policy: &McpTenantPolicy,
-    namespace_labels: &BTreeMap<String, String>,
-) -> bool {
-    grants_selector::matches(&policy.spec.namespace_selector, namespace_labels).unwrap_or(true)
-}
 
 /// One policy as the core sees it, for an AgentSpec using `servers` (its referenced McpServers
 /// that exist, by name; `referenced` are all the names it references). A rule picks a server by
@@ -165,89 +157,13 @@ pub fn decide_grants(input: &ResolveInput<'_>, servers: &BTreeMap<String, &McpSe
     }
 }
 
-/// How the sidecar reaches an McpServer: everything from its spec and the negotiated protocol
-/// from its status. Credentials and CA bundles are references to Secret/ConfigMap keys.
-pub fn endpoint(server: &McpServer) -> Endpoint {
-    let spec = &server.spec;
-    let status = server.status.as_ref();
-    // A stdio server's bearer token is the operator's Secret: the sidecars send it like any.
-    let credentials = server.credentials();
-    let credentials = credentials.as_ref();
-    Endpoint {
-        // A stdio server's URL is its Service's, from status; a server without one yet is not
-        // Ready, so nothing is granted from it.
-        url: server.endpoint_url().unwrap_or_default().to_string(),
-        transport: spec.transport,
-        era: status.and_then(|s| s.era),
-        protocol_version: status.and_then(|s| s.protocol_version.clone()),
-        bearer_token: credentials
-            .and_then(|c| c.bearer_token.as_ref())
-            .map(|b| b.secret_key_ref.clone()),
-        headers: credentials
-            .map(|c| {
-                c.headers
-                    .iter()
-                    .map(|h| HeaderReference {
-                        name: h.name.clone(),
-                        secret_key_ref: h.value_from.secret_key_ref.clone(),
-                    })
-                    .collect()
-            })
-            .unwrap_or_default(),
-        tls: spec.tls.as_ref().map(|tls| TlsReference {
-            ca_bundle_secret: tls
-                .ca_bundle
-                .as_ref()
-                .and_then(|c| c.secret_key_ref.clone()),
-            ca_bundle_config_map: tls
-                .ca_bundle
-                .as_ref()
-                .and_then(|c| c.config_map_key_ref.clone()),
-            insecure_skip_verify: tls.insecure_skip_verify,
-        }),
-        connect_timeout_ms: millis(spec.timeouts.connect.as_std()),
-        call_timeout_ms: millis(spec.timeouts.call.as_std()),
-        retry: spec.retry,
-        max_tool_pages: Some(spec.discovery.max_tool_pages),
-        max_response_bytes: Some(spec.discovery.max_response_bytes),
-    }
-}
-
-fn millis(d: std::time::Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
-/// Fills the endpoint of every server of the document that exists.
-pub fn fill_endpoints(doc: &mut GrantsDocument, servers: &BTreeMap<String, &McpServer>) {
-    for grants in &mut doc.servers {
-        grants.endpoint = servers.get(&grants.name).map(|s| endpoint(s));
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::fixtures::{
-        agent, catalog, full_server, labels, policy, ready_status, server,
-    };
+    use crate::controller::fixtures::{agent, catalog, full_server, policy, ready_status, server};
     use crate::core::catalog::{Access, build};
     use crate::grants::resolve;
     use serde_json::{Value, json};
-
-    #[test]
-    fn policies_select_namespaces_and_invalid_selectors_fail_closed() {
-        let team_a = policy(
-            "p",
-            json!({"namespaceSelector": {"matchLabels": {"team": "a"}}, "rules": []}),
-        );
-        assert!(policy_selects(&team_a, &labels(&[("team", "a")])));
-        assert!(!policy_selects(&team_a, &labels(&[("team", "b")])));
-        let broken = policy(
-            "p",
-            json!({"namespaceSelector": {"matchExpressions": [{"key": "team", "operator": "in", "values": ["a"]}]}, "rules": []}),
-        );
-        assert!(policy_selects(&broken, &labels(&[("team", "b")])));
-    }
 
     #[test]
     fn rules_pick_referenced_servers_by_name_or_labels() {
@@ -345,36 +261,6 @@ mod tests {
             status_catalog(&spilled).is_none(),
             "read from the ConfigMap instead"
         );
-    }
-
-    #[test]
-    fn endpoints_carry_references_and_limits_never_values() {
-        let e = endpoint(&full_server());
-        let v = serde_json::to_value(&e).unwrap();
-        assert_eq!(
-            v,
-            json!({
-                "url": "https://gh.example/mcp", "transport": "sse",
-                "era": "legacy", "protocolVersion": "2025-11-25",
-                "bearerToken": {"name": "gh-token", "key": "token"},
-                "headers": [{"name": "X-Tenant", "secretKeyRef": {"name": "gh-tenant", "key": "id"}}],
-                "tls": {"caBundleConfigMap": {"name": "ca", "key": "ca.crt"}, "insecureSkipVerify": false},
-                "connectTimeoutMs": 5000, "callTimeoutMs": 60000, "retry": 4,
-                "maxToolPages": 100, "maxResponseBytes": 4194304,
-            })
-        );
-        let plain = server(
-            "p",
-            json!({}),
-            json!({"url": "http://p.example/mcp"}),
-            Value::Null,
-        );
-        let e = endpoint(&plain);
-        assert_eq!(
-            (e.connect_timeout_ms, e.call_timeout_ms, e.retry),
-            (10_000, 30_000, 2)
-        );
-        assert!(e.era.is_none() && e.bearer_token.is_none() && e.tls.is_none());
     }
 
     #[test]

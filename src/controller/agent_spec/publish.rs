@@ -36,10 +36,7 @@ pub const DIGEST_ANNOTATION: &str = "mcp-operator.dev/grants-digest";
 pub const REVOKED_ANNOTATION: &str = "mcp-operator.dev/revoked-at";
 /// Label naming the AgentSpec a grants ConfigMap belongs to.
 pub const AGENT_LABEL: &str = "mcp-operator.dev/agentspec";
-/// Label on everything the operator creates.
-pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
-/// Its value.
-pub const MANAGED_BY: &str = "mcp-operator";
+pub use crate::controller::shared::{MANAGED_BY, MANAGED_BY_LABEL};
 
 /// The most bytes a grants document may have. The apiserver refuses a ConfigMap over 1 MiB
 /// (1,048,576 bytes, metadata included); the rest is left for the signature, the metadata and
@@ -467,8 +464,9 @@ pub async fn remove(client: &Client, agent: &AgentSpec) -> Result<(), kube::Erro
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::agent_spec::input::{fill_endpoints, resolve_input};
+    use crate::controller::agent_spec::input::resolve_input;
     use crate::controller::fixtures::{agent, catalog, full_server, ready_status, server};
+    use crate::controller::shared::endpoint::fill_endpoints;
     use crate::grants::signature::Keyring;
     use crate::grants::{SCHEMA_VERSION, ServerGrants, TenantDefault, resolve};
     use serde_json::{Value, json};

@@ -26,7 +26,6 @@
 //! - [`workload`]: a stdio server's Deployment and Service (kube calls); [`stdio_workload`]
 //!   builds them and judges their state (pure).
 
-mod catalog_spill;
 mod connection;
 pub(crate) mod credentials;
 mod pin_store;
@@ -64,14 +63,15 @@ use super::context::Context;
 use super::error::ReconcileError;
 use super::metrics::ReasonLabels;
 use super::readiness::Readiness;
+use super::shared::catalog_spill;
+use super::shared::server_key::{ServerKey, key_of};
 use super::shared::{events, status::apply_status};
 use probes::{Claim, Prober};
-use schedule::{ProbeSchedule, ServerKey};
+use schedule::ProbeSchedule;
 use status::{Decision, Finding, Spill, Transitions, decide};
 use subscriptions::Subscriptions;
 
 pub use catalog_spill::decompress as decompress_spilled_catalog;
-pub(crate) use catalog_spill::read as read_spilled_catalog;
 pub(crate) use credentials::{
     SecretUse, referenced_config_maps, referenced_secrets, secret_references,
 };
@@ -217,11 +217,6 @@ pub fn error_policy(
         "reconcile failed: {error}"
     );
     Action::requeue(Duration::from_secs(10))
-}
-
-/// (namespace, name) of an McpServer.
-pub fn key_of(server: &McpServer) -> ServerKey {
-    (server.namespace().unwrap_or_default(), server.name_any())
 }
 
 async fn reconcile_inner(

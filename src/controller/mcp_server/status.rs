@@ -12,10 +12,10 @@ use crate::api::mcp_server::{CatalogStatus, McpServerSpec, McpServerStatus};
 use crate::core::{Catalog, Era, ServerInfo};
 use crate::mcp::{ReadFailure, Stage};
 
-use super::catalog_spill::too_large_for_status;
 use super::credentials::CredentialError;
 use super::pinning::{self, Settings};
 use super::stdio_workload::NotReady;
+use crate::controller::shared::catalog_spill::too_large_for_status;
 use crate::controller::shared::ready::ready_change;
 
 /// What this reconcile found.

@@ -27,10 +27,9 @@ use tracing::{info, warn};
 use crate::api::conditions::{READY, TRUE, find};
 use crate::api::tenant_policy::{McpTenantPolicy, McpTenantPolicyStatus};
 
-use super::agent_spec::policy_selects;
 use super::context::Context;
 use super::error::ReconcileError;
-use super::shared::picking;
+use super::shared::picking::{self, policy_selects};
 use super::shared::selector as grants_selector;
 use super::shared::{events, status::apply_status_with};
 use status::next_policy_status;

@@ -1,6 +1,7 @@
 //! Catalogues too large for an McpServer's status (etcd caps an object at about 1.5 MiB) move to
 //! a companion ConfigMap `<server>-mcp-catalog`, gzip-compressed, owned by the McpServer; status
-//! then keeps the counts and digest with an empty tool list and names the ConfigMap.
+//! then keeps the counts and digest with an empty tool list and names the ConfigMap. The
+//! McpServer reconciler writes and removes it; the AgentSpec reconciler reads it back.
 
 use std::collections::BTreeMap;
 use std::io::Write;

@@ -125,7 +125,7 @@ pub struct ControllerArgs {
     #[arg(long, env = "MCP_OPERATOR_BRIDGE_IMAGE")]
     pub bridge_image: Option<String>,
     /// Longest wait before re-probing a server that failed.
-    #[arg(long, default_value = "60s", value_parser = crate::probe::parse_duration)]
+    #[arg(long, default_value = "60s", value_parser = crate::core::duration::parse_duration)]
     pub max_failure_backoff: Duration,
     /// What a namespace that no McpTenantPolicy selects may be granted: `allow` (the default:
     /// the McpServer's and the AgentSpec's narrowing alone decide, so a cluster without
@@ -156,7 +156,7 @@ pub struct ControllerArgs {
     /// How long a deleted AgentSpec's revoked grants are served before its ConfigMap goes,
     /// unless no pod of the AgentSpec runs: long enough for the kubelet to refresh the mounted
     /// ConfigMap in every pod (its sync period, a minute by default, plus its cache).
-    #[arg(long, default_value = "70s", value_parser = crate::probe::parse_duration)]
+    #[arg(long, default_value = "70s", value_parser = crate::core::duration::parse_duration)]
     pub revoke_wait: Duration,
     #[command(flatten)]
     pub webhook: WebhookArgs,
@@ -404,7 +404,7 @@ async fn check_crds(client: &Client, namespace: Option<&str>) -> Result<(), Star
 }
 
 fn parse_lease_duration(text: &str) -> Result<Duration, String> {
-    let d = crate::probe::parse_duration(text)?;
+    let d = crate::core::duration::parse_duration(text)?;
     if d < Duration::from_secs(2) || d.subsec_nanos() != 0 {
         return Err(format!(
             "the lease duration must be whole seconds and at least 2s, not {text}"

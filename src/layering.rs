@@ -1,5 +1,7 @@
 //! Keeps the dependency graph of `lib.rs` true: each layer may name only itself and the layers
-//! below it. A `use crate::api` in `grants`, say, fails this test instead of slipping in.
+//! below it, and the pure layers (`core`, `grants`, `mcp`) name no Kubernetes crate. A
+//! `use crate::api` in `grants`, say, or a `use crate::{core, api::McpServer}` (a grouped
+//! import), or a `kube::` in `core` fails this test instead of slipping in.
 
 use std::path::Path;
 
@@ -42,22 +44,96 @@ fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
     }
 }
 
-/// The `crate::<top>` names a file's code (not its comments) refers to.
+/// A file's code with every `//` comment blanked out (lines kept, so positions still say which
+/// line a name is on).
+fn code_of(text: &str) -> String {
+    text.lines()
+        .map(|line| line.split("//").next().unwrap_or_default())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn line_at(code: &str, at: usize) -> usize {
+    code[..at].matches('\n').count() + 1
+}
+
+fn name_at(code: &str, at: usize) -> String {
+    code[at..]
+        .chars()
+        .take_while(|c| c.is_alphanumeric() || *c == '_')
+        .collect()
+}
+
+/// The `crate::<top>` names a file's code (not its comments) refers to, with their lines: a
+/// path (`crate::api::McpServer`) or each item of a group (`crate::{api, mcp::read}`, over as
+/// many lines as rustfmt gives it).
 fn imports(text: &str) -> Vec<(usize, String)> {
+    let code = code_of(text);
     let mut found = Vec::new();
-    for (number, line) in text.lines().enumerate() {
-        let code = line.split("//").next().unwrap_or_default();
-        let mut rest = code;
-        while let Some(at) = rest.find("crate::") {
-            let after = &rest[at + "crate::".len()..];
-            let name: String = after
-                .chars()
-                .take_while(|c| c.is_alphanumeric() || *c == '_')
-                .collect();
-            if TOP.contains(&name.as_str()) {
-                found.push((number + 1, name));
+    let mut from = 0;
+    while let Some(offset) = code[from..].find("crate::") {
+        let at = from + offset + "crate::".len();
+        from = at;
+        if code[at..].starts_with('{') {
+            // Each top-level item of the group starts after `{` or a `,` at depth one.
+            let mut depth = 0usize;
+            for (i, c) in code[at..].char_indices() {
+                match c {
+                    '{' => depth += 1,
+                    '}' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            break;
+                        }
+                    }
+                    _ => {}
+                }
+                if depth == 1 && (c == '{' || c == ',') {
+                    let start = at + i + 1;
+                    let skip = code[start..].len() - code[start..].trim_start().len();
+                    let name = name_at(&code, start + skip);
+                    if TOP.contains(&name.as_str()) {
+                        found.push((line_at(&code, start + skip), name));
+                    }
+                }
             }
-            rest = after;
+        } else {
+            let name = name_at(&code, at);
+            if TOP.contains(&name.as_str()) {
+                found.push((line_at(&code, at), name));
+            }
+        }
+    }
+    found
+}
+
+/// The layers that must stay pure: no Kubernetes crate, so their tests need no cluster.
+const PURE: &[&str] = &["core", "grants", "mcp"];
+
+/// The Kubernetes crates a pure layer may not name.
+const KUBERNETES: &[&str] = &[
+    "kube",
+    "kube_runtime",
+    "kube_client",
+    "kube_core",
+    "k8s_openapi",
+];
+
+/// The Kubernetes crates a file's code names (`kube::…`, `use kube;`, `k8s_openapi::…`).
+fn kubernetes_names(text: &str) -> Vec<(usize, String)> {
+    let code = code_of(text);
+    let mut found = Vec::new();
+    for (at, _) in code.match_indices(|c: char| c.is_alphabetic()) {
+        let before = code[..at].chars().next_back();
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
+            continue;
+        }
+        let name = name_at(&code, at);
+        let after = code[at + name.len()..].trim_start();
+        let named = after.starts_with("::")
+            || (code[..at].trim_end().ends_with("use") && after.starts_with([';', ' ']));
+        if KUBERNETES.contains(&name.as_str()) && named {
+            found.push((line_at(&code, at), name));
         }
     }
     found
@@ -91,11 +167,106 @@ fn no_module_imports_against_the_direction() {
 }
 
 #[test]
+fn the_pure_layers_name_no_kubernetes_crate() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut wrong = Vec::new();
+    for layer in PURE {
+        let mut files = Vec::new();
+        rust_files(&src.join(layer), &mut files);
+        for file in files {
+            let text = std::fs::read_to_string(&file).expect("a readable source file");
+            for (line, name) in kubernetes_names(&text) {
+                wrong.push(format!(
+                    "{}:{line}: src/{layer} names {name}",
+                    file.strip_prefix(&src).unwrap_or(&file).display()
+                ));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "Kubernetes in a pure layer:\n{}",
+        wrong.join("\n")
+    );
+}
+
+#[test]
+fn the_scan_sees_grouped_imports_over_lines() {
+    let text = "use crate::{\n    core::Catalog,\n    api::{McpServer, conditions},\n    mcp,\n};";
+    assert_eq!(
+        imports(text),
+        vec![
+            (2, "core".to_string()),
+            (3, "api".to_string()),
+            (4, "mcp".to_string())
+        ]
+    );
+    assert_eq!(
+        imports("use crate::{self as c, grants::Pattern};"),
+        vec![(1, "grants".to_string())]
+    );
+}
+
+#[test]
+fn the_scan_sees_kubernetes_crates_and_skips_look_alikes() {
+    let text = "use kube::Api;\nlet x = k8s_openapi::ByteString;\n// kube::Client\nlet cube = my_kube::x;\nuse kube;";
+    assert_eq!(
+        kubernetes_names(text),
+        vec![
+            (1, "kube".to_string()),
+            (2, "k8s_openapi".to_string()),
+            (5, "kube".to_string())
+        ]
+    );
+}
+
+#[test]
 fn the_scan_sees_imports_and_skips_comments() {
     let text =
         "use crate::api::McpServer;\n// see crate::controller\nlet x = crate::mcp::read_server;";
     assert_eq!(
         imports(text),
         vec![(1, "api".to_string()), (3, "mcp".to_string())]
+    );
+}
+
+/// The reconcilers, side by side under `controller/`: none imports another (what they share is
+/// in `controller/shared/`); only the wiring above them (`controller/mod.rs`, `watches.rs`)
+/// names them all.
+const RECONCILERS: &[&str] = &["agent_spec", "mcp_server", "tenant_policy"];
+
+#[test]
+fn the_reconcilers_are_peers() {
+    let controller = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/controller");
+    let mut wrong = Vec::new();
+    for reconciler in RECONCILERS {
+        let mut files = Vec::new();
+        rust_files(&controller.join(reconciler), &mut files);
+        for file in files {
+            let code = code_of(&std::fs::read_to_string(&file).expect("a readable file"));
+            for other in RECONCILERS.iter().filter(|o| *o != reconciler) {
+                for path in [
+                    format!("controller::{other}"),
+                    format!("super::{other}"),
+                    format!("super::super::{other}"),
+                ] {
+                    for (at, _) in code.match_indices(&path) {
+                        let end = at + path.len();
+                        if !code[end..].starts_with(|c: char| c.is_alphanumeric() || c == '_') {
+                            wrong.push(format!(
+                                "{}:{}: controller/{reconciler} imports {path}",
+                                file.strip_prefix(&controller).unwrap_or(&file).display(),
+                                line_at(&code, at)
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "a reconciler imports another (move what they share to controller/shared/):\n{}",
+        wrong.join("\n")
     );
 }

@@ -2,7 +2,7 @@
 //! only here; every decision is a pure function in the reconciler's own folder.
 //!
 //! ```text
-//!  watches (watches.rs)                          reconciler                writes
+//!  watches (watches/)                             reconciler                writes
 //!  ───────────────────────────────────────────   ───────────────────────   ─────────────────────────
 //!  McpServer ─────────────── main ─────────────┐
 //!  McpServer (deletions) ─── forget schedule ──┤
@@ -28,12 +28,17 @@
 //! - [`mcp_server`], `agent_spec/`, `tenant_policy/`: one folder per reconciler; each reconcile
 //!   gathers its inputs, makes one pure decision (`status::decide`, `input::decide_grants`,
 //!   `status::next_policy_status`) and applies it.
-//! - `shared/`: what they write alike: status apply, events, owned ConfigMaps published only when
-//!   their digest changed, Ready transitions, label selectors.
-//! - `watches.rs`: every watch and which reconciles it triggers; `context.rs`: the client,
-//!   settings, metrics and recorder every reconciler shares; `error.rs`: start-up errors apart
-//!   from reconcile errors (one per kind of write, the `reconciles_total{result}` label).
-//! - `health.rs`, `metrics.rs`: /healthz, /readyz and /metrics.
+//!   They are peers: none imports another (the `layering` test checks it).
+//! - `shared/`: what they write and read alike: status apply, events, owned ConfigMaps published
+//!   only when their digest changed, Ready transitions, label selectors and rule picking, the
+//!   spilled catalogue, the grants endpoint, `ServerKey`.
+//! - `watches/`: every watch and which reconciles it triggers (`fanout.rs`: one watch per kind,
+//!   shared); `context.rs`: the client, settings, metrics and recorder every reconciler shares;
+//!   `error.rs`: start-up errors apart from reconcile errors (one per kind of write, the
+//!   `reconciles_total{result}` label).
+//! - `health/`: /healthz, /readyz (`readiness.rs`: every watch listed) and /metrics
+//!   (`metrics.rs`).
+//! - `leader.rs`: the Lease; `signing.rs`: the grants signing keyring.
 //!
 //! - `webhook/`: the sidecar-injection admission webhook and its TLS certificate; served by
 //!   every replica (the decision itself is [`crate::inject`], pure).
@@ -44,14 +49,11 @@
 mod agent_spec;
 mod context;
 mod error;
-mod fanout;
 #[cfg(test)]
 mod fixtures;
 mod health;
 mod leader;
 pub mod mcp_server;
-mod metrics;
-mod readiness;
 mod shared;
 mod signing;
 mod tenant_policy;
@@ -72,6 +74,8 @@ use tracing::{info, warn};
 use crate::api::mcp_server::McpServer;
 use context::{Context, Settings};
 pub use error::StartError;
+// The webhook names it as `super::metrics`.
+use health::metrics;
 use metrics::Metrics;
 pub use webhook::WebhookArgs;
 

@@ -50,7 +50,7 @@ use crate::core::Catalog;
 use crate::grants::signature::Keyring;
 use crate::grants::{GrantsDocument, TenantDefault};
 
-use super::readiness::Readiness;
+use super::health::readiness::Readiness;
 
 use super::context::{Context, Signing};
 use super::error::ReconcileError;

@@ -13,30 +13,24 @@
 //!  apply    catalog_spill (write / remove) ─► Events ─► status (SSA) ─► pin_store (changed pins) ─► metrics
 //! ```
 //!
-//! - [`connection`]: the McpServer → `ServerConnection` mapping (pure).
 //! - [`credentials`]: Secrets and ConfigMaps → credentials and TLS settings.
-//! - [`probes`]: the probe tasks, their lanes, and which result a reconcile may use.
-//! - [`schedule`]: when each server is next due for a probe.
-//! - [`resume`]: after a restart, when the status says a server was last read (pure).
-//! - [`subscriptions`]: one `tools/list_changed` subscription per server that pushes.
-//! - [`catalog_spill`]: the companion ConfigMap of a catalogue too large for status.
-//! - [`pinning`]: whether pinning is on (spec, tenant policies) and the approvals given.
-//! - [`pin_store`]: the pins also kept in the operator's namespace, for a recreated McpServer.
+//! - [`probing`]: when a server is due ([`probing::schedule`], [`probing::resume`]), the probe
+//!   tasks and their lanes ([`probing::probes`]), the connection they use
+//!   ([`probing::connection`]), and the `tools/list_changed` subscriptions.
+//! - [`pinning`]: whether pinning is on (spec, tenant policies) and the approvals given;
+//!   [`pinning::store`]: the pins also kept in the operator's namespace, for a recreated
+//!   McpServer.
 //! - [`status`]: the pure decision.
-//! - [`workload`]: a stdio server's Deployment and Service (kube calls); [`stdio_workload`]
-//!   builds them and judges their state (pure).
+//! - [`stdio`]: a stdio server's Deployment and Service ([`stdio::workload`], kube calls),
+//!   built and judged by [`stdio::build`] (pure).
+//! - The companion ConfigMap of a catalogue too large for status is
+//!   [`crate::controller::shared::catalog_spill`] (the AgentSpec reconciler reads it too).
 
-mod connection;
 pub(crate) mod credentials;
-mod pin_store;
 mod pinning;
-mod probes;
-mod resume;
-mod schedule;
+mod probing;
 mod status;
-mod stdio_workload;
-mod subscriptions;
-mod workload;
+mod stdio;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -61,14 +55,17 @@ use crate::api::tenant_policy::McpTenantPolicy;
 
 use super::context::Context;
 use super::error::ReconcileError;
-use super::metrics::ReasonLabels;
-use super::readiness::Readiness;
+use super::health::metrics::ReasonLabels;
+use super::health::readiness::Readiness;
 use super::shared::catalog_spill;
 use super::shared::server_key::{ServerKey, key_of};
 use super::shared::{events, status::apply_status};
-use probes::{Claim, Prober};
+use pinning::store as pin_store;
+use probing::probes::{self, Claim, Prober};
+use probing::{connection, resume, schedule, subscriptions};
 use schedule::ProbeSchedule;
 use status::{Decision, Finding, Spill, Transitions, decide};
+use stdio::workload;
 use subscriptions::Subscriptions;
 
 pub use catalog_spill::decompress as decompress_spilled_catalog;
@@ -76,7 +73,7 @@ pub(crate) use credentials::{
     SecretUse, referenced_config_maps, referenced_secrets, secret_references,
 };
 pub(crate) use pinning::{BY_SPEC as PINNING_BY_SPEC, required_by as pinning_required_by};
-pub(crate) use stdio_workload::WATCH_SELECTOR as WORKLOAD_SELECTOR;
+pub(crate) use stdio::build::WATCH_SELECTOR as WORKLOAD_SELECTOR;
 pub(crate) use workload::owner_of as workload_owner;
 
 pub const KIND: &str = "McpServer";

@@ -14,7 +14,7 @@ use crate::mcp::{ReadFailure, Stage};
 
 use super::credentials::CredentialError;
 use super::pinning::{self, Settings};
-use super::stdio_workload::NotReady;
+use super::stdio::build::NotReady;
 use crate::controller::shared::catalog_spill::too_large_for_status;
 use crate::controller::shared::ready::ready_change;
 

@@ -41,7 +41,7 @@ pub struct PolicyContext {
     pub base: Arc<Context>,
     pub namespaces: Store<PartialObjectMeta<Namespace>>,
     /// The namespace store has received its first list.
-    pub namespaces_listed: super::readiness::Readiness,
+    pub namespaces_listed: super::health::readiness::Readiness,
 }
 
 /// Reconciles one McpTenantPolicy.

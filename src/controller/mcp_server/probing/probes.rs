@@ -24,7 +24,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::AbortHandle;
 
 use crate::api::mcp_server::McpServer;
-use crate::controller::metrics::Metrics;
+use crate::controller::health::metrics::Metrics;
 use crate::mcp::{self, ReadFailure, ServerConnection, ServerReport};
 
 use super::schedule::{Lane, ServerKey};

@@ -18,9 +18,9 @@ use kube::{Api, Resource, ResourceExt};
 
 use crate::api::mcp_server::{McpServer, stdio_token_secret_name};
 
-use super::super::context::Context;
-use super::super::error::ReconcileError;
-use super::stdio_workload::{self as build, Inputs, NotReady};
+use super::build::{self, Inputs, NotReady};
+use crate::controller::context::Context;
+use crate::controller::error::ReconcileError;
 
 /// What the workload of a stdio server looks like now.
 #[derive(Debug, Clone, PartialEq)]

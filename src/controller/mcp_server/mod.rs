@@ -61,6 +61,7 @@ use super::shared::catalog_spill;
 use super::shared::server_key::{ServerKey, key_of};
 use super::shared::{events, status::apply_status};
 use pinning::store as pin_store;
+use probing::plan::{self, ProbeState, Step};
 use probing::probes::{self, Claim, Prober};
 use probing::{connection, resume, schedule, subscriptions};
 use schedule::ProbeSchedule;
@@ -397,6 +398,7 @@ enum Probe {
 
 /// Resolves the credentials and, when the server is due (new inputs, the refresh interval
 /// passed, or a pushed change), starts a probe, or takes the result of the one that finished.
+/// Gathers the facts; [`plan::next_step`] decides what to do with them.
 async fn probe_if_due(
     server: &McpServer,
     ctx: &ServerContext,
@@ -404,69 +406,95 @@ async fn probe_if_due(
     pinning: Option<&pinning::Settings>,
     url: Option<&str>,
 ) -> Probe {
-    let spec = &server.spec;
-    let refresh = spec.discovery.refresh_interval.as_std();
+    let required_by = pinning
+        .map(|p| p.required_by.as_slice())
+        .unwrap_or_default();
     let resolved = credentials::resolve(&ctx.base.client, &key.0, server).await;
     let inputs = probe_inputs(
         server,
         resolved.as_ref().ok().map(|r| r.digest.as_str()),
-        pinning
-            .map(|p| p.required_by.as_slice())
-            .unwrap_or_default(),
+        required_by,
     );
-    let (outcome, started) = match ctx.prober.claim(key, &inputs) {
-        Claim::Finished(outcome, started) => (outcome, started),
-        Claim::Running => return Probe::Running,
-        Claim::Nothing => {
-            if !ctx.schedule.remembers(key)
-                && let Ok(r) = &resolved
-                && let Some(read) = resume::last_read(
-                    server,
-                    &ctx.base.settings.field_manager,
-                    pinning
-                        .map(|p| p.required_by.as_slice())
-                        .unwrap_or_default(),
-                    &r.references_changed,
-                )
-                && let Ok(resolved) = resolved
-            {
-                return Probe::NotDue(resume_after_restart(
-                    server,
-                    ctx,
-                    key,
-                    inputs,
-                    read,
-                    url.unwrap_or_default(),
-                    resolved,
-                ));
-            }
-            if let Some(wait) = ctx.schedule.wait_before_probe(key, &inputs) {
-                return Probe::NotDue(wait);
-            }
-            let resolved = match resolved {
-                // Nothing to contact: decided here, in the slot.
-                Err(e) => {
-                    let wait = ctx
-                        .schedule
-                        .probed(key, inputs, false, refresh, Instant::now());
-                    return Probe::Done(Finding::Credentials(e), wait);
-                }
-                Ok(resolved) => resolved,
-            };
-            let url = url.unwrap_or_default();
-            let identity = connection::identity(spec, url, &resolved.digest);
-            let conn = connection::connection(
-                spec,
-                url,
-                resolved,
-                ctx.base.settings.allow_loopback,
-                ctx.base.settings.response_budget.clone(),
-            );
+    let (probe, finished) = match ctx.prober.claim(key, &inputs) {
+        Claim::Finished(outcome, started) => (ProbeState::Finished, Some((outcome, started))),
+        Claim::Running => (ProbeState::Running, None),
+        Claim::Nothing => (ProbeState::Nothing, None),
+    };
+    let remembered = ctx.schedule.remembers(key);
+    let known = plan::Known {
+        probe,
+        remembered,
+        last_read: match (&resolved, remembered, probe) {
+            (Ok(r), false, ProbeState::Nothing) => resume::last_read(
+                server,
+                &ctx.base.settings.field_manager,
+                required_by,
+                &r.references_changed,
+            ),
+            _ => None,
+        },
+        credentials_resolved: resolved.is_ok(),
+        wait_before_probe: ctx.schedule.wait_before_probe(key, &inputs),
+    };
+    let url = url.unwrap_or_default();
+    match (plan::next_step(&known), finished, resolved) {
+        (Step::TakeResult, Some((outcome, started)), _) => {
+            take_result(server, ctx, key, inputs, outcome, started)
+        }
+        (Step::WaitForProbe, ..) => Probe::Running,
+        (Step::Resume(read), _, Ok(resolved)) => Probe::NotDue(resume_after_restart(
+            server, ctx, key, inputs, read, url, resolved,
+        )),
+        (Step::NotDue(wait), ..) => Probe::NotDue(wait),
+        // Nothing to contact: decided here, in the slot.
+        (Step::CredentialsFailed, _, Err(e)) => {
+            let refresh = server.spec.discovery.refresh_interval.as_std();
+            let wait = ctx
+                .schedule
+                .probed(key, inputs, false, refresh, Instant::now());
+            Probe::Done(Finding::Credentials(e), wait)
+        }
+        (Step::StartProbe, _, Ok(resolved)) => {
+            let (conn, identity) = connect(server, ctx, url, resolved);
             let lane = ctx.schedule.lane(key, &inputs);
             ctx.prober.start(key, inputs, lane, conn, identity);
-            return Probe::Running;
+            Probe::Running
         }
-    };
+        (step, ..) => unreachable!("plan step {step:?} without what it needs"),
+    }
+}
+
+/// The connection a probe or subscription uses, and its identity (what the pool keys it by).
+fn connect(
+    server: &McpServer,
+    ctx: &ServerContext,
+    url: &str,
+    resolved: credentials::Resolved,
+) -> (crate::mcp::ServerConnection, String) {
+    let identity = connection::identity(&server.spec, url, &resolved.digest);
+    let conn = connection::connection(
+        &server.spec,
+        url,
+        resolved,
+        ctx.base.settings.allow_loopback,
+        ctx.base.settings.response_budget.clone(),
+    );
+    (conn, identity)
+}
+
+/// What a finished probe found: the finding and when the server is next due, its
+/// subscription opened or closed; a read that gave way in a full response budget is tried
+/// again soon, with nothing written.
+fn take_result(
+    server: &McpServer,
+    ctx: &ServerContext,
+    key: &ServerKey,
+    inputs: String,
+    outcome: probes::Outcome,
+    started: Instant,
+) -> Probe {
+    let spec = &server.spec;
+    let refresh = spec.discovery.refresh_interval.as_std();
     if let Some(budget) = &ctx.base.settings.response_budget {
         ctx.base
             .metrics
@@ -480,12 +508,7 @@ async fn probe_if_due(
     } = outcome;
     match report {
         Ok(report) => {
-            // A modern server says how long its list stays fresh: honour it, within
-            // [30s, refreshInterval].
-            let refresh = report
-                .ttl_ms
-                .map(|ttl| Duration::from_millis(ttl).clamp(Duration::from_secs(30), refresh))
-                .unwrap_or(refresh);
+            let refresh = plan::refresh_after(report.ttl_ms, refresh);
             let wait = ctx.schedule.probed(key, inputs, true, refresh, started);
             if report.pushes_tool_changes {
                 ctx.subscriptions.ensure(
@@ -551,14 +574,7 @@ fn resume_after_restart(
     if let Some(status) = &server.status {
         record_gauges(ctx, key, status);
     }
-    let identity = connection::identity(&server.spec, url, &resolved.digest);
-    let conn = connection::connection(
-        &server.spec,
-        url,
-        resolved,
-        ctx.base.settings.allow_loopback,
-        ctx.base.settings.response_budget.clone(),
-    );
+    let (conn, identity) = connect(server, ctx, url, resolved);
     ctx.subscriptions.ensure(
         key,
         &identity,

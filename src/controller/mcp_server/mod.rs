@@ -7,10 +7,12 @@
 //! changed), metrics.
 //!
 //! ```text
-//!  gather   pinning on? (spec, policies) ─► credentials::resolve ─► a finished probe with these inputs?
-//!             no: one running? wait │ schedule says probe? probes::start (lane: first read / retry) ─► wait
-//!  decide   status::decide(stored, previous in full, finding, pinning) ─► Decision { status, spill }
-//!  apply    catalog_spill (write / remove) ─► Events ─► status (SSA) ─► pin_store (changed pins) ─► metrics
+//!  reconcile_inner
+//!   gather   pinning::required_by ─► stdio::workload ─► probe_if_due: credentials::resolve,
+//!            probes.claim, schedule ─► probing::plan::next_step (pure) ─► take / wait / resume /
+//!            start a probe ─► the previous status in full ─► kept pins (pinning::store)
+//!   decide   decide_status: status::decide (pure: one rule per condition) ─► Decision
+//!   apply    catalog_spill (write / remove) ─► Events ─► status (SSA) ─► pinning::store ─► metrics
 //! ```
 //!
 //! - [`credentials`]: Secrets and ConfigMaps → credentials and TLS settings.
@@ -217,6 +219,8 @@ pub fn error_policy(
     Action::requeue(Duration::from_secs(10))
 }
 
+/// One reconcile, top to bottom: gather what the server says now (when it is due), decide
+/// its status in one pure step, apply it.
 async fn reconcile_inner(
     server: &McpServer,
     ctx: &ServerContext,
@@ -226,7 +230,51 @@ async fn reconcile_inner(
         ctx.forget(&key);
         return Ok(Action::await_change());
     }
-    // Gather: whether pinning is on, and what the server says now, when it is due.
+    let gathered = match gather(server, ctx, &key).await? {
+        Gather::Wait(action) => return Ok(action),
+        Gather::Found(gathered) => gathered,
+    };
+    let decision = decide_status(server, &key, &gathered);
+    if let Err(e) = apply(server, ctx, &decision).await {
+        // What this probe found was not written (a lost lease, an apiserver outage): the next
+        // reconcile must read and write again, not wait for the refresh interval with a status
+        // that never saw the probe.
+        ctx.schedule.force_probe(&key);
+        return Err(e);
+    }
+    keep_pins(server, ctx, &key, &gathered.store_key, &decision).await?;
+    record(ctx, &key, &decision.status, &gathered.finding);
+    Ok(Action::requeue(gathered.next_wait))
+}
+
+/// What the gather step found, when there is something to decide.
+struct Gathered {
+    finding: Finding,
+    /// When the server is next due.
+    next_wait: Duration,
+    /// Some while pinning is on (with the pins kept in the store, for a recreated server).
+    pinning: Option<pinning::Settings>,
+    /// The status as last written, a spilled catalogue read back in full.
+    previous: Option<McpServerStatus>,
+    /// Where the pin store keeps this server's pins.
+    store_key: String,
+    /// A stdio server's URL (its Service's), for status.
+    workload_url: Option<String>,
+}
+
+enum Gather {
+    /// Nothing to decide yet (not due, or a probe is running): requeue so.
+    Wait(Action),
+    Found(Box<Gathered>),
+}
+
+/// Gather: whether pinning is on, a stdio server's workload, what the server says now when it
+/// is due, the status as last written, and the pins kept for a server that begins pinning.
+async fn gather(
+    server: &McpServer,
+    ctx: &ServerContext,
+    key: &ServerKey,
+) -> Result<Gather, ReconcileError> {
     let required_by = match ctx.tenancy() {
         Some(tenancy) => tenancy.pinning_required_by(server).await,
         // Only tests run the reconciler without watches: the spec alone decides.
@@ -244,13 +292,13 @@ async fn reconcile_inner(
         Some(not_ready) => {
             // Probe as soon as it serves; pod states (an image pull failing) change without
             // the Deployment changing, so look again soon.
-            ctx.schedule.force_probe(&key);
+            ctx.schedule.force_probe(key);
             (Finding::Workload(not_ready), WORKLOAD_RECHECK)
         }
-        None => match probe_if_due(server, ctx, &key, pinning.as_ref(), url.as_deref()).await {
-            Probe::NotDue(wait) => return Ok(Action::requeue(wait)),
+        None => match probe_if_due(server, ctx, key, pinning.as_ref(), url.as_deref()).await {
+            Probe::NotDue(wait) => return Ok(Gather::Wait(Action::requeue(wait))),
             // The finished probe triggers the next reconcile; the requeue is only a safety net.
-            Probe::Running => return Ok(Action::requeue(PROBE_RECHECK)),
+            Probe::Running => return Ok(Gather::Wait(Action::requeue(PROBE_RECHECK))),
             Probe::Done(finding, next_wait) => (finding, next_wait),
         },
     };
@@ -270,41 +318,42 @@ async fn reconcile_inner(
                 "pinning begins from the pins kept for this name and place, not from what is served");
         }
     }
+    Ok(Gather::Found(Box::new(Gathered {
+        finding,
+        next_wait,
+        pinning,
+        previous,
+        store_key,
+        workload_url: workload.and_then(|w| w.url),
+    })))
+}
 
-    // Decide.
+/// Decide (pure): the status, its transitions and the companion ConfigMap, with the plain-HTTP
+/// credentials warning.
+fn decide_status(server: &McpServer, key: &ServerKey, gathered: &Gathered) -> Decision {
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
     let mut decision = decide(
         server.status.as_ref(),
-        previous.as_ref(),
+        gathered.previous.as_ref(),
         server.meta().generation,
-        &finding,
+        &gathered.finding,
         server
             .spec
             .tls
             .as_ref()
             .is_some_and(|t| t.insecure_skip_verify),
-        pinning.as_ref(),
+        gathered.pinning.as_ref(),
         catalog_spill::config_map_name(&key.1),
-        Time(k8s_openapi::jiff::Timestamp::now()),
+        now.clone(),
     );
-    decision.status.url = workload.and_then(|w| w.url);
+    decision.status.url = gathered.workload_url.clone();
     status::warn_of_plain_http(
         &mut decision.status,
         &server.spec,
         server.meta().generation,
-        Time(k8s_openapi::jiff::Timestamp::now()),
+        now,
     );
-
-    // Apply.
-    if let Err(e) = apply(server, ctx, &decision).await {
-        // What this probe found was not written (a lost lease, an apiserver outage): the next
-        // reconcile must read and write again, not wait for the refresh interval with a status
-        // that never saw the probe.
-        ctx.schedule.force_probe(&key);
-        return Err(e);
-    }
-    keep_pins(server, ctx, &key, &store_key, &decision).await?;
-    record(ctx, &key, &decision.status, &finding);
-    Ok(Action::requeue(next_wait))
+    decision
 }
 
 fn pin_store(ctx: &ServerContext) -> Option<pin_store::PinStore> {

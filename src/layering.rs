@@ -270,3 +270,154 @@ fn the_reconcilers_are_peers() {
         wrong.join("\n")
     );
 }
+
+/// The longest a controller function may be, in lines (its signature to its closing brace).
+/// A reconcile longer than this is a hub, not a story: split it into gather, decide, apply.
+const CONTROLLER_FUNCTION_LINES: usize = 80;
+
+/// Controller functions still longer than that, with the length they may not outgrow: each
+/// is to be split, and the list may only shrink. (The admission webhook, `controller/webhook/`,
+/// is checked like the rest.)
+const LONG_FUNCTIONS_TO_SPLIT: &[(&str, &str, usize)] = &[
+    ("mod.rs", "run", 201),
+    ("agent_spec/status.rs", "next_agent_status", 143),
+    ("mcp_server/stdio/build.rs", "pod", 141),
+    ("mcp_server/stdio/workload.rs", "reconcile", 140),
+    ("health/metrics.rs", "default", 107),
+    ("mcp_server/credentials.rs", "resolve", 102),
+    ("mcp_server/stdio/build.rs", "pod_trouble", 94),
+    ("watches/mod.rs", "run", 83),
+    ("watches/mod.rs", "run_servers", 81),
+];
+
+/// Non-test functions of a file and their lengths in lines: a `fn` line to the line where its
+/// braces close. `#[cfg(test)]` modules (to the end of the file, where they sit) and test
+/// files are left out: a test's length is the scenario it tells.
+fn function_lengths(text: &str) -> Vec<(String, usize, usize)> {
+    let code = code_of(text);
+    let lines: Vec<&str> = code.lines().collect();
+    // The test module: `#[cfg(test)]` over an inline `mod … {` (a `mod fixtures;` is not one).
+    let end = (0..lines.len())
+        .find(|&i| {
+            lines[i].trim() == "#[cfg(test)]"
+                && lines.get(i + 1).is_some_and(|next| {
+                    let next = next.trim();
+                    next.contains("mod ") && next.ends_with('{')
+                })
+        })
+        .unwrap_or(lines.len());
+    let mut found = Vec::new();
+    for (start, line) in lines.iter().enumerate().take(end) {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let Some(at) = words.iter().position(|w| *w == "fn") else {
+            continue;
+        };
+        let before_ok = words[..at].iter().all(|w| {
+            [
+                "pub",
+                "pub(crate)",
+                "pub(super)",
+                "async",
+                "const",
+                "unsafe",
+            ]
+            .contains(w)
+                || w.starts_with("pub(")
+        });
+        if !before_ok || at + 1 >= words.len() {
+            continue;
+        }
+        let name: String = words[at + 1]
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        let mut depth = 0i64;
+        let mut opened = false;
+        for (offset, body) in lines[start..].iter().enumerate() {
+            for c in body.chars() {
+                match c {
+                    '{' => {
+                        depth += 1;
+                        opened = true;
+                    }
+                    '}' => depth -= 1,
+                    _ => {}
+                }
+            }
+            if !opened && body.trim_end().ends_with(';') {
+                break; // a declaration without a body
+            }
+            if opened && depth <= 0 {
+                found.push((name.clone(), start + 1, offset + 1));
+                break;
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn no_controller_function_outgrows_a_page() {
+    let controller = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/controller");
+    let mut files = Vec::new();
+    rust_files(&controller, &mut files);
+    let mut wrong = Vec::new();
+    for file in files {
+        let relative = file
+            .strip_prefix(&controller)
+            .unwrap_or(&file)
+            .display()
+            .to_string();
+        if relative.ends_with("tests.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).expect("a readable file");
+        for (name, line, length) in function_lengths(&text) {
+            let allowed = LONG_FUNCTIONS_TO_SPLIT
+                .iter()
+                .find(|(f, n, _)| *f == relative && *n == name)
+                .map_or(CONTROLLER_FUNCTION_LINES, |(_, _, at_most)| *at_most);
+            if length > allowed {
+                wrong.push(format!(
+                    "controller/{relative}:{line}: {name} is {length} lines (at most {allowed})"
+                ));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "controller functions too long to read as a story:\n{}",
+        wrong.join("\n")
+    );
+}
+
+/// The most Rust files `controller/` keeps at its top (mod.rs included); the rest live in the
+/// folders of what they do.
+const CONTROLLER_TOP_FILES: usize = 8;
+
+#[test]
+fn the_controller_keeps_few_files_at_its_top() {
+    let controller = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/controller");
+    let top: Vec<String> = std::fs::read_dir(&controller)
+        .expect("src/controller")
+        .map(|e| e.expect("an entry").path())
+        .filter(|p| p.is_file() && p.extension().is_some_and(|e| e == "rs"))
+        .map(|p| {
+            p.file_name()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect();
+    assert!(
+        top.len() <= CONTROLLER_TOP_FILES,
+        "controller/ has {} files at its top (at most {CONTROLLER_TOP_FILES}): {top:?}",
+        top.len()
+    );
+}
+
+#[test]
+fn function_lengths_count_bodies_and_skip_tests() {
+    let text = "pub async fn a(\n    x: u8,\n) -> u8 {\n    if x { 1 } else { 2 }\n}\nfn b();\nconst X: u8 = 1;\n#[cfg(test)]\nmod tests {\n    fn long() {\n    }\n}\n";
+    assert_eq!(function_lengths(text), vec![("a".to_string(), 1, 5)]);
+}

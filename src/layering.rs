@@ -44,6 +44,25 @@ fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
     }
 }
 
+/// Every Rust file under `src/<dir>`: its path below `src/` and its text.
+fn sources(dir: &str) -> Vec<(String, String)> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src.join(dir), &mut files);
+    files
+        .into_iter()
+        .map(|file| {
+            let text = std::fs::read_to_string(&file).expect("a readable source file");
+            let relative = file
+                .strip_prefix(&src)
+                .unwrap_or(&file)
+                .display()
+                .to_string();
+            (relative, text)
+        })
+        .collect()
+}
+
 /// A file's code with every `//` comment blanked out (lines kept, so positions still say which
 /// line a name is on).
 fn code_of(text: &str) -> String {
@@ -141,20 +160,14 @@ fn kubernetes_names(text: &str) -> Vec<(usize, String)> {
 
 #[test]
 fn no_module_imports_against_the_direction() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut wrong = Vec::new();
     for (layer, below) in LAYERS {
-        let mut files = Vec::new();
-        rust_files(&src.join(layer), &mut files);
+        let files = sources(layer);
         assert!(!files.is_empty(), "src/{layer} has no Rust files");
-        for file in files {
-            let text = std::fs::read_to_string(&file).expect("a readable source file");
+        for (file, text) in files {
             for (line, name) in imports(&text) {
                 if name != *layer && !below.contains(&name.as_str()) {
-                    wrong.push(format!(
-                        "{}:{line}: src/{layer} imports crate::{name}",
-                        file.strip_prefix(&src).unwrap_or(&file).display()
-                    ));
+                    wrong.push(format!("{file}:{line}: src/{layer} imports crate::{name}"));
                 }
             }
         }
@@ -168,18 +181,11 @@ fn no_module_imports_against_the_direction() {
 
 #[test]
 fn the_pure_layers_name_no_kubernetes_crate() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut wrong = Vec::new();
     for layer in PURE {
-        let mut files = Vec::new();
-        rust_files(&src.join(layer), &mut files);
-        for file in files {
-            let text = std::fs::read_to_string(&file).expect("a readable source file");
+        for (file, text) in sources(layer) {
             for (line, name) in kubernetes_names(&text) {
-                wrong.push(format!(
-                    "{}:{line}: src/{layer} names {name}",
-                    file.strip_prefix(&src).unwrap_or(&file).display()
-                ));
+                wrong.push(format!("{file}:{line}: src/{layer} names {name}"));
             }
         }
     }
@@ -237,13 +243,10 @@ const RECONCILERS: &[&str] = &["agent_spec", "mcp_server", "tenant_policy"];
 
 #[test]
 fn the_reconcilers_are_peers() {
-    let controller = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/controller");
     let mut wrong = Vec::new();
     for reconciler in RECONCILERS {
-        let mut files = Vec::new();
-        rust_files(&controller.join(reconciler), &mut files);
-        for file in files {
-            let code = code_of(&std::fs::read_to_string(&file).expect("a readable file"));
+        for (file, text) in sources(&format!("controller/{reconciler}")) {
+            let code = code_of(&text);
             for other in RECONCILERS.iter().filter(|o| *o != reconciler) {
                 for path in [
                     format!("controller::{other}"),
@@ -253,11 +256,8 @@ fn the_reconcilers_are_peers() {
                     for (at, _) in code.match_indices(&path) {
                         let end = at + path.len();
                         if !code[end..].starts_with(|c: char| c.is_alphanumeric() || c == '_') {
-                            wrong.push(format!(
-                                "{}:{}: controller/{reconciler} imports {path}",
-                                file.strip_prefix(&controller).unwrap_or(&file).display(),
-                                line_at(&code, at)
-                            ));
+                            let line = line_at(&code, at);
+                            wrong.push(format!("{file}:{line}: {reconciler} imports {path}"));
                         }
                     }
                 }
@@ -358,20 +358,12 @@ fn function_lengths(text: &str) -> Vec<(String, usize, usize)> {
 
 #[test]
 fn no_controller_function_outgrows_a_page() {
-    let controller = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/controller");
-    let mut files = Vec::new();
-    rust_files(&controller, &mut files);
     let mut wrong = Vec::new();
-    for file in files {
-        let relative = file
-            .strip_prefix(&controller)
-            .unwrap_or(&file)
-            .display()
-            .to_string();
+    for (file, text) in sources("controller") {
+        let relative = file.trim_start_matches("controller/");
         if relative.ends_with("tests.rs") {
             continue;
         }
-        let text = std::fs::read_to_string(&file).expect("a readable file");
         for (name, line, length) in function_lengths(&text) {
             let allowed = LONG_FUNCTIONS_TO_SPLIT
                 .iter()
@@ -379,7 +371,7 @@ fn no_controller_function_outgrows_a_page() {
                 .map_or(CONTROLLER_FUNCTION_LINES, |(_, _, at_most)| *at_most);
             if length > allowed {
                 wrong.push(format!(
-                    "controller/{relative}:{line}: {name} is {length} lines (at most {allowed})"
+                    "{file}:{line}: {name} is {length} lines (at most {allowed})"
                 ));
             }
         }

@@ -23,7 +23,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams};
+use kube::api::{ObjectMeta, Patch, PatchParams};
 use kube::{Api, Client, Resource, ResourceExt};
 
 use crate::api::agent_spec::{AgentSpec, GRANTS_KEY, grants_config_map_name};
@@ -448,17 +448,11 @@ pub async fn publish(
 pub async fn remove(client: &Client, agent: &AgentSpec) -> Result<(), kube::Error> {
     let namespace = agent.namespace().unwrap_or_default();
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &namespace);
-    match api
-        .delete(
-            &grants_config_map_name(&agent.name_any()),
-            &DeleteParams::default(),
-        )
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        Err(e) => Err(e),
-    }
+    crate::controller::shared::config_map::delete_if_present(
+        &api,
+        &grants_config_map_name(&agent.name_any()),
+    )
+    .await
 }
 
 #[cfg(test)]

@@ -282,7 +282,6 @@ const LONG_FUNCTIONS_TO_SPLIT: &[(&str, &str, usize)] = &[
     ("mod.rs", "run", 201),
     ("agent_spec/status.rs", "next_agent_status", 143),
     ("mcp_server/stdio/build.rs", "pod", 141),
-    ("mcp_server/stdio/workload.rs", "reconcile", 140),
     ("health/metrics.rs", "default", 107),
     ("mcp_server/credentials.rs", "resolve", 102),
     ("mcp_server/stdio/build.rs", "pod_trouble", 94),

@@ -283,7 +283,6 @@ const LONG_FUNCTIONS_TO_SPLIT: &[(&str, &str, usize)] = &[
     ("agent_spec/status.rs", "next_agent_status", 143),
     ("mcp_server/stdio/build.rs", "pod", 141),
     ("health/metrics.rs", "default", 107),
-    ("mcp_server/credentials.rs", "resolve", 102),
     ("mcp_server/stdio/build.rs", "pod_trouble", 94),
     ("watches/mod.rs", "run", 83),
     ("watches/mod.rs", "run_servers", 81),

@@ -67,7 +67,7 @@ use probing::plan::{self, ProbeState, Step};
 use probing::probes::{self, Claim, Prober};
 use probing::{connection, resume, schedule, subscriptions};
 use schedule::ProbeSchedule;
-use status::{Decision, Finding, Spill, Transitions, decide};
+use status::{Decision, Finding, Spill, Transitions};
 use stdio::workload;
 use subscriptions::Subscriptions;
 
@@ -328,32 +328,19 @@ async fn gather(
     })))
 }
 
-/// Decide (pure): the status, its transitions and the companion ConfigMap, with the plain-HTTP
-/// credentials warning.
+/// Decide (pure): the status, its transitions and the companion ConfigMap.
 fn decide_status(server: &McpServer, key: &ServerKey, gathered: &Gathered) -> Decision {
-    let now = Time(k8s_openapi::jiff::Timestamp::now());
-    let mut decision = decide(
+    status::decide_server(
+        &server.spec,
         server.status.as_ref(),
         gathered.previous.as_ref(),
         server.meta().generation,
         &gathered.finding,
-        server
-            .spec
-            .tls
-            .as_ref()
-            .is_some_and(|t| t.insecure_skip_verify),
         gathered.pinning.as_ref(),
         catalog_spill::config_map_name(&key.1),
-        now.clone(),
-    );
-    decision.status.url = gathered.workload_url.clone();
-    status::warn_of_plain_http(
-        &mut decision.status,
-        &server.spec,
-        server.meta().generation,
-        now,
-    );
-    decision
+        gathered.workload_url.clone(),
+        Time(k8s_openapi::jiff::Timestamp::now()),
+    )
 }
 
 fn pin_store(ctx: &ServerContext) -> Option<pin_store::PinStore> {

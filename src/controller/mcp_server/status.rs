@@ -92,6 +92,36 @@ pub fn decide(
     }
 }
 
+/// The whole decision for one McpServer (`spec`): [`decide`], with where a stdio server is
+/// served (`url`, its Service's) and the plain-HTTP credentials warning.
+#[allow(clippy::too_many_arguments)]
+pub fn decide_server(
+    spec: &McpServerSpec,
+    stored: Option<&McpServerStatus>,
+    previous: Option<&McpServerStatus>,
+    generation: Option<i64>,
+    finding: &Finding,
+    pinning: Option<&Settings>,
+    config_map: String,
+    url: Option<String>,
+    now: Time,
+) -> Decision {
+    let insecure = spec.tls.as_ref().is_some_and(|t| t.insecure_skip_verify);
+    let mut decision = decide(
+        stored,
+        previous,
+        generation,
+        finding,
+        insecure,
+        pinning,
+        config_map,
+        now.clone(),
+    );
+    decision.status.url = url;
+    warn_of_plain_http(&mut decision.status, spec, generation, now);
+    decision
+}
+
 /// The host the spec's credentials go to in the clear, if they do: a remote McpServer with a
 /// bearer token or Secret headers whose `spec.url` is plain `http://` to a host that is neither
 /// this machine (loopback) nor plausibly the cluster's own (a Service name: one label, or

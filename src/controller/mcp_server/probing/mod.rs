@@ -118,6 +118,24 @@ pub async fn probe_if_due(
     }
 }
 
+/// Keeps (or opens, `after` from now) the server's `tools/list_changed` subscription.
+fn subscribe(
+    ctx: &ServerContext,
+    key: &ServerKey,
+    identity: &str,
+    conn: crate::mcp::ServerConnection,
+    after: Duration,
+) {
+    ctx.subscriptions.ensure(
+        key,
+        identity,
+        conn,
+        ctx.schedule.clone(),
+        ctx.base.metrics.clone(),
+        after,
+    );
+}
+
 /// The connection a probe or subscription uses, and its identity (what the pool keys it by).
 fn connect(
     server: &McpServer,
@@ -165,14 +183,7 @@ fn take_result(
             let refresh = plan::refresh_after(report.ttl_ms, refresh);
             let wait = ctx.schedule.probed(key, inputs, true, refresh, started);
             if report.pushes_tool_changes {
-                ctx.subscriptions.ensure(
-                    key,
-                    &identity,
-                    conn,
-                    ctx.schedule.clone(),
-                    ctx.base.metrics.clone(),
-                    Duration::ZERO,
-                );
+                subscribe(ctx, key, &identity, conn, Duration::ZERO);
             } else {
                 ctx.subscriptions.remove(key);
             }
@@ -229,14 +240,8 @@ fn resume_after_restart(
         record_gauges(ctx, key, status);
     }
     let (conn, identity) = connect(server, ctx, url, resolved);
-    ctx.subscriptions.ensure(
-        key,
-        &identity,
-        conn,
-        ctx.schedule.clone(),
-        ctx.base.metrics.clone(),
-        resume::spread(key, refresh.min(resume::SUBSCRIBE_SPREAD)),
-    );
+    let after = resume::spread(key, refresh.min(resume::SUBSCRIBE_SPREAD));
+    subscribe(ctx, key, &identity, conn, after);
     debug!(namespace = %key.0, mcpserver = %key.1, ?wait,
         "resumed from status after a restart: next probe scheduled from the last read");
     wait

@@ -90,10 +90,7 @@ fn main() {
             let started = Instant::now();
             let resolution = resolve(&input);
             let took = started.elapsed();
-            let granted: usize = resolution
-                .document
-                .as_ref()
-                .map_or(0, |d| d.servers.iter().map(|s| s.tools.len()).sum());
+            let granted: usize = resolution.document.tool_count();
             println!(
                 "| {shape} | {entries} | {TOOLS} | {PATTERNS}+{PATTERNS} | {:.1} | {granted} |",
                 took.as_secs_f64() * 1000.0

@@ -55,29 +55,14 @@ APISERVER_BIN="$BIN/kube-apiserver-$K8S_VERSION"
 KCM_BIN="$BIN/kube-controller-manager-$K8S_VERSION"
 KUBECTL_BIN="$BIN/kubectl-$K8S_VERSION"
 
-log() { printf '[cluster %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
-die() { log "error: $*"; exit 1; }
+SAY_TAG=cluster
+# say, die, start, pid_of, alive, wait_for, terminate, go_build (processes under PROCS_DIR).
+# shellcheck source=scripts/lib.sh
+. "$HERE/../scripts/lib.sh"
+# A component that lost a port race makes `up` retry with other ports.
+PORT_RACE_RETRY=1
 
 # ---------------------------------------------------------------- build
-
-# go_build MODULE_DIR PACKAGE OUTPUT [LDFLAGS...]
-go_build() {
-  local dir="$1" pkg="$2" out="$3"; shift 3
-  if [[ -x "$out" ]]; then return 0; fi
-  command -v go >/dev/null || die "go is not installed (needed once, to build $(basename "$out"))"
-  mkdir -p "$BIN"
-  log "building $(basename "$out") (a cold build takes many minutes; the Go build cache makes rebuilds fast)"
-  local start=$SECONDS tmp="$out.tmp.$$"
-  (
-    cd "$dir"
-    # -mod=readonly: the committed go.mod/go.sum are the pin; never rewrite them.
-    CGO_ENABLED=0 GOFLAGS="-mod=readonly -buildvcs=false" \
-      nice -n "${E2E_BUILD_NICE:-10}" \
-      go build -trimpath -ldflags "-s -w $*" -o "$tmp" "$pkg"
-  ) || { rm -f "$tmp"; die "go build $pkg failed"; }
-  mv -f "$tmp" "$out"
-  log "built $(basename "$out") in $((SECONDS - start))s"
-}
 
 cmd_build() {
   local kv="$K8S_VERSION" minor
@@ -181,68 +166,10 @@ extendedKeyUsage=clientAuth"
 
 # kubeconfig FILE USER: a kubeconfig with the CA and the client cert embedded.
 kubeconfig() {
-  local file="$1" user="$2" pki="$DIR/pki"
-  b64() { base64 -w0 <"$1"; }
-  cat >"$file" <<EOF
-apiVersion: v1
-kind: Config
-clusters:
-- name: e2e
-  cluster:
-    server: https://127.0.0.1:$APISERVER_PORT
-    certificate-authority-data: $(b64 "$pki/ca.crt")
-users:
-- name: $user
-  user:
-    client-certificate-data: $(b64 "$pki/$user.crt")
-    client-key-data: $(b64 "$pki/$user.key")
-contexts:
-- name: e2e
-  context:
-    cluster: e2e
-    user: $user
-    namespace: default
-current-context: e2e
-EOF
-  chmod 600 "$file"
+  kubeconfig_file "$1" "https://127.0.0.1:$APISERVER_PORT" "$DIR/pki/ca.crt" "$DIR/pki/$2.crt" "$DIR/pki/$2.key" "$2"
 }
 
 # ---------------------------------------------------------------- processes
-
-# start NAME BIN ARGS...: run a component in the background, logging to
-# DIR/logs/NAME.log, and record its pid. It stays in the caller's process
-# group, so an interrupt of the caller (Ctrl-C) reaches it too.
-start() {
-  local name="$1"; shift
-  "$@" >>"$DIR/logs/$name.log" 2>&1 </dev/null &
-  echo "$name $!" >>"$DIR/pids"
-}
-
-pid_of() { awk -v n="$1" '$1 == n {print $2}' "$DIR/pids" 2>/dev/null; }
-
-# alive NAME: the recorded process is still running.
-alive() { local p; p="$(pid_of "$1")"; [[ -n $p ]] && kill -0 "$p" 2>/dev/null; }
-
-# wait_for NAME WHAT CMD...: poll CMD until it succeeds; fail early if the
-# component died (exit 75 when it lost a port race, so `up` can retry).
-wait_for() {
-  local name="$1" what="$2"; shift 2
-  local deadline=$((SECONDS + ${E2E_UP_TIMEOUT:-120}))
-  until "$@" >/dev/null 2>&1; do
-    if ! alive "$name"; then
-      if grep -qi 'address already in use' "$DIR/logs/$name.log" 2>/dev/null; then return 75; fi
-      log "$name exited; last lines of $DIR/logs/$name.log:"
-      tail -n 25 "$DIR/logs/$name.log" >&2 || true
-      return 1
-    fi
-    if ((SECONDS >= deadline)); then
-      log "timed out waiting for $what; last lines of $DIR/logs/$name.log:"
-      tail -n 25 "$DIR/logs/$name.log" >&2 || true
-      return 1
-    fi
-    sleep 0.2
-  done
-}
 
 curl_admin() {
   curl -fsS --max-time 5 --cacert "$DIR/pki/ca.crt" --cert "$DIR/pki/admin.crt" --key "$DIR/pki/admin.key" "$@"
@@ -251,20 +178,6 @@ etcd_healthy() { curl -fsS --max-time 5 "http://127.0.0.1:$ETCD_PORT/health" | g
 apiserver_ready() { [[ "$(curl_admin "https://127.0.0.1:$APISERVER_PORT/readyz")" == ok ]]; }
 kcm_healthy() { [[ "$(curl -ksS --max-time 5 "https://127.0.0.1:$KCM_PORT/healthz")" == ok ]]; }
 default_sa_exists() { curl_admin "https://127.0.0.1:$APISERVER_PORT/api/v1/namespaces/default/serviceaccounts/default"; }
-
-# terminate PID...: TERM, KILL whatever still runs after 10 s, return when all are gone.
-terminate() {
-  (($# > 0)) || return 0
-  local pid left deadline=$((SECONDS + 10))
-  kill -TERM "$@" 2>/dev/null || true
-  while :; do
-    left=()
-    for pid in "$@"; do kill -0 "$pid" 2>/dev/null && left+=("$pid"); done
-    ((${#left[@]} == 0)) && return 0
-    if ((SECONDS >= deadline)); then kill -KILL "${left[@]}" 2>/dev/null || true; fi
-    sleep 0.1
-  done
-}
 
 # stop_all: stop every recorded process: the clients of etcd together, then etcd
 # (an apiserver that loses etcd first hangs in retries until it is killed).
@@ -300,6 +213,7 @@ set_dir() {
   [[ $1 != *[[:space:]]* ]] || die "DIR must not contain whitespace: '$1'"
   mkdir -p "$1"
   DIR="$(cd "$1" && pwd)"
+  PROCS_DIR=$DIR
 }
 
 start_components() {
@@ -408,7 +322,7 @@ cmd_up() {
     stop_all
     trap - EXIT
     ((rc == 75)) || die "control plane did not come up (logs in $DIR/logs)"
-    log "lost a port to another process; retrying"
+    say "lost a port to another process; retrying"
     rm -rf "$DIR/etcd"
   done
   ((rc == 0)) || die "control plane did not come up after 3 attempts (logs in $DIR/logs)"
@@ -426,8 +340,8 @@ E2E_ETCD_VERSION=$ETCD_VERSION
 EOF
   if [[ -n ${E2E_OWNER_PID:-} ]]; then start_watchdog "$E2E_OWNER_PID"; fi
   trap - EXIT INT TERM
-  log "control plane up in $((SECONDS - start_s))s: apiserver https://127.0.0.1:$APISERVER_PORT (Kubernetes $K8S_VERSION, etcd $ETCD_VERSION)"
-  log "use it with: set -a; . $DIR/env; set +a   (or: kubectl --kubeconfig $DIR/kubeconfig)"
+  say "control plane up in $((SECONDS - start_s))s: apiserver https://127.0.0.1:$APISERVER_PORT (Kubernetes $K8S_VERSION, etcd $ETCD_VERSION)"
+  say "use it with: set -a; . $DIR/env; set +a   (or: kubectl --kubeconfig $DIR/kubeconfig)"
 }
 
 # start_watchdog OWNER: stop the control plane when process OWNER exits, so a
@@ -438,7 +352,7 @@ start_watchdog() {
   (
     while kill -0 "$owner" 2>/dev/null && [[ -f "$DIR/pids" ]]; do sleep 1; done
     if [[ -f "$DIR/pids" ]]; then
-      log "owner process $owner is gone; stopping the control plane in $DIR"
+      say "owner process $owner is gone; stopping the control plane in $DIR"
       stop_all
     fi
     rm -f "$DIR/watchdog.pid"
@@ -457,7 +371,7 @@ stop_watchdog() {
 }
 
 cmd_down() {
-  [[ -d $1 ]] || { log "$1 does not exist; nothing to stop"; return 0; }
+  [[ -d $1 ]] || { say "$1 does not exist; nothing to stop"; return 0; }
   set_dir "$1"
   stop_watchdog
   stop_all
@@ -467,7 +381,7 @@ cmd_down() {
     rm -rf "$DIR/logs"
     rmdir "$DIR" 2>/dev/null || true
   fi
-  log "control plane in $DIR stopped"
+  say "control plane in $DIR stopped"
 }
 
 # ---------------------------------------------------------------- main

@@ -65,8 +65,10 @@ CACHE="${MCP_OPERATOR_CACHE:-$HOME/.cache/mcp-operator}"
 BIN="$CACHE/bin"
 GOMOD="$HERE/build/kubernetes/go.mod"
 
-log() { printf '[node %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
-die() { log "error: $*"; exit 1; }
+SAY_TAG=node
+# say, die, start, pid_of, alive, wait_for, terminate, go_build (processes under PROCS_DIR).
+# shellcheck source=scripts/lib.sh
+. "$HERE/../scripts/lib.sh"
 
 # The version is the one e2e/cluster.sh reads: the control plane's, from the same go.mod.
 K8S_VERSION="$(awk '!/=>/ { for (i = 1; i < NF; i++) if ($i == "k8s.io/kubernetes" && $(i+1) ~ /^v/) { print $(i+1); exit } }' "$GOMOD")"
@@ -90,27 +92,15 @@ PROXY_LOCK="$CACHE/node-kube-proxy.lock"
 
 # ---------------------------------------------------------------- build
 
-# go_build PACKAGE OUTPUT: as e2e/cluster.sh builds the control plane (same module, same
+# build_kubernetes PACKAGE OUTPUT: as e2e/cluster.sh builds the control plane (same module, same
 # version stamping), so the kubelet reports the apiserver's version.
-go_build() {
-  local pkg="$1" out="$2"
-  [[ -x $out ]] && return 0
-  command -v go >/dev/null || die "go is not installed (needed once, to build $(basename "$out"))"
-  mkdir -p "$BIN"
+build_kubernetes() {
   local minor="${K8S_VERSION#v1.}"; minor="${minor%%.*}"
-  local ld="-s -w" p
+  local ld=() p
   for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-    ld+=" -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean"
+    ld+=("-X $p.gitVersion=$K8S_VERSION" "-X $p.gitMajor=1" "-X $p.gitMinor=$minor" "-X $p.gitTreeState=clean")
   done
-  log "building $(basename "$out") (with a cold Go cache: minutes; the kubelet ~3)"
-  local start=$SECONDS tmp="$out.tmp.$$"
-  (
-    cd "$HERE/build/kubernetes"
-    CGO_ENABLED=0 GOFLAGS="-mod=readonly -buildvcs=false" nice -n "${E2E_BUILD_NICE:-10}" \
-      go build -trimpath -ldflags "$ld" -o "$tmp" "$pkg"
-  ) || { rm -f "$tmp"; die "go build $pkg failed"; }
-  mv -f "$tmp" "$out"
-  log "built $(basename "$out") in $((SECONDS - start))s"
+  go_build "$HERE/build/kubernetes" "$1" "$2" "${ld[@]}"
 }
 
 build_crictl() {
@@ -118,13 +108,13 @@ build_crictl() {
   command -v go >/dev/null || die "go is not installed (needed once, to build crictl)"
   local tmp start=$SECONDS
   tmp="$(mktemp -d "$BIN/.crictl-build.XXXXXX")"
-  log "building crictl $CRICTL_VERSION"
+  say "building crictl $CRICTL_VERSION"
   GOBIN="$tmp" CGO_ENABLED=0 GOFLAGS="-buildvcs=false" nice -n "${E2E_BUILD_NICE:-10}" \
     go install -trimpath -ldflags "-s -w" "sigs.k8s.io/cri-tools/cmd/crictl@$CRICTL_VERSION" \
     || { rm -rf "$tmp"; die "go install sigs.k8s.io/cri-tools/cmd/crictl@$CRICTL_VERSION failed"; }
   mv -f "$tmp/crictl" "$CRICTL_BIN"
   rm -rf "$tmp"
-  log "built crictl in $((SECONDS - start))s"
+  say "built crictl in $((SECONDS - start))s"
 }
 
 pause_tag() {
@@ -153,7 +143,7 @@ build_pause() {
   mkdir -p "$BIN"
   mv -f "$work/pause.tar" "$PAUSE_TAR"
   rm -rf "$work"
-  log "built the pause image registry.k8s.io/pause:$tag"
+  say "built the pause image registry.k8s.io/pause:$tag"
 }
 
 pause_image_name() {
@@ -167,12 +157,12 @@ install_packages() {
   if ! have_packages; then
     ((EUID == 0)) || die "containerd, runc, the CNI plugins, iptables or nftables are missing, and installing them needs root: apt-get install ${DEBIAN_PACKAGES[*]}"
     command -v apt-get >/dev/null || die "no apt-get: install ${DEBIAN_PACKAGES[*]} yourself"
-    log "installing ${DEBIAN_PACKAGES[*]} from Debian"
+    say "installing ${DEBIAN_PACKAGES[*]} from Debian"
     local start=$SECONDS
     DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null || die "apt-get update failed"
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${DEBIAN_PACKAGES[@]}" >/dev/null \
       || die "apt-get install ${DEBIAN_PACKAGES[*]} failed"
-    log "installed them in $((SECONDS - start))s"
+    say "installed them in $((SECONDS - start))s"
   fi
   have_packages || die "installed ${DEBIAN_PACKAGES[*]} but containerd, runc, iptables, nft or $CNI_BIN_DIR/bridge is still missing"
   mkdir -p "$CACHE"
@@ -192,9 +182,9 @@ cmd_build() {
   exec 7>"$BIN/.node-build.lock"
   flock 7
   install_packages
-  go_build k8s.io/kubernetes/cmd/kubelet "$KUBELET_BIN"
-  go_build k8s.io/kubernetes/cmd/kube-scheduler "$SCHEDULER_BIN"
-  go_build k8s.io/kubernetes/cmd/kube-proxy "$PROXY_BIN"
+  build_kubernetes k8s.io/kubernetes/cmd/kubelet "$KUBELET_BIN"
+  build_kubernetes k8s.io/kubernetes/cmd/kube-scheduler "$SCHEDULER_BIN"
+  build_kubernetes k8s.io/kubernetes/cmd/kube-proxy "$PROXY_BIN"
   build_crictl
   build_pause
   cmd_paths
@@ -246,69 +236,10 @@ node_cert() {
 }
 
 node_kubeconfig() {
-  local file="$1" user="$2" pki="$NODE/pki"
-  cat >"$file" <<EOF
-apiVersion: v1
-kind: Config
-clusters:
-- name: e2e
-  cluster:
-    server: $E2E_APISERVER_URL
-    certificate-authority-data: $(base64 -w0 <"$CLUSTER_DIR/pki/ca.crt")
-users:
-- name: $user
-  user:
-    client-certificate-data: $(base64 -w0 <"$pki/$user.crt")
-    client-key-data: $(base64 -w0 <"$pki/$user.key")
-contexts:
-- name: e2e
-  context: {cluster: e2e, user: $user}
-current-context: e2e
-EOF
-  chmod 600 "$file"
+  kubeconfig_file "$1" "$E2E_APISERVER_URL" "$CLUSTER_DIR/pki/ca.crt" "$NODE/pki/$2.crt" "$NODE/pki/$2.key" "$2"
 }
 
 # ---------------------------------------------------------------- processes
-
-start() {
-  local name="$1"; shift
-  "$@" >>"$NODE/logs/$name.log" 2>&1 </dev/null &
-  echo "$name $!" >>"$NODE/pids"
-}
-
-pid_of() { awk -v n="$1" '$1 == n {print $2}' "$NODE/pids" 2>/dev/null; }
-alive() { local p; p="$(pid_of "$1")"; [[ -n $p ]] && kill -0 "$p" 2>/dev/null; }
-
-wait_for() {
-  local name="$1" what="$2"; shift 2
-  local deadline=$((SECONDS + ${E2E_UP_TIMEOUT:-120}))
-  until "$@" >/dev/null 2>&1; do
-    if ! alive "$name"; then
-      log "$name exited; last lines of $NODE/logs/$name.log:"
-      tail -n 25 "$NODE/logs/$name.log" >&2 || true
-      return 1
-    fi
-    if ((SECONDS >= deadline)); then
-      log "timed out waiting for $what; last lines of $NODE/logs/$name.log:"
-      tail -n 25 "$NODE/logs/$name.log" >&2 || true
-      return 1
-    fi
-    sleep 0.2
-  done
-}
-
-terminate() {
-  (($# > 0)) || return 0
-  local pid left deadline=$((SECONDS + 10))
-  kill -TERM "$@" 2>/dev/null || true
-  while :; do
-    left=()
-    for pid in "$@"; do kill -0 "$pid" 2>/dev/null && left+=("$pid"); done
-    ((${#left[@]} == 0)) && return 0
-    if ((SECONDS >= deadline)); then kill -KILL "${left[@]}" 2>/dev/null || true; fi
-    sleep 0.1
-  done
-}
 
 free_port() { bash "$HERE/cluster.sh" free-ports "$1"; }
 
@@ -318,6 +249,7 @@ set_dirs() {
   [[ -d $1 ]] || die "$1 does not exist: start a control plane first (e2e/cluster.sh up $1)"
   CLUSTER_DIR="$(cd "$1" && pwd)"
   NODE="$CLUSTER_DIR/node"
+  PROCS_DIR=$NODE
 }
 
 # The node's slot N (bridge mcpnodeN, 10.244.N.0/24, cgroup root /mcpnodeN): recorded at `up`.
@@ -378,7 +310,7 @@ kill_cgroup_procs() {
     while read -r p; do pids+=("$p"); done < <(find "$h$CGROUP_ROOT" -name cgroup.procs -exec cat {} + 2>/dev/null)
   done
   ((${#pids[@]} > 0)) || return 0
-  log "killing ${#pids[@]} processes left in the node's cgroups"
+  say "killing ${#pids[@]} processes left in the node's cgroups"
   kill -KILL "${pids[@]}" 2>/dev/null || true
   local deadline=$((SECONDS + 10))
   for p in "${pids[@]}"; do
@@ -447,7 +379,7 @@ dropped_packets() {
 remove_node_rules() {
   [[ -n ${RULE_COMMENT:-} ]] || return 0
   if command -v nft >/dev/null && nft list table ip "$RULE_COMMENT" >/dev/null 2>&1; then
-    nft delete table ip "$RULE_COMMENT" || log "cannot delete nftables table ip $RULE_COMMENT"
+    nft delete table ip "$RULE_COMMENT" || say "cannot delete nftables table ip $RULE_COMMENT"
   fi
   local table rule
   for table in nat mangle; do
@@ -522,7 +454,7 @@ start_proxy() {
   if ! flock -n 9; then
     exec 9>&-
     PROXY_UNAVAILABLE="another node on this machine runs kube-proxy ($(cat "$PROXY_LOCK" 2>/dev/null || echo unknown)); its rules are machine-wide, so this node has no ClusterIP Services"
-    log "$PROXY_UNAVAILABLE"
+    say "$PROXY_UNAVAILABLE"
     return 0
   fi
   echo "node $NODE_IP of $CLUSTER_DIR" >"$PROXY_LOCK"
@@ -539,14 +471,14 @@ start_proxy() {
   # The node's rules (add_node_rules) drop what would leave the bridge; the route and
   # forwarding go with the bridge.
   ip route add "$SERVICE_CIDR" dev "$BRIDGE" src "$NODE_IP" \
-    || { exec 9>&-; log "cannot route $SERVICE_CIDR to $BRIDGE"; return 1; }
+    || { exec 9>&-; say "cannot route $SERVICE_CIDR to $BRIDGE"; return 1; }
   sysctl -qw "net.ipv4.conf.$BRIDGE.forwarding=1"
   local started; started="$(date +%s%N)"
   start kube-proxy "$PROXY_BIN" --config="$NODE/kube-proxy.yaml" --v=1
   exec 9>&-
   wait_for kube-proxy "kube-proxy /healthz" proxy_healthy || return
   PROXY_MODE="$mode"
-  log "kube-proxy ($mode) healthy $((($(date +%s%N) - started) / 1000000)) ms after its start"
+  say "kube-proxy ($mode) healthy $((($(date +%s%N) - started) / 1000000)) ms after its start"
 }
 
 # remove_proxy_rules: kube-proxy's own tables or chains, when it ran for this node and no other
@@ -558,13 +490,13 @@ remove_proxy_rules() {
   if flock -w 10 9; then
     # Removes kube-proxy's nftables tables and iptables chains of every mode, and nothing else.
     "$PROXY_BIN" --cleanup >>"$NODE/logs/kube-proxy-cleanup.log" 2>&1 \
-      || log "kube-proxy --cleanup failed (see $NODE/logs/kube-proxy-cleanup.log)"
+      || say "kube-proxy --cleanup failed (see $NODE/logs/kube-proxy-cleanup.log)"
     # --cleanup leaves KUBE-FIREWALL (it takes it for the kubelet's; ours adds none).
     if [[ "$(cat "$NODE/kube-proxy-mode")" == iptables ]]; then remove_kube_firewall; fi
     remove_new_empty_tables
     : >"$PROXY_LOCK"
   else
-    log "another kube-proxy holds $PROXY_LOCK; leaving the kube-proxy tables to it"
+    say "another kube-proxy holds $PROXY_LOCK; leaving the kube-proxy tables to it"
   fi
   exec 9>&-
   rm -f "$NODE/kube-proxy-mode"
@@ -579,7 +511,7 @@ remove_kube_firewall() {
       while "$t" -w -t filter -D "$hook" -j KUBE-FIREWALL 2>/dev/null; do :; done
     done
     "$t" -w -t filter -F KUBE-FIREWALL && "$t" -w -t filter -X KUBE-FIREWALL \
-      || log "cannot remove $t KUBE-FIREWALL"
+      || say "cannot remove $t KUBE-FIREWALL"
   done
 }
 
@@ -592,7 +524,7 @@ remove_new_empty_tables() {
     grep -qxF "table $family $name" "$NODE/nft-tables-before" && continue
     rules="$(nft -j list table "$family" "$name" 2>/dev/null \
       | python3 -c 'import json, sys; print(sum("rule" in o for o in json.load(sys.stdin)["nftables"]))' 2>/dev/null || echo x)"
-    if [[ $rules == 0 ]]; then nft delete table "$family" "$name" || log "cannot delete table $family $name"; fi
+    if [[ $rules == 0 ]]; then nft delete table "$family" "$name" || say "cannot delete table $family $name"; fi
   done < <(nft list tables)
   rm -f "$NODE/nft-tables-before"
 }
@@ -751,7 +683,7 @@ start_node() {
   write_configs
   start containerd containerd --config "$NODE/containerd/config.toml" --log-level warn
   wait_for containerd "containerd" containerd_up || return
-  ctr_ images import --all-platforms "$PAUSE_TAR" >/dev/null || { log "importing the pause image failed"; return 1; }
+  ctr_ images import --all-platforms "$PAUSE_TAR" >/dev/null || { say "importing the pause image failed"; return 1; }
 
   node_cert kube-scheduler "/CN=system:kube-scheduler"
   node_kubeconfig "$NODE/kube-scheduler.kubeconfig" kube-scheduler
@@ -830,7 +762,7 @@ cmd_up() {
   } >"$NODE/env"
   if [[ -n ${E2E_OWNER_PID:-} ]]; then start_watchdog "$E2E_OWNER_PID"; fi
   trap - EXIT INT TERM
-  log "node $NODE_IP Ready in $((SECONDS - start_s))s (bridge $BRIDGE, Kubernetes $K8S_VERSION, containerd $(containerd --version | awk '{print $3}'), kube-proxy: ${PROXY_MODE:-none})"
+  say "node $NODE_IP Ready in $((SECONDS - start_s))s (bridge $BRIDGE, Kubernetes $K8S_VERSION, containerd $(containerd --version | awk '{print $3}'), kube-proxy: ${PROXY_MODE:-none})"
 }
 
 start_watchdog() {
@@ -839,7 +771,7 @@ start_watchdog() {
   (
     while kill -0 "$owner" 2>/dev/null && [[ -f $NODE/pids ]]; do sleep 1; done
     if [[ -f $NODE/pids ]]; then
-      log "owner process $owner is gone; taking the node in $NODE down"
+      say "owner process $owner is gone; taking the node in $NODE down"
       KEEP_LOGS=1 NODE_WATCHDOG=1 bash "$HERE/node.sh" down "$CLUSTER_DIR"
     fi
   ) >>"$NODE/logs/watchdog.log" 2>&1 </dev/null &
@@ -862,7 +794,7 @@ cmd_import() {
 
 cmd_down() {
   set_dirs "$1"
-  [[ -d $NODE ]] || { log "no node in $CLUSTER_DIR; nothing to stop"; return 0; }
+  [[ -d $NODE ]] || { say "no node in $CLUSTER_DIR; nothing to stop"; return 0; }
   if [[ -z ${NODE_WATCHDOG:-} ]]; then
     local w; w="$(cat "$NODE/watchdog.pid" 2>/dev/null || true)"
     if [[ -n $w ]] && kill -0 "$w" 2>/dev/null; then kill -TERM "$w" 2>/dev/null || true; fi
@@ -921,7 +853,7 @@ cmd_down() {
   else
     rm -rf "$NODE"
   fi
-  log "node in $NODE down in $((SECONDS - start_s))s"
+  say "node in $NODE down in $((SECONDS - start_s))s"
 }
 
 node_mounts() { awk -v p="$NODE/" 'index($5, p) == 1 { print $5 }' /proc/self/mountinfo; }
@@ -941,6 +873,7 @@ node_processes() {
 cmd_leftovers() {
   CLUSTER_DIR="$(cd "$1" 2>/dev/null && pwd || echo "$1")"
   NODE="$CLUSTER_DIR/node"
+  PROCS_DIR=$NODE
   local found=0 slot="${2:-}"
   say_left() { echo "left: $*"; found=1; }
   local p

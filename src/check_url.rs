@@ -13,7 +13,7 @@ pub struct CheckUrlArgs {
     /// The URL to GET (http or https), e.g. http://10.0.0.10:8080/readyz.
     pub url: String,
     /// Deadline for the whole request: connect, send, the answer's status line and headers.
-    #[arg(long, default_value = "5s", value_parser = crate::probe::parse_duration)]
+    #[arg(long, default_value = "5s", value_parser = crate::core::duration::parse_duration)]
     pub timeout: Duration,
 }
 

@@ -32,7 +32,7 @@
 //! - [`bridge`]: the `bridge` subcommand: a stdio MCP server served over Streamable HTTP.
 //!   Uses `mcp` and `core` only.
 //! - [`check_url`]: the `check-url` subcommand: GET one URL, exit 0 on a 2xx answer (the
-//!   chart's `helm test` hook). Uses only `probe`'s duration parser.
+//!   chart's `helm test` hook). Uses only `core`'s duration parser.
 //! - [`import`]: the `import` subcommand: desktop `mcpServers` JSON → manifests. Pure.
 //! - [`sidecar`]: the `sidecar` subcommand: the agent's only MCP endpoint, enforcing its grants
 //!   at call time. Uses `grants`, `mcp` and `core` only (never `api` or `controller`).

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::core::Duration as SpecDuration;
+use crate::core::duration::parse_duration;
 use crate::core::limits::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_MAX_TOOL_PAGES,
 };
@@ -111,12 +111,6 @@ pub fn failure_document(failure: &ReadFailure) -> Value {
 }
 
 type Overrides = std::collections::BTreeMap<String, Access>;
-
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    text.parse::<SpecDuration>()
-        .map(|d| d.as_std())
-        .map_err(|e| e.to_string())
-}
 
 fn connection(args: &ProbeArgs) -> Result<(ServerConnection, Overrides), String> {
     let mut credentials = Credentials::default();

@@ -2,7 +2,7 @@
 //! only here; every decision is a pure function in the reconciler's own folder.
 //!
 //! ```text
-//!  watches (watches.rs)                          reconciler                writes
+//!  watches (watches/)                             reconciler                writes
 //!  ───────────────────────────────────────────   ───────────────────────   ─────────────────────────
 //!  McpServer ─────────────── main ─────────────┐
 //!  McpServer (deletions) ─── forget schedule ──┤
@@ -28,12 +28,17 @@
 //! - [`mcp_server`], `agent_spec/`, `tenant_policy/`: one folder per reconciler; each reconcile
 //!   gathers its inputs, makes one pure decision (`status::decide`, `input::decide_grants`,
 //!   `status::next_policy_status`) and applies it.
-//! - `shared/`: what they write alike: status apply, events, owned ConfigMaps published only when
-//!   their digest changed, Ready transitions, label selectors.
-//! - `watches.rs`: every watch and which reconciles it triggers; `context.rs`: the client,
-//!   settings, metrics and recorder every reconciler shares; `error.rs`: start-up errors apart
-//!   from reconcile errors (one per kind of write, the `reconciles_total{result}` label).
-//! - `health.rs`, `metrics.rs`: /healthz, /readyz and /metrics.
+//!   They are peers: none imports another (the `layering` test checks it).
+//! - `shared/`: what they write and read alike: status apply, events, owned ConfigMaps published
+//!   only when their digest changed, Ready transitions, label selectors and rule picking, the
+//!   spilled catalogue, the grants endpoint, `ServerKey`.
+//! - `watches/`: every watch and which reconciles it triggers (`fanout.rs`: one watch per kind,
+//!   shared); `context.rs`: the client, settings, metrics and recorder every reconciler shares;
+//!   `error.rs`: start-up errors apart from reconcile errors (one per kind of write, the
+//!   `reconciles_total{result}` label).
+//! - `health/`: /healthz, /readyz (`readiness.rs`: every watch listed) and /metrics
+//!   (`metrics.rs`).
+//! - `leader.rs`: the Lease; `signing.rs`: the grants signing keyring.
 //!
 //! - `webhook/`: the sidecar-injection admission webhook and its TLS certificate; served by
 //!   every replica (the decision itself is [`crate::inject`], pure).
@@ -44,14 +49,11 @@
 mod agent_spec;
 mod context;
 mod error;
-mod fanout;
 #[cfg(test)]
 mod fixtures;
 mod health;
 mod leader;
 pub mod mcp_server;
-mod metrics;
-mod readiness;
 mod shared;
 mod signing;
 mod tenant_policy;
@@ -72,6 +74,8 @@ use tracing::{info, warn};
 use crate::api::mcp_server::McpServer;
 use context::{Context, Settings};
 pub use error::StartError;
+// The webhook names it as `super::metrics`.
+use health::metrics;
 use metrics::Metrics;
 pub use webhook::WebhookArgs;
 
@@ -125,7 +129,7 @@ pub struct ControllerArgs {
     #[arg(long, env = "MCP_OPERATOR_BRIDGE_IMAGE")]
     pub bridge_image: Option<String>,
     /// Longest wait before re-probing a server that failed.
-    #[arg(long, default_value = "60s", value_parser = crate::probe::parse_duration)]
+    #[arg(long, default_value = "60s", value_parser = crate::core::duration::parse_duration)]
     pub max_failure_backoff: Duration,
     /// What a namespace that no McpTenantPolicy selects may be granted: `allow` (the default:
     /// the McpServer's and the AgentSpec's narrowing alone decide, so a cluster without
@@ -156,7 +160,7 @@ pub struct ControllerArgs {
     /// How long a deleted AgentSpec's revoked grants are served before its ConfigMap goes,
     /// unless no pod of the AgentSpec runs: long enough for the kubelet to refresh the mounted
     /// ConfigMap in every pod (its sync period, a minute by default, plus its cache).
-    #[arg(long, default_value = "70s", value_parser = crate::probe::parse_duration)]
+    #[arg(long, default_value = "70s", value_parser = crate::core::duration::parse_duration)]
     pub revoke_wait: Duration,
     #[command(flatten)]
     pub webhook: WebhookArgs,
@@ -404,7 +408,7 @@ async fn check_crds(client: &Client, namespace: Option<&str>) -> Result<(), Star
 }
 
 fn parse_lease_duration(text: &str) -> Result<Duration, String> {
-    let d = crate::probe::parse_duration(text)?;
+    let d = crate::core::duration::parse_duration(text)?;
     if d < Duration::from_secs(2) || d.subsec_nanos() != 0 {
         return Err(format!(
             "the lease duration must be whole seconds and at least 2s, not {text}"

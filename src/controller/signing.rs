@@ -180,8 +180,8 @@ fn secret_of(at: &KeyringSecret, keyring: &Keyring, rotated_at: Option<String>) 
             name: Some(at.name.clone()),
             namespace: Some(at.namespace.clone()),
             labels: Some(BTreeMap::from([(
-                super::agent_spec::publish::MANAGED_BY_LABEL.to_string(),
-                super::agent_spec::publish::MANAGED_BY.to_string(),
+                super::shared::MANAGED_BY_LABEL.to_string(),
+                super::shared::MANAGED_BY.to_string(),
             )])),
             annotations: Some(annotations),
             ..Default::default()

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
-pub use super::pinning::{AwaitingApproval, Part, PartDigests};
+pub use super::parts::{AwaitingApproval, Part, PartDigests};
 
 /// How much a tool can change the world, from the least to the most. Ordered, so a ceiling is a
 /// comparison.

@@ -1,6 +1,7 @@
 //! A duration written the way Go and Kubernetes write it (`500ms`, `10s`, `1h30m`): the CRDs'
-//! timeouts and intervals, the defaults in [`super::limits`], and the probe's and controller's
-//! duration flags all parse it with this one parser.
+//! timeouts and intervals, the defaults in [`super::limits`], and the duration flags of every
+//! subcommand (controller, sidecar, probe, check-url; [`parse_duration`]) all parse it with
+//! this one parser.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -95,6 +96,13 @@ impl FromStr for Duration {
             value: total,
         })
     }
+}
+
+/// A command-line duration flag (clap's `value_parser`): the same text a CRD field takes.
+pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    text.parse::<Duration>()
+        .map(|d| d.as_std())
+        .map_err(|e| e.to_string())
 }
 
 impl fmt::Display for Duration {

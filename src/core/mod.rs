@@ -11,8 +11,10 @@
 //!
 //! - [`catalog`]: `Access`, `Approval`, `Catalog`, `CatalogTool`; building and digesting a
 //!   catalogue from raw tool definitions.
+//! - [`parts`]: the parts of a tool definition a person reviews, their digests, and the
+//!   awaiting-approval mark a catalogue tool carries.
 //! - [`pinning`]: pinned tool definitions: which tools of a new read wait for a person's
-//!   approval (the rug-pull guard), per-part digests, approvals.
+//!   approval (the rug-pull guard), approvals.
 //! - [`server`]: `Era`, `ServerInfo`, `Transport`.
 //! - [`limits`]: `Limits` and every default (CRD fields, probe flags).
 //! - [`refs`]: `SecretKeySelector`, `ConfigMapKeySelector`.
@@ -21,6 +23,7 @@
 pub mod catalog;
 pub mod duration;
 pub mod limits;
+pub mod parts;
 pub mod pinning;
 pub mod refs;
 pub mod server;

@@ -40,6 +40,11 @@
 //!   size.
 //! - A tool its server's pinning holds back (`awaitingApproval` in the catalogue) is granted to
 //!   nobody; only an AgentSpec that would have been granted it counts it and hears why.
+//! - Two granted tools sharing a qualified name are a collision: neither is chosen. Both are
+//!   withheld (counted as withheld by the spec, as if the AgentSpec denied them, from every
+//!   entry of their servers) and the rest is published, so a collision never keeps older grants
+//!   in service; the `NameCollision` finding names both and keeps the AgentSpec from being
+//!   ready. One pass decides this: the published document never holds a name twice.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -56,12 +61,13 @@ use crate::core::{Access, Catalog, CatalogTool};
 /// The outcome of one resolution.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Resolution {
-    /// The grants to publish; None when qualified names collide (nothing is published then).
-    /// Every server's `endpoint` is empty: the controller fills it.
-    pub document: Option<GrantsDocument>,
-    /// Per server, sorted by name: what the AgentSpec's status reports.
+    /// The grants to publish: the intersection minus every colliding tool. Every server's
+    /// `endpoint` is empty: the controller fills it.
+    pub document: GrantsDocument,
+    /// Per server, sorted by name: what the AgentSpec's status reports (of the document as
+    /// published, colliding tools withheld).
     pub servers: Vec<ServerOutcome>,
-    /// Granted tools sharing a qualified name.
+    /// Tools that passed every plane but share a qualified name; none of them is published.
     pub collisions: Vec<Collision>,
     /// Everything a person should hear about, sorted by reason, server and message.
     pub findings: Vec<Finding>,
@@ -70,7 +76,7 @@ pub struct Resolution {
 }
 
 impl Resolution {
-    /// True when qualified names are unique, i.e. a document was produced.
+    /// True when qualified names were unique without withholding anything.
     pub fn resolved(&self) -> bool {
         self.collisions.is_empty()
     }
@@ -132,7 +138,7 @@ pub struct ToolRef {
 /// Why a finding was raised. The words are the condition reasons the controller writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 pub enum Reason {
-    /// Two granted tools have the same qualified name; nothing is published.
+    /// Two granted tools have the same qualified name; neither is published.
     NameCollision,
     /// A referenced McpServer does not exist.
     ServerNotFound,
@@ -208,13 +214,20 @@ pub fn resolve(input: &ResolveInput<'_>) -> Resolution {
     let mut findings = Vec::new();
     let mut servers = Vec::with_capacity(entries.len());
     let mut outcomes = Vec::with_capacity(entries.len());
-    for entry in entries {
+    for &entry in &entries {
         let (grants, outcome) = resolve_server(entry, input, &policies, &mut findings);
         servers.push(grants);
         outcomes.push(outcome);
     }
 
     let collisions = collisions(&servers);
+    withhold_colliding(
+        &collisions,
+        &entries,
+        &mut servers,
+        &mut outcomes,
+        input.preload_budget,
+    );
     for c in &collisions {
         let named: Vec<String> = c
             .tools
@@ -238,7 +251,7 @@ pub fn resolve(input: &ResolveInput<'_>) -> Resolution {
     findings.dedup();
     let ready = !findings.iter().any(|f| f.blocking);
     Resolution {
-        document: collisions.is_empty().then(|| GrantsDocument::new(servers)),
+        document: GrantsDocument::new(servers),
         servers: outcomes,
         collisions,
         findings,
@@ -777,6 +790,54 @@ impl<'p> ServerRules<'p> {
                 many.join(", ")
             )),
         }
+    }
+}
+
+/// The collision rule: every tool of a collision leaves every entry of its server (neither
+/// colliding tool is chosen), counted as withheld by the spec; the counts and the deferral
+/// follow. `entries`, `servers` and `outcomes` are aligned.
+fn withhold_colliding(
+    collisions: &[Collision],
+    entries: &[&AgentServerInput<'_>],
+    servers: &mut [ServerGrants],
+    outcomes: &mut [ServerOutcome],
+    preload_budget: u64,
+) {
+    if collisions.is_empty() {
+        return;
+    }
+    let colliding: BTreeSet<(&str, &str)> = collisions
+        .iter()
+        .flat_map(|c| &c.tools)
+        .map(|t| (t.server.as_str(), t.tool.as_str()))
+        .collect();
+    for ((entry, grants), outcome) in entries.iter().zip(servers).zip(outcomes) {
+        let before = grants.tools.len();
+        grants
+            .tools
+            .retain(|tool| !colliding.contains(&(entry.name.as_str(), tool.name.as_str())));
+        let withheld = (before - grants.tools.len()) as u32;
+        if withheld == 0 {
+            continue;
+        }
+        let schema_bytes: BTreeMap<&str, u64> = entry
+            .server
+            .as_ref()
+            .and_then(|s| s.catalog)
+            .map(|c| {
+                c.tools
+                    .iter()
+                    .map(|t| (t.name.as_str(), t.schema_bytes))
+                    .collect()
+            })
+            .unwrap_or_default();
+        outcome.granted_tools -= withheld;
+        outcome.withheld_by_spec += withheld;
+        outcome.granted_schema_bytes = grants.tools.iter().fold(0u64, |sum, t| {
+            sum.saturating_add(schema_bytes.get(t.name.as_str()).copied().unwrap_or(0))
+        });
+        outcome.deferred = outcome.granted_schema_bytes > preload_budget;
+        grants.deferred = outcome.deferred;
     }
 }
 

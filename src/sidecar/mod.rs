@@ -95,16 +95,16 @@ pub struct SidecarArgs {
     #[arg(long, default_value_t = 4 * 1024 * 1024)]
     pub max_request_bytes: usize,
     /// How often a server that gives no ttlMs and pushes no list_changed is read again.
-    #[arg(long, default_value = "60s", value_parser = humantime_secs)]
+    #[arg(long, default_value = "60s", value_parser = crate::core::duration::parse_duration)]
     pub refresh_interval: Duration,
     /// How long SIGTERM waits for in-flight calls before exiting.
-    #[arg(long, default_value = "30s", value_parser = humantime_secs)]
+    #[arg(long, default_value = "30s", value_parser = crate::core::duration::parse_duration)]
     pub drain_timeout: Duration,
     /// How long a legacy-era call that needs approval waits for the person's answer.
-    #[arg(long, default_value = "120s", value_parser = humantime_secs)]
+    #[arg(long, default_value = "120s", value_parser = crate::core::duration::parse_duration)]
     pub approval_timeout: Duration,
     /// How long a modern-era approval request (its requestState) stays good.
-    #[arg(long, default_value = "5m", value_parser = humantime_secs)]
+    #[arg(long, default_value = "5m", value_parser = crate::core::duration::parse_duration)]
     pub approval_ttl: Duration,
     /// A file whose bytes (at least 32) are the key sealing approval states, e.g. a mounted
     /// Secret key. Without it the sidecar makes a random key at start.
@@ -158,21 +158,6 @@ impl SidecarArgs {
             state: self.state_dir.as_deref().map(SequenceFile::in_dir),
             min_sequence: self.grants_min_sequence,
         })
-    }
-}
-
-fn humantime_secs(s: &str) -> Result<Duration, String> {
-    let (n, unit) = s
-        .find(|c: char| !c.is_ascii_digit())
-        .map_or((s, "s"), |i| (&s[..i], &s[i..]));
-    let n: u64 = n
-        .parse()
-        .map_err(|_| format!("{s:?} is not a duration like 30s or 500ms"))?;
-    match unit {
-        "ms" => Ok(Duration::from_millis(n)),
-        "s" => Ok(Duration::from_secs(n)),
-        "m" => Ok(Duration::from_secs(n * 60)),
-        _ => Err(format!("{s:?} is not a duration like 30s or 500ms")),
     }
 }
 

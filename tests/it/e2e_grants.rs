@@ -38,19 +38,7 @@ async fn label_tenant(client: &Client, namespace: &str) {
 }
 
 async fn apply_agent(client: &Client, namespace: &str, name: &str, spec: Value) {
-    let agent: AgentSpec = serde_json::from_value(json!({
-        "apiVersion": "mcp-operator.dev/v1alpha1", "kind": "AgentSpec",
-        "metadata": {"name": name}, "spec": spec,
-    }))
-    .unwrap();
-    Api::<AgentSpec>::namespaced(client.clone(), namespace)
-        .patch(
-            name,
-            &PatchParams::apply(crate::e2e::FIELD_MANAGER).force(),
-            &Patch::Apply(&agent),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("AgentSpec {name}: {}", e2e::describe(&e)));
+    e2e::apply_agent(client, namespace, name, spec).await;
 }
 
 /// Applies a policy selecting only this test's namespace; deleted with the namespace.
@@ -79,15 +67,6 @@ async fn apply_policy(
     name
 }
 
-fn agent_condition(agent: &AgentSpec, type_: &str) -> Option<Value> {
-    let status = serde_json::to_value(agent.status.as_ref()?).ok()?;
-    status["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == type_)
-        .cloned()
-}
-
 /// Waits until the AgentSpec's condition `type_` has `status` (and `reason`, when given).
 async fn wait_agent(
     client: &Client,
@@ -98,20 +77,7 @@ async fn wait_agent(
     reason: Option<&str>,
 ) -> AgentSpec {
     let api: Api<AgentSpec> = Api::namespaced(client.clone(), namespace);
-    eventually(
-        SOON,
-        &format!("AgentSpec {name}: {type_}={status} {reason:?}"),
-        || async {
-            let agent = api.get(name).await.map_err(|e| e.to_string())?;
-            match agent_condition(&agent, type_) {
-                Some(c) if c["status"] == status && reason.is_none_or(|r| c["reason"] == r) => {
-                    Ok(agent)
-                }
-                other => Err(format!("{other:?}")),
-            }
-        },
-    )
-    .await
+    e2e::wait_condition(&api, name, type_, status, reason, SOON).await
 }
 
 /// The grants document in an AgentSpec's ConfigMap, checked against the schema.
@@ -235,7 +201,7 @@ async fn a_read_only_policy_narrows_the_grants_within_seconds_and_removing_it_re
         (&json!("destructive"), &json!(true))
     );
     assert_eq!(
-        agent_condition(&agent, "Resolved").unwrap()["status"],
+        e2e::condition(&agent, "Resolved").unwrap()["status"],
         "True"
     );
 
@@ -356,7 +322,7 @@ async fn collisions_missing_servers_and_empty_patterns_are_reported() {
         Some("NameCollision"),
     )
     .await;
-    let message = agent_condition(&agent, "Ready").unwrap()["message"]
+    let message = e2e::condition(&agent, "Ready").unwrap()["message"]
         .as_str()
         .unwrap()
         .to_string();
@@ -370,7 +336,7 @@ async fn collisions_missing_servers_and_empty_patterns_are_reported() {
     );
     assert!(message.contains("x___read_file"), "{message}");
     assert_eq!(
-        agent_condition(&agent, "Resolved").unwrap()["reason"],
+        e2e::condition(&agent, "Resolved").unwrap()["reason"],
         "NameCollision"
     );
     // Neither colliding tool is published; the others are.
@@ -411,7 +377,7 @@ async fn collisions_missing_servers_and_empty_patterns_are_reported() {
         Some("PatternMatchesNothing"),
     )
     .await;
-    let message = agent_condition(&agent, "Resolved").unwrap()["message"].to_string();
+    let message = e2e::condition(&agent, "Resolved").unwrap()["message"].to_string();
     assert!(message.contains("nope_*"), "{message}");
     wait_agent(&client, ns.name(), "picky", "Ready", "True", None).await;
     wait_tools(&client, ns.name(), "picky", "two", &["two__read_file"]).await;
@@ -435,7 +401,7 @@ async fn collisions_missing_servers_and_empty_patterns_are_reported() {
     )
     .await;
     assert!(
-        agent_condition(&agent, "Ready").unwrap()["message"]
+        e2e::condition(&agent, "Ready").unwrap()["message"]
             .to_string()
             .contains("ghost")
     );
@@ -456,7 +422,7 @@ async fn collisions_missing_servers_and_empty_patterns_are_reported() {
         Some("ServerNotReady"),
     )
     .await;
-    assert_eq!(agent_condition(&agent, "Ready").unwrap()["status"], "True");
+    assert_eq!(e2e::condition(&agent, "Ready").unwrap()["status"], "True");
     let (_, doc) = grants(&client, ns.name(), "hopeful").await.unwrap();
     let flaky = doc["servers"]
         .as_array()
@@ -805,7 +771,7 @@ async fn a_pinned_tool_whose_description_changes_waits_until_a_person_approves_i
         Some("AwaitingApproval"),
     )
     .await;
-    let resolved = agent_condition(&agent, "Resolved").unwrap();
+    let resolved = e2e::condition(&agent, "Resolved").unwrap();
     assert!(
         resolved["message"]
             .as_str()
@@ -1224,7 +1190,7 @@ async fn the_agent_spec_counts_its_pods_and_those_that_must_be_restarted() {
                 || async {
                     let agent = specs.get("bot").await.map_err(|e| e.to_string())?;
                     let pods = agent.status.as_ref().and_then(|s| s.pods.clone());
-                    let condition = agent_condition(&agent, PODS_UP_TO_DATE);
+                    let condition = e2e::condition(&agent, PODS_UP_TO_DATE);
                     let want = AgentPodsStatus {
                         injected,
                         out_of_date,
@@ -1365,7 +1331,7 @@ async fn grants_too_large_for_a_config_map_grant_nothing_and_say_what_to_do() {
         Some("GrantsTooLarge"),
     )
     .await;
-    let ready = agent_condition(&agent, "Ready").unwrap();
+    let ready = e2e::condition(&agent, "Ready").unwrap();
     let message = ready["message"].as_str().unwrap();
     assert!(
         message.contains("grants no tools") && message.contains("Grant fewer tools"),

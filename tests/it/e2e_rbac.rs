@@ -952,20 +952,13 @@ async fn the_controller_does_its_whole_job_with_only_the_charts_rbac() {
         ),
     )
     .await;
-    let agent: AgentSpec = serde_json::from_value(json!({
-        "apiVersion": "mcp-operator.dev/v1alpha1", "kind": "AgentSpec",
-        "metadata": {"name": "assistant"},
-        "spec": {"servers": [{"name": "files", "allow": ["read_*"]}]},
-    }))
-    .unwrap();
-    Api::<AgentSpec>::namespaced(client.clone(), tenant)
-        .patch(
-            "assistant",
-            &PatchParams::apply(e2e::FIELD_MANAGER).force(),
-            &Patch::Apply(&agent),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("AgentSpec: {}", e2e::describe(&e)));
+    e2e::apply_agent(
+        &client,
+        tenant,
+        "assistant",
+        json!({"servers": [{"name": "files", "allow": ["read_*"]}]}),
+    )
+    .await;
     // A policy selecting only the tenant namespace; its second rule's selector is invalid,
     // so its status says so and an event goes to `default` (the policy is cluster-scoped).
     let policy_name = tenant_ns.scoped_name("bounds");
@@ -1258,12 +1251,11 @@ async fn the_controller_does_its_whole_job_with_only_the_charts_rbac() {
     operator::apply_server(
         &client,
         tenant,
-        json!({
-            "apiVersion": "mcp-operator.dev/v1alpha1", "kind": "McpServer",
-            "metadata": {"name": "memory"},
-            "spec": {"stdio": {"image": "mcp-e2e.local/not-pulled:1", "imagePullPolicy": "Never",
-                               "command": ["npx", "-y", "@modelcontextprotocol/server-memory"]}},
-        }),
+        e2e::stdio_server_manifest(
+            "memory",
+            json!({"image": "mcp-e2e.local/not-pulled:1", "imagePullPolicy": "Never",
+                   "command": ["npx", "-y", "@modelcontextprotocol/server-memory"]}),
+        ),
     )
     .await;
     wait_condition(

@@ -189,21 +189,14 @@ async fn the_sidecar_serves_the_published_grants_and_a_policy_change_narrows_the
         server_manifest("files", &fixture.url, json!({})),
     )
     .await;
-    let agent_spec: AgentSpec = serde_json::from_value(json!({
-        "apiVersion": "mcp-operator.dev/v1alpha1", "kind": "AgentSpec",
-        "metadata": {"name": "bot"},
+    crate::e2e::apply_agent(
+        &client,
+        ns.name(),
+        "bot",
         // As examples/agentspec.yaml gates files-admin.
-        "spec": {"servers": [{"name": "files", "requireApproval": ["put_object"]}], "approval": "destructive"},
-    }))
-    .unwrap();
-    Api::<AgentSpec>::namespaced(client.clone(), ns.name())
-        .patch(
-            "bot",
-            &PatchParams::apply(crate::e2e::FIELD_MANAGER).force(),
-            &Patch::Apply(&agent_spec),
-        )
-        .await
-        .unwrap();
+        json!({"servers": [{"name": "files", "requireApproval": ["put_object"]}], "approval": "destructive"}),
+    )
+    .await;
 
     let sidecar = sidecar_on_published_grants(&client, ns.name(), "bot").await;
     // The controller's digests match what the sidecar reads live: every granted tool is offered.

@@ -28,7 +28,6 @@ use k8s_openapi::api::core::v1::{Namespace, Pod, Secret, Service};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
-use mcp_operator::api::agent_spec::AgentSpec;
 use mcp_operator::api::mcp_server::McpServer;
 use serde_json::json;
 
@@ -73,12 +72,7 @@ fn memory(name: &str, stdio_extra: serde_json::Value) -> serde_json::Value {
     for (k, v) in stdio_extra.as_object().cloned().unwrap_or_default() {
         stdio[k] = v;
     }
-    json!({
-        "apiVersion": "mcp-operator.dev/v1alpha1",
-        "kind": "McpServer",
-        "metadata": {"name": name},
-        "spec": {"stdio": stdio},
-    })
+    e2e::stdio_server_manifest(name, stdio)
 }
 
 #[tokio::test]
@@ -325,17 +319,15 @@ async fn server_memory_in_a_pod_is_ready_with_its_catalogue_and_an_agent_calls_i
     operator::apply_server(
         &client,
         ns.name(),
-        json!({
-            "apiVersion": "mcp-operator.dev/v1alpha1",
-            "kind": "McpServer",
-            "metadata": {"name": "memory"},
-            "spec": {"stdio": {
+        e2e::stdio_server_manifest(
+            "memory",
+            json!({
                 "image": format!("{node_repository}:{node_tag}"),
                 "imagePullPolicy": "Never",
                 "command": ["node", "/opt/mcp/servers/node_modules/@modelcontextprotocol/server-memory/dist/index.js"],
                 "resources": {"limits": {"memory": "256Mi"}},
-            }},
-        }),
+            }),
+        ),
     )
     .await;
     let servers: Api<McpServer> = Api::namespaced(client.clone(), ns.name());
@@ -456,20 +448,13 @@ async fn server_memory_in_a_pod_is_ready_with_its_catalogue_and_an_agent_calls_i
     );
 
     // An agent with a sidecar on the grants the controller publishes calls the server's tools.
-    let agent_spec: AgentSpec = serde_json::from_value(json!({
-        "apiVersion": "mcp-operator.dev/v1alpha1", "kind": "AgentSpec",
-        "metadata": {"name": "bot"},
-        "spec": {"servers": [{"name": "memory"}]},
-    }))
-    .unwrap();
-    Api::<AgentSpec>::namespaced(client.clone(), ns.name())
-        .patch(
-            "bot",
-            &PatchParams::apply(e2e::FIELD_MANAGER).force(),
-            &Patch::Apply(&agent_spec),
-        )
-        .await
-        .unwrap();
+    e2e::apply_agent(
+        &client,
+        ns.name(),
+        "bot",
+        json!({"servers": [{"name": "memory"}]}),
+    )
+    .await;
     let sidecar = sidecar_on_published_grants(&client, ns.name(), "bot").await;
     let out = agent(
         &sidecar.url,

@@ -1,5 +1,5 @@
-//! Kubernetes objects → the plain inputs of `grants::resolve`, and the grants document's
-//! endpoints ← the McpServers. Pure: the AgentSpec reconciler reads the objects from its stores
+//! Kubernetes objects → the plain inputs of `grants::resolve`, and the one decision that
+//! resolves them (endpoints filled by [`crate::controller::shared::endpoint`]). Pure: the AgentSpec reconciler reads the objects from its stores
 //! and calls these; tests build the objects by hand.
 //!
 //! ```text
@@ -24,22 +24,13 @@ use crate::api::mcp_server::McpServer;
 use crate::api::tenant_policy::McpTenantPolicy;
 use crate::core::catalog::Catalog;
 use crate::grants::{
-    AgentServerInput, Collision, Endpoint, GrantsDocument, HeaderReference, McpServerInput,
-    PolicyInput, Resolution, ResolveInput, RuleInput, ServerOutcome, TenantDefault, TlsReference,
-    resolve,
+    AgentServerInput, GrantsDocument, McpServerInput, PolicyInput, Resolution, ResolveInput,
+    RuleInput, TenantDefault, resolve,
 };
 
+pub use crate::controller::shared::endpoint::endpoint;
+use crate::controller::shared::endpoint::fill_endpoints;
 use crate::controller::shared::picking::{self, Pick};
-use crate::controller::shared::selector as grants_selector;
-
-/// Whether a policy applies to a namespace with these labels. An invalid namespaceSelector
-/// selects every namespace (fail closed).
-pub fn policy_selects(
-    policy: &McpTenantPolicy,
-    namespace_labels: &BTreeMap<String, String>,
-) -> bool {
-    grants_selector::matches(&policy.spec.namespace_selector, namespace_labels).unwrap_or(true)
-}
 
 /// One policy as the core sees it, for an AgentSpec using `servers` (its referenced McpServers
 /// that exist, by name; `referenced` are all the names it references). A rule picks a server by
@@ -146,141 +137,33 @@ pub fn resolve_input<'a>(
     }
 }
 
-/// The same input with every colliding tool denied on the AgentSpec plane: resolving it gives
-/// the grants minus the tools whose qualified names collide — a subset of the intersection that
-/// chooses neither of the colliding tools.
-pub fn without_collisions<'a>(
-    input: &ResolveInput<'a>,
-    collisions: &[Collision],
-) -> ResolveInput<'a> {
-    let mut input = input.clone();
-    for collision in collisions {
-        for tool in &collision.tools {
-            for entry in input.servers.iter_mut().filter(|e| e.name == tool.server) {
-                entry.deny.push(tool.tool.clone());
-            }
-        }
-    }
-    input
-}
-
-/// The one decision of an AgentSpec reconcile: what the pure core resolves, and the document to
-/// publish. A name collision is not a reason to keep serving grants computed from older inputs:
-/// the document is then the current intersection minus every colliding tool (neither is
-/// chosen), while `resolution` still reports the collision. Endpoints are filled from `servers`.
+/// The one decision of an AgentSpec reconcile: what the pure core resolves (its findings and
+/// collisions make the status; a collision's tools are already withheld from its document),
+/// and the document to publish, endpoints filled from `servers`.
 pub struct Grants {
-    /// The resolution of the input as given (its findings and collisions make the status).
     pub resolution: Resolution,
     /// The document to publish, endpoints filled.
     pub document: GrantsDocument,
-    /// Per-server counts of what the document grants.
-    pub outcomes: Vec<ServerOutcome>,
 }
 
-/// Resolves `input` and, on a collision, resolves again without the colliding tools.
+/// Resolves `input` once and fills the endpoints of the document to publish.
 pub fn decide_grants(input: &ResolveInput<'_>, servers: &BTreeMap<String, &McpServer>) -> Grants {
     let resolution = resolve(input);
-    let (mut document, outcomes) = match &resolution.document {
-        Some(doc) => (doc.clone(), resolution.servers.clone()),
-        None => {
-            let narrower = resolve(&without_collisions(input, &resolution.collisions));
-            let doc = narrower
-                .document
-                .unwrap_or_else(|| GrantsDocument::new(Vec::new()));
-            (doc, narrower.servers)
-        }
-    };
+    let mut document = resolution.document.clone();
     fill_endpoints(&mut document, servers);
     Grants {
         resolution,
         document,
-        outcomes,
-    }
-}
-
-/// How the sidecar reaches an McpServer: everything from its spec and the negotiated protocol
-/// from its status. Credentials and CA bundles are references to Secret/ConfigMap keys.
-pub fn endpoint(server: &McpServer) -> Endpoint {
-    let spec = &server.spec;
-    let status = server.status.as_ref();
-    // A stdio server's bearer token is the operator's Secret: the sidecars send it like any.
-    let credentials = server.credentials();
-    let credentials = credentials.as_ref();
-    Endpoint {
-        // A stdio server's URL is its Service's, from status; a server without one yet is not
-        // Ready, so nothing is granted from it.
-        url: server.endpoint_url().unwrap_or_default().to_string(),
-        transport: spec.transport,
-        era: status.and_then(|s| s.era),
-        protocol_version: status.and_then(|s| s.protocol_version.clone()),
-        bearer_token: credentials
-            .and_then(|c| c.bearer_token.as_ref())
-            .map(|b| b.secret_key_ref.clone()),
-        headers: credentials
-            .map(|c| {
-                c.headers
-                    .iter()
-                    .map(|h| HeaderReference {
-                        name: h.name.clone(),
-                        secret_key_ref: h.value_from.secret_key_ref.clone(),
-                    })
-                    .collect()
-            })
-            .unwrap_or_default(),
-        tls: spec.tls.as_ref().map(|tls| TlsReference {
-            ca_bundle_secret: tls
-                .ca_bundle
-                .as_ref()
-                .and_then(|c| c.secret_key_ref.clone()),
-            ca_bundle_config_map: tls
-                .ca_bundle
-                .as_ref()
-                .and_then(|c| c.config_map_key_ref.clone()),
-            insecure_skip_verify: tls.insecure_skip_verify,
-        }),
-        connect_timeout_ms: millis(spec.timeouts.connect.as_std()),
-        call_timeout_ms: millis(spec.timeouts.call.as_std()),
-        retry: spec.retry,
-        max_tool_pages: Some(spec.discovery.max_tool_pages),
-        max_response_bytes: Some(spec.discovery.max_response_bytes),
-    }
-}
-
-fn millis(d: std::time::Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
-/// Fills the endpoint of every server of the document that exists.
-pub fn fill_endpoints(doc: &mut GrantsDocument, servers: &BTreeMap<String, &McpServer>) {
-    for grants in &mut doc.servers {
-        grants.endpoint = servers.get(&grants.name).map(|s| endpoint(s));
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::fixtures::{
-        agent, catalog, full_server, labels, policy, ready_status, server,
-    };
+    use crate::controller::fixtures::{agent, catalog, full_server, policy, ready_status, server};
     use crate::core::catalog::{Access, build};
     use crate::grants::resolve;
     use serde_json::{Value, json};
-
-    #[test]
-    fn policies_select_namespaces_and_invalid_selectors_fail_closed() {
-        let team_a = policy(
-            "p",
-            json!({"namespaceSelector": {"matchLabels": {"team": "a"}}, "rules": []}),
-        );
-        assert!(policy_selects(&team_a, &labels(&[("team", "a")])));
-        assert!(!policy_selects(&team_a, &labels(&[("team", "b")])));
-        let broken = policy(
-            "p",
-            json!({"namespaceSelector": {"matchExpressions": [{"key": "team", "operator": "in", "values": ["a"]}]}, "rules": []}),
-        );
-        assert!(policy_selects(&broken, &labels(&[("team", "b")])));
-    }
 
     #[test]
     fn rules_pick_referenced_servers_by_name_or_labels() {
@@ -381,36 +264,6 @@ mod tests {
     }
 
     #[test]
-    fn endpoints_carry_references_and_limits_never_values() {
-        let e = endpoint(&full_server());
-        let v = serde_json::to_value(&e).unwrap();
-        assert_eq!(
-            v,
-            json!({
-                "url": "https://gh.example/mcp", "transport": "sse",
-                "era": "legacy", "protocolVersion": "2025-11-25",
-                "bearerToken": {"name": "gh-token", "key": "token"},
-                "headers": [{"name": "X-Tenant", "secretKeyRef": {"name": "gh-tenant", "key": "id"}}],
-                "tls": {"caBundleConfigMap": {"name": "ca", "key": "ca.crt"}, "insecureSkipVerify": false},
-                "connectTimeoutMs": 5000, "callTimeoutMs": 60000, "retry": 4,
-                "maxToolPages": 100, "maxResponseBytes": 4194304,
-            })
-        );
-        let plain = server(
-            "p",
-            json!({}),
-            json!({"url": "http://p.example/mcp"}),
-            Value::Null,
-        );
-        let e = endpoint(&plain);
-        assert_eq!(
-            (e.connect_timeout_ms, e.call_timeout_ms, e.retry),
-            (10_000, 30_000, 2)
-        );
-        assert!(e.era.is_none() && e.bearer_token.is_none() && e.tls.is_none());
-    }
-
-    #[test]
     fn a_collision_is_resolved_by_withholding_both_tools_and_nothing_else() {
         let cat = catalog();
         let a = server(
@@ -451,29 +304,19 @@ mod tests {
             ("b".to_string(), (&b, Some(&cat))),
         ]);
         let input = resolve_input(&agent, &servers, vec![], TenantDefault::Allow, u64::MAX);
-        let first = resolve(&input);
-        assert!(
-            first.document.is_none(),
-            "a collision publishes nothing by itself"
-        );
-        assert_eq!(first.collisions.len(), 1);
-        let second = resolve(&without_collisions(&input, &first.collisions));
-        assert!(second.collisions.is_empty());
-        let doc = second.document.unwrap();
-        let names: Vec<&str> = doc
+        // The reconciler's one decision: one resolution, the collision reported, neither
+        // colliding tool published, everything else is.
+        let by_name = BTreeMap::from([("a".to_string(), &a), ("b".to_string(), &b)]);
+        let grants = decide_grants(&input, &by_name);
+        assert_eq!(grants.resolution.collisions.len(), 1);
+        let names: Vec<&str> = grants
+            .document
             .servers
             .iter()
             .flat_map(|s| s.tools.iter().map(|t| t.qualified_name.as_str()))
             .collect();
         assert!(!names.contains(&"x___read_file"), "{names:?}");
-        assert_eq!(doc.tool_count(), 4 + 5 - 2);
-
-        // The reconciler's one decision applies the same rule and keeps the collision reported.
-        let by_name = BTreeMap::from([("a".to_string(), &a), ("b".to_string(), &b)]);
-        let grants = decide_grants(&input, &by_name);
-        assert_eq!(grants.resolution.collisions.len(), 1);
-        assert_eq!(grants.document.tool_count(), doc.tool_count());
-        assert_eq!(grants.outcomes, second.servers);
+        assert_eq!(grants.document.tool_count(), 4 + 5 - 2);
         assert!(grants.document.servers.iter().all(|s| s.endpoint.is_some()));
     }
 
@@ -484,7 +327,7 @@ mod tests {
         let cat = catalog();
         let servers = BTreeMap::from([("gh".to_string(), (&gh, Some(&cat)))]);
         let input = resolve_input(&agent, &servers, vec![], TenantDefault::Allow, u64::MAX);
-        let mut doc = resolve(&input).document.unwrap();
+        let mut doc = resolve(&input).document;
         fill_endpoints(&mut doc, &BTreeMap::from([("gh".to_string(), &gh)]));
         assert!(
             doc.servers

@@ -50,18 +50,16 @@ use crate::core::Catalog;
 use crate::grants::signature::Keyring;
 use crate::grants::{GrantsDocument, TenantDefault};
 
-use super::readiness::Readiness;
+use super::health::readiness::Readiness;
 
 use super::context::{Context, Signing};
 use super::error::ReconcileError;
-use super::mcp_server::{key_of as server_key, read_spilled_catalog};
+use super::shared::catalog_spill;
+use super::shared::picking::policy_selects;
+use super::shared::server_key::{ServerKey, key_of};
 use super::shared::{events, status::apply_status};
-pub(crate) use input::policy_selects;
 use input::{Grants, decide_grants, policy_input, resolve_input, status_catalog};
 use status::{AgentTransitions, Published, next_agent_status};
-
-/// (namespace, name) of an McpServer.
-type ServerKey = (String, String);
 
 /// The finalizer that makes deleting an AgentSpec revoke its grants first.
 pub const FINALIZER: &str = "mcp-operator.dev/revoke-grants";
@@ -209,7 +207,6 @@ async fn reconcile_inner(agent: &AgentSpec, ctx: &AgentContext) -> Result<Action
         agent.status.as_ref(),
         agent.meta().generation,
         &grants.resolution,
-        &grants.outcomes,
         &published,
         &pods,
         Time(k8s_openapi::jiff::Timestamp::now()),
@@ -576,11 +573,11 @@ async fn spilled_catalog(ctx: &AgentContext, server: &McpServer) -> Option<Arc<C
         Some(p) => p.content_key.clone(),
         None => crate::core::pinning::content_key(&status.catalog.as_ref()?.catalog),
     };
-    let key = server_key(server);
+    let key = key_of(server);
     if let Some(catalog) = ctx.spilled.get(&key, &digest) {
         return Some(catalog);
     }
-    let catalog = Arc::new(read_spilled_catalog(&ctx.base.client, server).await?);
+    let catalog = Arc::new(catalog_spill::read(&ctx.base.client, server).await?);
     if crate::core::pinning::content_key(&catalog) != digest {
         // The ConfigMap is ahead of or behind the status: the next status change re-resolves.
         return None;

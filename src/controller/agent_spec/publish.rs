@@ -23,7 +23,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams};
+use kube::api::{ObjectMeta, Patch, PatchParams};
 use kube::{Api, Client, Resource, ResourceExt};
 
 use crate::api::agent_spec::{AgentSpec, GRANTS_KEY, grants_config_map_name};
@@ -36,10 +36,7 @@ pub const DIGEST_ANNOTATION: &str = "mcp-operator.dev/grants-digest";
 pub const REVOKED_ANNOTATION: &str = "mcp-operator.dev/revoked-at";
 /// Label naming the AgentSpec a grants ConfigMap belongs to.
 pub const AGENT_LABEL: &str = "mcp-operator.dev/agentspec";
-/// Label on everything the operator creates.
-pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
-/// Its value.
-pub const MANAGED_BY: &str = "mcp-operator";
+pub use crate::controller::shared::{MANAGED_BY, MANAGED_BY_LABEL};
 
 /// The most bytes a grants document may have. The apiserver refuses a ConfigMap over 1 MiB
 /// (1,048,576 bytes, metadata included); the rest is left for the signature, the metadata and
@@ -451,24 +448,19 @@ pub async fn publish(
 pub async fn remove(client: &Client, agent: &AgentSpec) -> Result<(), kube::Error> {
     let namespace = agent.namespace().unwrap_or_default();
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &namespace);
-    match api
-        .delete(
-            &grants_config_map_name(&agent.name_any()),
-            &DeleteParams::default(),
-        )
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        Err(e) => Err(e),
-    }
+    crate::controller::shared::config_map::delete_if_present(
+        &api,
+        &grants_config_map_name(&agent.name_any()),
+    )
+    .await
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::agent_spec::input::{fill_endpoints, resolve_input};
+    use crate::controller::agent_spec::input::resolve_input;
     use crate::controller::fixtures::{agent, catalog, full_server, ready_status, server};
+    use crate::controller::shared::endpoint::fill_endpoints;
     use crate::grants::signature::Keyring;
     use crate::grants::{SCHEMA_VERSION, ServerGrants, TenantDefault, resolve};
     use serde_json::{Value, json};
@@ -528,7 +520,7 @@ mod tests {
             ("down".to_string(), (&down, None)),
         ]);
         let input = resolve_input(&a, &servers, vec![], TenantDefault::Allow, 10);
-        let mut doc = resolve(&input).document.unwrap();
+        let mut doc = resolve(&input).document;
         fill_endpoints(
             &mut doc,
             &BTreeMap::from([

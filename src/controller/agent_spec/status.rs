@@ -26,7 +26,7 @@ use crate::api::conditions::{
     PODS_UP_TO_DATE, READY, RESOLVED, TRUE, condition, find, set_condition,
 };
 use crate::controller::shared::ready::ready_change;
-use crate::grants::{Finding, Resolution, ServerOutcome};
+use crate::grants::{Finding, Resolution};
 use crate::inject::PodDrift;
 
 /// At most this many findings are spelled out in one condition message.
@@ -63,14 +63,13 @@ pub struct AgentTransitions {
     pub pods_out_of_date: Option<String>,
 }
 
-/// The AgentSpec's status after this reconcile. `resolution` is the core's verdict (its
-/// findings and readiness); `outcomes` the per-server counts of what was actually published
-/// (they differ only on a collision, when the colliding tools are withheld).
+/// The AgentSpec's status after this reconcile. `resolution` is the core's verdict: its
+/// findings, readiness and the per-server counts of what is published (a collision's tools
+/// withheld).
 pub fn next_agent_status(
     previous: Option<&AgentSpecStatus>,
     generation: Option<i64>,
     resolution: &Resolution,
-    outcomes: &[ServerOutcome],
     published: &Published,
     pods: &PodDrift,
     now: Time,
@@ -81,6 +80,7 @@ pub fn next_agent_status(
     let previous_digest = status.grants_digest.clone();
     let previous_tools = status.granted_tools;
     status.observed_generation = generation;
+    let outcomes = &resolution.servers;
     status.servers = outcomes
         .iter()
         .map(|o| AgentServerStatus {
@@ -300,7 +300,7 @@ fn sentences(findings: &[Finding]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::grants::Reason;
+    use crate::grants::{Reason, ServerOutcome};
 
     fn at(s: i64) -> Time {
         Time(k8s_openapi::jiff::Timestamp::from_second(s).unwrap())
@@ -331,11 +331,11 @@ mod tests {
         }
     }
 
-    fn resolution(findings: Vec<Finding>) -> Resolution {
+    fn resolution(findings: Vec<Finding>, servers: &[ServerOutcome]) -> Resolution {
         let ready = !findings.iter().any(|f| f.blocking);
         Resolution {
-            document: None,
-            servers: vec![],
+            document: crate::grants::GrantsDocument::new(vec![]),
+            servers: servers.to_vec(),
             collisions: vec![],
             findings,
             ready,
@@ -364,8 +364,7 @@ mod tests {
         let (s, t) = next_agent_status(
             None,
             Some(2),
-            &resolution(vec![]),
-            &[outcome("gh", 3, true), outcome("fs", 1, true)],
+            &resolution(vec![], &[outcome("gh", 3, true), outcome("fs", 1, true)]),
             &published("sha256:a", 4),
             &PodDrift::default(),
             at(1),
@@ -407,8 +406,7 @@ mod tests {
         let (s, t) = next_agent_status(
             None,
             Some(1),
-            &resolution(vec![]),
-            &[outcome("gh", 3000, true)],
+            &resolution(vec![], &[outcome("gh", 3000, true)]),
             &too_large,
             &PodDrift::default(),
             at(1),
@@ -439,19 +437,21 @@ mod tests {
         let (s, _) = next_agent_status(
             None,
             Some(1),
-            &resolution(vec![
-                finding(
-                    Reason::PatternMatchesNothing,
-                    "allow pattern nope_* matches no tool of McpServer gh",
-                    false,
-                ),
-                finding(
-                    Reason::DeniedByPolicy,
-                    "tool x of McpServer gh is asked for by name, but McpTenantPolicy p does not permit it",
-                    false,
-                ),
-            ]),
-            &[outcome("gh", 1, true)],
+            &resolution(
+                vec![
+                    finding(
+                        Reason::PatternMatchesNothing,
+                        "allow pattern nope_* matches no tool of McpServer gh",
+                        false,
+                    ),
+                    finding(
+                        Reason::DeniedByPolicy,
+                        "tool x of McpServer gh is asked for by name, but McpTenantPolicy p does not permit it",
+                        false,
+                    ),
+                ],
+                &[outcome("gh", 1, true)],
+            ),
             &published("sha256:a", 1),
             &PodDrift::default(),
             at(1),
@@ -490,23 +490,24 @@ mod tests {
         let ok = next_agent_status(
             None,
             Some(1),
-            &resolution(vec![]),
-            &[outcome("gh", 4, true)],
+            &resolution(vec![], &[outcome("gh", 4, true)]),
             &published("sha256:a", 4),
             &PodDrift::default(),
             at(1),
         )
         .0;
-        let down = resolution(vec![finding(
-            Reason::ServerNotReady,
-            "McpServer gh is not ready (Unauthorized); the agent is not ready until it is, or until the McpServer is marked optional",
-            true,
-        )]);
+        let down = resolution(
+            vec![finding(
+                Reason::ServerNotReady,
+                "McpServer gh is not ready (Unauthorized); the agent is not ready until it is, or until the McpServer is marked optional",
+                true,
+            )],
+            &[outcome("gh", 0, false)],
+        );
         let (s, t) = next_agent_status(
             Some(&ok),
             Some(1),
             &down,
-            &[outcome("gh", 0, false)],
             &published("sha256:b", 0),
             &PodDrift::default(),
             at(2),
@@ -542,7 +543,6 @@ mod tests {
             Some(&s),
             Some(1),
             &down,
-            &[outcome("gh", 0, false)],
             &published("sha256:b", 0),
             &PodDrift::default(),
             at(3),
@@ -553,8 +553,7 @@ mod tests {
         let (back, t) = next_agent_status(
             Some(&s),
             Some(1),
-            &resolution(vec![]),
-            &[outcome("gh", 4, true)],
+            &resolution(vec![], &[outcome("gh", 4, true)]),
             &published("sha256:a", 4),
             &PodDrift::default(),
             at(4),
@@ -577,8 +576,7 @@ mod tests {
         let (s, _) = next_agent_status(
             None,
             None,
-            &resolution(many),
-            &[],
+            &resolution(many, &[]),
             &published("d", 0),
             &PodDrift::default(),
             at(1),
@@ -610,8 +608,7 @@ mod tests {
         next_agent_status(
             previous,
             Some(1),
-            &resolution(vec![]),
-            &[outcome("gh", 4, true)],
+            &resolution(vec![], &[outcome("gh", 4, true)]),
             &published("sha256:a", 4),
             pods,
             at(t),

@@ -11,7 +11,7 @@ use sha2::{Digest, Sha256};
 use kube::ResourceExt;
 
 use crate::api::mcp_server::{McpServer, McpServerSpec, stdio_token_secret_name};
-use crate::core::SecretKeySelector;
+use crate::core::{ConfigMapKeySelector, SecretKeySelector};
 use crate::mcp::{Credentials, SecretValue, TlsSettings};
 
 /// Why the credentials could not be resolved. The reason words appear in the
@@ -247,31 +247,7 @@ pub async fn resolve(
                 secret_bytes(&secrets, namespace, r, field, &mut changed).await?
             } else if let Some(r) = &bundle.config_map_key_ref {
                 let field = "spec.tls.caBundle.configMapKeyRef";
-                let cm = config_maps
-                    .get_opt(&r.name)
-                    .await
-                    .map_err(|e| api_error("ConfigMap", &r.name, e))?
-                    .ok_or_else(|| CredentialError::ConfigMapNotFound {
-                        namespace: namespace.into(),
-                        name: r.name.clone(),
-                        field: field.into(),
-                    })?;
-                changed.push(last_changed(&cm.metadata));
-                cm.data
-                    .as_ref()
-                    .and_then(|d| d.get(&r.key))
-                    .map(|s| s.as_bytes().to_vec())
-                    .or_else(|| {
-                        cm.binary_data
-                            .as_ref()
-                            .and_then(|d| d.get(&r.key))
-                            .map(|b| b.0.clone())
-                    })
-                    .ok_or_else(|| CredentialError::ConfigMapKeyNotFound {
-                        name: r.name.clone(),
-                        key: r.key.clone(),
-                        field: field.into(),
-                    })?
+                config_map_bytes(&config_maps, namespace, r, field, &mut changed).await?
             } else {
                 Vec::new()
             };
@@ -291,6 +267,42 @@ pub async fn resolve(
         digest: hex::encode(hasher.finalize()),
         references_changed: changed,
     })
+}
+
+/// The bytes of a ConfigMap key (`data` or `binaryData`), noting when the ConfigMap last
+/// changed.
+async fn config_map_bytes(
+    config_maps: &Api<ConfigMap>,
+    namespace: &str,
+    r: &ConfigMapKeySelector,
+    field: &str,
+    changed: &mut Vec<Option<Timestamp>>,
+) -> Result<Vec<u8>, CredentialError> {
+    let cm = config_maps
+        .get_opt(&r.name)
+        .await
+        .map_err(|e| api_error("ConfigMap", &r.name, e))?
+        .ok_or_else(|| CredentialError::ConfigMapNotFound {
+            namespace: namespace.into(),
+            name: r.name.clone(),
+            field: field.into(),
+        })?;
+    changed.push(last_changed(&cm.metadata));
+    cm.data
+        .as_ref()
+        .and_then(|d| d.get(&r.key))
+        .map(|s| s.as_bytes().to_vec())
+        .or_else(|| {
+            cm.binary_data
+                .as_ref()
+                .and_then(|d| d.get(&r.key))
+                .map(|b| b.0.clone())
+        })
+        .ok_or_else(|| CredentialError::ConfigMapKeyNotFound {
+            name: r.name.clone(),
+            key: r.key.clone(),
+            field: field.into(),
+        })
 }
 
 async fn secret_bytes(

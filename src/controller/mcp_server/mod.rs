@@ -7,41 +7,35 @@
 //! changed), metrics.
 //!
 //! ```text
-//!  gather   pinning on? (spec, policies) ─► credentials::resolve ─► a finished probe with these inputs?
-//!             no: one running? wait │ schedule says probe? probes::start (lane: first read / retry) ─► wait
-//!  decide   status::decide(stored, previous in full, finding, pinning) ─► Decision { status, spill }
-//!  apply    catalog_spill (write / remove) ─► Events ─► status (SSA) ─► pin_store (changed pins) ─► metrics
+//!  reconcile_inner
+//!   gather   pinning (spec, policies) ─► stdio::workload ─► probing::probe_if_due (credentials,
+//!            the probe's plan; see probing) ─► the previous status in full ─► kept pins
+//!   decide   status::decide_server (pure: one rule per condition) ─► Decision
+//!   apply    catalog_spill (write / remove) ─► Events ─► status (SSA) ─► pinning::store ─► metrics
 //! ```
 //!
-//! - [`connection`]: the McpServer → `ServerConnection` mapping (pure).
 //! - [`credentials`]: Secrets and ConfigMaps → credentials and TLS settings.
-//! - [`probes`]: the probe tasks, their lanes, and which result a reconcile may use.
-//! - [`schedule`]: when each server is next due for a probe.
-//! - [`resume`]: after a restart, when the status says a server was last read (pure).
-//! - [`subscriptions`]: one `tools/list_changed` subscription per server that pushes.
-//! - [`catalog_spill`]: the companion ConfigMap of a catalogue too large for status.
-//! - [`pinning`]: whether pinning is on (spec, tenant policies) and the approvals given.
-//! - [`pin_store`]: the pins also kept in the operator's namespace, for a recreated McpServer.
+//! - [`probing`]: when a server is due ([`probing::schedule`], [`probing::resume`]), the probe
+//!   tasks and their lanes ([`probing::probes`]), the connection they use
+//!   ([`probing::connection`]), and the `tools/list_changed` subscriptions.
+//! - [`pinning`]: whether pinning is on (spec, tenant policies) and the approvals given;
+//!   [`pinning::store`]: the pins also kept in the operator's namespace, for a recreated
+//!   McpServer.
 //! - [`status`]: the pure decision.
-//! - [`workload`]: a stdio server's Deployment and Service (kube calls); [`stdio_workload`]
-//!   builds them and judges their state (pure).
+//! - [`stdio`]: a stdio server's Deployment and Service ([`stdio::workload`], kube calls),
+//!   built and judged by [`stdio::build`] (pure).
+//! - The companion ConfigMap of a catalogue too large for status is
+//!   [`crate::controller::shared::catalog_spill`] (the AgentSpec reconciler reads it too).
 
-mod catalog_spill;
-mod connection;
 pub(crate) mod credentials;
-mod pin_store;
 mod pinning;
-mod probes;
-mod resume;
-mod schedule;
+mod probing;
 mod status;
-mod stdio_workload;
-mod subscriptions;
-mod workload;
+mod stdio;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Namespace;
 use kube::core::PartialObjectMeta;
@@ -52,31 +46,35 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
-use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 
 use crate::api::conditions::{READY, find};
-use crate::api::mcp_server::{APPROVE_ANNOTATION, McpServer, McpServerStatus, REFRESH_ANNOTATION};
+use crate::api::mcp_server::{McpServer, McpServerStatus};
 use crate::api::tenant_policy::McpTenantPolicy;
 
 use super::context::Context;
 use super::error::ReconcileError;
-use super::metrics::ReasonLabels;
-use super::readiness::Readiness;
+use super::health::metrics::ReasonLabels;
+use super::health::readiness::Readiness;
+use super::shared::catalog_spill;
+use super::shared::server_key::{ServerKey, key_of};
 use super::shared::{events, status::apply_status};
-use probes::{Claim, Prober};
-use schedule::{ProbeSchedule, ServerKey};
-use status::{Decision, Finding, Spill, Transitions, decide};
+use pinning::store as pin_store;
+use probing::probes::Prober;
+use probing::{PROBE_RECHECK, Probe, probe_if_due};
+use probing::{schedule, subscriptions};
+use schedule::ProbeSchedule;
+use status::{Decision, Finding, Spill, Transitions};
+use stdio::workload;
 use subscriptions::Subscriptions;
 
 pub use catalog_spill::decompress as decompress_spilled_catalog;
-pub(crate) use catalog_spill::read as read_spilled_catalog;
 pub(crate) use credentials::{
     SecretUse, referenced_config_maps, referenced_secrets, secret_references,
 };
 pub(crate) use pinning::{BY_SPEC as PINNING_BY_SPEC, required_by as pinning_required_by};
-pub(crate) use stdio_workload::WATCH_SELECTOR as WORKLOAD_SELECTOR;
+pub(crate) use stdio::build::WATCH_SELECTOR as WORKLOAD_SELECTOR;
 pub(crate) use workload::owner_of as workload_owner;
 
 pub const KIND: &str = "McpServer";
@@ -219,11 +217,8 @@ pub fn error_policy(
     Action::requeue(Duration::from_secs(10))
 }
 
-/// (namespace, name) of an McpServer.
-pub fn key_of(server: &McpServer) -> ServerKey {
-    (server.namespace().unwrap_or_default(), server.name_any())
-}
-
+/// One reconcile, top to bottom: gather what the server says now (when it is due), decide
+/// its status in one pure step, apply it.
 async fn reconcile_inner(
     server: &McpServer,
     ctx: &ServerContext,
@@ -233,7 +228,51 @@ async fn reconcile_inner(
         ctx.forget(&key);
         return Ok(Action::await_change());
     }
-    // Gather: whether pinning is on, and what the server says now, when it is due.
+    let gathered = match gather(server, ctx, &key).await? {
+        Gather::Wait(action) => return Ok(action),
+        Gather::Found(gathered) => gathered,
+    };
+    let decision = decide_status(server, &key, &gathered);
+    if let Err(e) = apply(server, ctx, &decision).await {
+        // What this probe found was not written (a lost lease, an apiserver outage): the next
+        // reconcile must read and write again, not wait for the refresh interval with a status
+        // that never saw the probe.
+        ctx.schedule.force_probe(&key);
+        return Err(e);
+    }
+    keep_pins(server, ctx, &key, &gathered.store_key, &decision).await?;
+    record(ctx, &key, &decision.status, &gathered.finding);
+    Ok(Action::requeue(gathered.next_wait))
+}
+
+/// What the gather step found, when there is something to decide.
+struct Gathered {
+    finding: Finding,
+    /// When the server is next due.
+    next_wait: Duration,
+    /// Some while pinning is on (with the pins kept in the store, for a recreated server).
+    pinning: Option<pinning::Settings>,
+    /// The status as last written, a spilled catalogue read back in full.
+    previous: Option<McpServerStatus>,
+    /// Where the pin store keeps this server's pins.
+    store_key: String,
+    /// A stdio server's URL (its Service's), for status.
+    workload_url: Option<String>,
+}
+
+enum Gather {
+    /// Nothing to decide yet (not due, or a probe is running): requeue so.
+    Wait(Action),
+    Found(Box<Gathered>),
+}
+
+/// Gather: whether pinning is on, a stdio server's workload, what the server says now when it
+/// is due, the status as last written, and the pins kept for a server that begins pinning.
+async fn gather(
+    server: &McpServer,
+    ctx: &ServerContext,
+    key: &ServerKey,
+) -> Result<Gather, ReconcileError> {
     let required_by = match ctx.tenancy() {
         Some(tenancy) => tenancy.pinning_required_by(server).await,
         // Only tests run the reconciler without watches: the spec alone decides.
@@ -251,13 +290,13 @@ async fn reconcile_inner(
         Some(not_ready) => {
             // Probe as soon as it serves; pod states (an image pull failing) change without
             // the Deployment changing, so look again soon.
-            ctx.schedule.force_probe(&key);
+            ctx.schedule.force_probe(key);
             (Finding::Workload(not_ready), WORKLOAD_RECHECK)
         }
-        None => match probe_if_due(server, ctx, &key, pinning.as_ref(), url.as_deref()).await {
-            Probe::NotDue(wait) => return Ok(Action::requeue(wait)),
+        None => match probe_if_due(server, ctx, key, pinning.as_ref(), url.as_deref()).await {
+            Probe::NotDue(wait) => return Ok(Gather::Wait(Action::requeue(wait))),
             // The finished probe triggers the next reconcile; the requeue is only a safety net.
-            Probe::Running => return Ok(Action::requeue(PROBE_RECHECK)),
+            Probe::Running => return Ok(Gather::Wait(Action::requeue(PROBE_RECHECK))),
             Probe::Done(finding, next_wait) => (finding, next_wait),
         },
     };
@@ -277,41 +316,29 @@ async fn reconcile_inner(
                 "pinning begins from the pins kept for this name and place, not from what is served");
         }
     }
+    Ok(Gather::Found(Box::new(Gathered {
+        finding,
+        next_wait,
+        pinning,
+        previous,
+        store_key,
+        workload_url: workload.and_then(|w| w.url),
+    })))
+}
 
-    // Decide.
-    let mut decision = decide(
-        server.status.as_ref(),
-        previous.as_ref(),
-        server.meta().generation,
-        &finding,
-        server
-            .spec
-            .tls
-            .as_ref()
-            .is_some_and(|t| t.insecure_skip_verify),
-        pinning.as_ref(),
-        catalog_spill::config_map_name(&key.1),
-        Time(k8s_openapi::jiff::Timestamp::now()),
-    );
-    decision.status.url = workload.and_then(|w| w.url);
-    status::warn_of_plain_http(
-        &mut decision.status,
+/// Decide (pure): the status, its transitions and the companion ConfigMap.
+fn decide_status(server: &McpServer, key: &ServerKey, gathered: &Gathered) -> Decision {
+    status::decide_server(
         &server.spec,
+        server.status.as_ref(),
+        gathered.previous.as_ref(),
         server.meta().generation,
+        &gathered.finding,
+        gathered.pinning.as_ref(),
+        catalog_spill::config_map_name(&key.1),
+        gathered.workload_url.clone(),
         Time(k8s_openapi::jiff::Timestamp::now()),
-    );
-
-    // Apply.
-    if let Err(e) = apply(server, ctx, &decision).await {
-        // What this probe found was not written (a lost lease, an apiserver outage): the next
-        // reconcile must read and write again, not wait for the refresh interval with a status
-        // that never saw the probe.
-        ctx.schedule.force_probe(&key);
-        return Err(e);
-    }
-    keep_pins(server, ctx, &key, &store_key, &decision).await?;
-    record(ctx, &key, &decision.status, &finding);
-    Ok(Action::requeue(next_wait))
+    )
 }
 
 fn pin_store(ctx: &ServerContext) -> Option<pin_store::PinStore> {
@@ -391,215 +418,6 @@ async fn keep_pins(
 /// How soon a stdio server whose workload does not serve is looked at again.
 const WORKLOAD_RECHECK: Duration = Duration::from_secs(10);
 
-/// How long a reconcile waiting for its server's probe sleeps at most: the probe's own
-/// trigger normally comes first.
-const PROBE_RECHECK: Duration = Duration::from_secs(60);
-
-/// What the gather step found: the server is not due yet (wait this long), its probe is
-/// running, or what reading it found and when it is next due.
-enum Probe {
-    NotDue(Duration),
-    Running,
-    Done(Finding, Duration),
-}
-
-/// Resolves the credentials and, when the server is due (new inputs, the refresh interval
-/// passed, or a pushed change), starts a probe, or takes the result of the one that finished.
-async fn probe_if_due(
-    server: &McpServer,
-    ctx: &ServerContext,
-    key: &ServerKey,
-    pinning: Option<&pinning::Settings>,
-    url: Option<&str>,
-) -> Probe {
-    let spec = &server.spec;
-    let refresh = spec.discovery.refresh_interval.as_std();
-    let resolved = credentials::resolve(&ctx.base.client, &key.0, server).await;
-    let inputs = probe_inputs(
-        server,
-        resolved.as_ref().ok().map(|r| r.digest.as_str()),
-        pinning
-            .map(|p| p.required_by.as_slice())
-            .unwrap_or_default(),
-    );
-    let (outcome, started) = match ctx.prober.claim(key, &inputs) {
-        Claim::Finished(outcome, started) => (outcome, started),
-        Claim::Running => return Probe::Running,
-        Claim::Nothing => {
-            if !ctx.schedule.remembers(key)
-                && let Ok(r) = &resolved
-                && let Some(read) = resume::last_read(
-                    server,
-                    &ctx.base.settings.field_manager,
-                    pinning
-                        .map(|p| p.required_by.as_slice())
-                        .unwrap_or_default(),
-                    &r.references_changed,
-                )
-                && let Ok(resolved) = resolved
-            {
-                return Probe::NotDue(resume_after_restart(
-                    server,
-                    ctx,
-                    key,
-                    inputs,
-                    read,
-                    url.unwrap_or_default(),
-                    resolved,
-                ));
-            }
-            if let Some(wait) = ctx.schedule.wait_before_probe(key, &inputs) {
-                return Probe::NotDue(wait);
-            }
-            let resolved = match resolved {
-                // Nothing to contact: decided here, in the slot.
-                Err(e) => {
-                    let wait = ctx
-                        .schedule
-                        .probed(key, inputs, false, refresh, Instant::now());
-                    return Probe::Done(Finding::Credentials(e), wait);
-                }
-                Ok(resolved) => resolved,
-            };
-            let url = url.unwrap_or_default();
-            let identity = connection::identity(spec, url, &resolved.digest);
-            let conn = connection::connection(
-                spec,
-                url,
-                resolved,
-                ctx.base.settings.allow_loopback,
-                ctx.base.settings.response_budget.clone(),
-            );
-            let lane = ctx.schedule.lane(key, &inputs);
-            ctx.prober.start(key, inputs, lane, conn, identity);
-            return Probe::Running;
-        }
-    };
-    if let Some(budget) = &ctx.base.settings.response_budget {
-        ctx.base
-            .metrics
-            .response_budget_high_water_bytes
-            .set(budget.high_water() as i64);
-    }
-    let probes::Outcome {
-        report,
-        conn,
-        identity,
-    } = outcome;
-    match report {
-        Ok(report) => {
-            // A modern server says how long its list stays fresh: honour it, within
-            // [30s, refreshInterval].
-            let refresh = report
-                .ttl_ms
-                .map(|ttl| Duration::from_millis(ttl).clamp(Duration::from_secs(30), refresh))
-                .unwrap_or(refresh);
-            let wait = ctx.schedule.probed(key, inputs, true, refresh, started);
-            if report.pushes_tool_changes {
-                ctx.subscriptions.ensure(
-                    key,
-                    &identity,
-                    conn,
-                    ctx.schedule.clone(),
-                    ctx.base.metrics.clone(),
-                    Duration::ZERO,
-                );
-            } else {
-                ctx.subscriptions.remove(key);
-            }
-            let overrides = spec
-                .tools
-                .as_ref()
-                .map(|t| t.overrides.clone())
-                .unwrap_or_default();
-            let finding = Finding::Read {
-                era: report.era,
-                protocol_version: report.protocol_version.clone(),
-                server_info: report.server_info.clone(),
-                catalog: report.catalog(&overrides),
-            };
-            Probe::Done(finding, wait)
-        }
-        // Other servers' responses filled the budget: nothing is wrong with this one, so
-        // nothing is written and the read is tried again soon (still due).
-        Err(failure)
-            if matches!(
-                failure.error,
-                crate::mcp::McpError::ResponseBudgetBusy { .. }
-            ) =>
-        {
-            Probe::NotDue(busy_retry(key))
-        }
-        Err(failure) => {
-            let wait = ctx.schedule.probed(key, inputs, false, refresh, started);
-            Probe::Done(Finding::Failed(failure), wait)
-        }
-    }
-}
-
-/// A restarted controller's first reconcile of a server whose status it may trust (see
-/// [`resume`]): the next probe is scheduled from the last read instead of at once, the gauges
-/// come from status, and the subscription of a server that pushes changes opens again, spread
-/// out like the probes. Returns the wait until the probe.
-fn resume_after_restart(
-    server: &McpServer,
-    ctx: &ServerContext,
-    key: &ServerKey,
-    inputs: String,
-    read: k8s_openapi::jiff::Timestamp,
-    url: &str,
-    resolved: credentials::Resolved,
-) -> Duration {
-    let refresh = server.spec.discovery.refresh_interval.as_std();
-    // A read "in the future" (clock skew) counts as just now.
-    let since = Duration::try_from(k8s_openapi::jiff::Timestamp::now().duration_since(read))
-        .unwrap_or(Duration::ZERO);
-    let wait = resume::wait_after_restart(since, refresh, key);
-    ctx.schedule.resume(key, inputs, wait);
-    if let Some(status) = &server.status {
-        record_gauges(ctx, key, status);
-    }
-    let identity = connection::identity(&server.spec, url, &resolved.digest);
-    let conn = connection::connection(
-        &server.spec,
-        url,
-        resolved,
-        ctx.base.settings.allow_loopback,
-        ctx.base.settings.response_budget.clone(),
-    );
-    ctx.subscriptions.ensure(
-        key,
-        &identity,
-        conn,
-        ctx.schedule.clone(),
-        ctx.base.metrics.clone(),
-        resume::spread(key, refresh.min(resume::SUBSCRIBE_SPREAD)),
-    );
-    debug!(namespace = %key.0, mcpserver = %key.1, ?wait,
-        "resumed from status after a restart: next probe scheduled from the last read");
-    wait
-}
-
-/// When to read again a server whose read gave way to others in a full response budget: one
-/// to two seconds, spread by the server's name so those refused together do not come back
-/// together.
-fn busy_retry(key: &ServerKey) -> Duration {
-    let mut h = Sha256::new();
-    h.update(key.0.as_bytes());
-    h.update(b"/");
-    h.update(key.1.as_bytes());
-    h.update(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default()
-            .subsec_nanos()
-            .to_be_bytes(),
-    );
-    let digest = h.finalize();
-    let spread = u64::from(u16::from_be_bytes([digest[0], digest[1]])) % 1000;
-    Duration::from_millis(1000 + spread)
-}
-
 /// Writes what the decision says: the companion ConfigMap, the events of its transitions,
 /// then the status when it changed. The events go first: a crash before the status write
 /// leaves the old status, so the next reconcile sees the transition again and repeats its
@@ -677,35 +495,6 @@ fn record_gauges<'s>(ctx: &ServerContext, key: &ServerKey, status: &'s McpServer
 /// Whether the finding comes from contacting the server.
 fn probe_ran(finding: &Finding) -> bool {
     !matches!(finding, Finding::Credentials(_) | Finding::Workload(_))
-}
-
-/// What, when changed, calls for a new probe: the spec, the refresh and approve annotations,
-/// what turns pinning on, and the resolved credential values (as a digest). An approval thus
-/// reads the server again and applies to what it serves at that moment.
-fn probe_inputs(
-    server: &McpServer,
-    credentials_digest: Option<&str>,
-    pinning_required_by: &[String],
-) -> String {
-    let mut h = Sha256::new();
-    h.update(server.meta().generation.unwrap_or_default().to_be_bytes());
-    for annotation in [REFRESH_ANNOTATION, APPROVE_ANNOTATION] {
-        h.update(
-            server
-                .annotations()
-                .get(annotation)
-                .map(String::as_str)
-                .unwrap_or("")
-                .as_bytes(),
-        );
-        h.update(b"\0");
-    }
-    for by in pinning_required_by {
-        h.update(by.as_bytes());
-        h.update(b"\0");
-    }
-    h.update(credentials_digest.unwrap_or("unresolved").as_bytes());
-    hex::encode(h.finalize())
 }
 
 /// The status as last written, with a spilled catalogue read back from its ConfigMap so the

@@ -12,10 +12,10 @@ use crate::api::mcp_server::{CatalogStatus, McpServerSpec, McpServerStatus};
 use crate::core::{Catalog, Era, ServerInfo};
 use crate::mcp::{ReadFailure, Stage};
 
-use super::catalog_spill::too_large_for_status;
 use super::credentials::CredentialError;
 use super::pinning::{self, Settings};
-use super::stdio_workload::NotReady;
+use super::stdio::build::NotReady;
+use crate::controller::shared::catalog_spill::too_large_for_status;
 use crate::controller::shared::ready::ready_change;
 
 /// What this reconcile found.
@@ -90,6 +90,36 @@ pub fn decide(
         transitions,
         spill,
     }
+}
+
+/// The whole decision for one McpServer (`spec`): [`decide`], with where a stdio server is
+/// served (`url`, its Service's) and the plain-HTTP credentials warning.
+#[allow(clippy::too_many_arguments)]
+pub fn decide_server(
+    spec: &McpServerSpec,
+    stored: Option<&McpServerStatus>,
+    previous: Option<&McpServerStatus>,
+    generation: Option<i64>,
+    finding: &Finding,
+    pinning: Option<&Settings>,
+    config_map: String,
+    url: Option<String>,
+    now: Time,
+) -> Decision {
+    let insecure = spec.tls.as_ref().is_some_and(|t| t.insecure_skip_verify);
+    let mut decision = decide(
+        stored,
+        previous,
+        generation,
+        finding,
+        insecure,
+        pinning,
+        config_map,
+        now.clone(),
+    );
+    decision.status.url = url;
+    warn_of_plain_http(&mut decision.status, spec, generation, now);
+    decision
 }
 
 /// The host the spec's credentials go to in the clear, if they do: a remote McpServer with a
@@ -209,7 +239,10 @@ impl CatalogDiff {
 }
 
 /// The status after this reconcile, and its transitions. `insecure` is
-/// spec.tls.insecureSkipVerify; `pinning` is Some while pinning is on.
+/// spec.tls.insecureSkipVerify; `pinning` is Some while pinning is on. Each condition has its
+/// own rule below ([`credentials_resolved`], [`reachable`], [`catalog_synced`], [`ready`];
+/// ToolsApproved is [`pinning::condition`]); this only keeps the catalogue and sets them in
+/// that order.
 pub fn next_status(
     previous: Option<&McpServerStatus>,
     generation: Option<i64>,
@@ -230,122 +263,136 @@ pub fn next_status(
     status.observed_generation = generation;
     let was_ready = find(&status.conditions, READY).map(|c| c.status == TRUE);
     let mut transitions = Transitions::default();
-    let cond = |type_: &str, ok: bool, reason: &str, message: String| {
-        condition(type_, ok, reason, message, generation, now.clone())
+    let set = |status: &mut McpServerStatus, type_: &str, says: Says| {
+        set_condition(
+            &mut status.conditions,
+            says.condition(type_, generation, &now),
+        );
     };
-    let resolved = || {
-        cond(
-            CREDENTIALS_RESOLVED,
-            true,
-            "Resolved",
-            "Every referenced Secret and key was read.".into(),
-        )
-    };
-    let unknown = |type_: &str, reason: &str, message: &str| {
-        let mut c = condition(type_, false, reason, message, generation, now.clone());
-        c.status = UNKNOWN.into();
-        c
-    };
-    let stale_note = |status: &McpServerStatus| match &status.catalog {
-        Some(c) => format!(
-            " The last catalogue read ({} tools{}) is kept and is stale.",
-            c.catalog.tool_count,
-            c.last_sync_time
-                .as_ref()
-                .map(|t| format!(", synced {}", t.0))
-                .unwrap_or_default()
-        ),
-        None => String::new(),
-    };
-    let (ready, reason, message) = match finding {
-        Finding::Credentials(e) => {
-            let stale = stale_note(&status);
-            set_condition(
-                &mut status.conditions,
-                cond(CREDENTIALS_RESOLVED, false, e.reason(), format!("{e}.")),
-            );
-            set_condition(
-                &mut status.conditions,
-                unknown(
-                    REACHABLE,
-                    "CredentialsNotResolved",
-                    "The server is not contacted until its credentials resolve.",
-                ),
-            );
-            set_condition(
-                &mut status.conditions,
-                cond(
-                    CATALOG_SYNCED,
-                    false,
-                    "CredentialsNotResolved",
-                    format!("The catalogue cannot be read until the credentials resolve.{stale}"),
-                ),
-            );
-            (false, e.reason().to_string(), format!("{e}."))
-        }
-        Finding::Workload(not_ready) => {
-            let stale = stale_note(&status);
-            set_condition(
-                &mut status.conditions,
-                unknown(
-                    REACHABLE,
-                    not_ready.reason,
-                    "The server is not contacted until its workload serves.",
-                ),
-            );
-            set_condition(
-                &mut status.conditions,
-                cond(
-                    CATALOG_SYNCED,
-                    false,
-                    not_ready.reason,
-                    format!("The catalogue cannot be read until the workload serves.{stale}"),
-                ),
-            );
-            (
-                false,
-                not_ready.reason.to_string(),
-                not_ready.message.clone(),
-            )
-        }
-        Finding::Failed(failure) => {
-            let e = &failure.error;
-            let stale = stale_note(&status);
-            set_condition(&mut status.conditions, resolved());
-            let message = capitalised(&e.to_string());
-            match failure.stage {
-                Stage::Connect => set_condition(
-                    &mut status.conditions,
-                    cond(REACHABLE, false, e.reason(), message.clone()),
-                ),
-                Stage::List => set_condition(
-                    &mut status.conditions,
-                    cond(
-                        REACHABLE,
-                        true,
-                        "Connected",
-                        "The server answered the protocol handshake.".into(),
-                    ),
-                ),
-            };
-            set_condition(
-                &mut status.conditions,
-                cond(
-                    CATALOG_SYNCED,
-                    false,
-                    e.reason(),
-                    format!("{message}{stale}"),
-                ),
-            );
-            (false, e.reason().to_string(), message)
-        }
+    let stale = stale_note(&status);
+    if let Some(says) = credentials_resolved(finding) {
+        set(&mut status, CREDENTIALS_RESOLVED, says);
+    }
+    set(&mut status, REACHABLE, reachable(finding, insecure));
+    let catalog = match finding {
         Finding::Read {
             era,
             protocol_version,
             server_info,
             catalog,
         } => {
-            set_condition(&mut status.conditions, resolved());
+            let read = keep_catalog(
+                &mut status,
+                catalog,
+                pinning,
+                &mut transitions,
+                generation,
+                &now,
+            );
+            status.era = Some(*era);
+            status.protocol_version = Some(protocol_version.clone());
+            status.server_info = Some(server_info.clone());
+            Some(read)
+        }
+        _ => None,
+    };
+    set(
+        &mut status,
+        CATALOG_SYNCED,
+        catalog_synced(finding, &stale, catalog.as_ref()),
+    );
+    let waiting = status.pinning.as_ref().map_or(0, |p| p.waiting_count);
+    let says = ready(finding, catalog.as_ref(), waiting, insecure);
+    let change = ready_change(
+        was_ready,
+        says.ok == Some(true),
+        &says.reason,
+        &says.message,
+    );
+    set(&mut status, READY, says);
+    transitions.recovered = change.came_back;
+    transitions.became_unready = change.went_down;
+    (status, transitions)
+}
+
+/// What one condition says: True, False or Unknown (`None`), why, and the sentence.
+struct Says {
+    ok: Option<bool>,
+    reason: String,
+    message: String,
+}
+
+impl Says {
+    fn new(ok: Option<bool>, reason: &str, message: impl Into<String>) -> Self {
+        Says {
+            ok,
+            reason: reason.to_string(),
+            message: message.into(),
+        }
+    }
+
+    fn condition(self, type_: &str, generation: Option<i64>, now: &Time) -> Condition {
+        let mut c = condition(
+            type_,
+            self.ok == Some(true),
+            &self.reason,
+            self.message,
+            generation,
+            now.clone(),
+        );
+        if self.ok.is_none() {
+            c.status = UNKNOWN.into();
+        }
+        c
+    }
+}
+
+/// CredentialsResolved: False naming the Secret or key that could not be read; untouched while
+/// a stdio workload does not serve (nothing was resolved); True once the server was contacted.
+fn credentials_resolved(finding: &Finding) -> Option<Says> {
+    match finding {
+        Finding::Credentials(e) => Some(Says::new(Some(false), e.reason(), format!("{e}."))),
+        Finding::Workload(_) => None,
+        Finding::Failed(_) | Finding::Read { .. } => Some(Says::new(
+            Some(true),
+            "Resolved",
+            "Every referenced Secret and key was read.",
+        )),
+    }
+}
+
+/// Reachable: Unknown until the server can be contacted; False when connecting failed; True
+/// once the handshake was answered (even if the listing then failed), with the protocol and a
+/// TLS warning when certificates are not verified.
+fn reachable(finding: &Finding, insecure: bool) -> Says {
+    match finding {
+        Finding::Credentials(_) => Says::new(
+            None,
+            "CredentialsNotResolved",
+            "The server is not contacted until its credentials resolve.",
+        ),
+        Finding::Workload(not_ready) => Says::new(
+            None,
+            not_ready.reason,
+            "The server is not contacted until its workload serves.",
+        ),
+        Finding::Failed(failure) => match failure.stage {
+            Stage::Connect => Says::new(
+                Some(false),
+                failure.error.reason(),
+                capitalised(&failure.error.to_string()),
+            ),
+            Stage::List => Says::new(
+                Some(true),
+                "Connected",
+                "The server answered the protocol handshake.",
+            ),
+        },
+        Finding::Read {
+            era,
+            protocol_version,
+            ..
+        } => {
             let mut reach = format!(
                 "Connected with MCP {protocol_version} ({} era).",
                 serde_json::to_value(era)
@@ -358,60 +405,111 @@ pub fn next_status(
                     " WARNING: TLS certificates are not verified (spec.tls.insecureSkipVerify).",
                 );
             }
-            set_condition(
-                &mut status.conditions,
-                cond(REACHABLE, true, "Connected", reach),
-            );
-            let previously_synced =
-                find(&status.conditions, CATALOG_SYNCED).is_some_and(|c| c.status == TRUE);
-            let catalog = &match pinning {
-                None => catalog.clone(),
-                Some(settings) => {
-                    let approved =
-                        |ok, reason: &str, message| cond(TOOLS_APPROVED, ok, reason, message);
-                    pin_catalog(&mut status, settings, catalog, approved, &mut transitions)
-                }
+            Says::new(Some(true), "Connected", reach)
+        }
+    }
+}
+
+/// CatalogSynced: True with what was read (`catalog`, as granted under pinning); otherwise
+/// False with why, saying the last catalogue is kept and stale (`stale`).
+fn catalog_synced(finding: &Finding, stale: &str, catalog: Option<&Catalog>) -> Says {
+    match (finding, catalog) {
+        (Finding::Credentials(_), _) => Says::new(
+            Some(false),
+            "CredentialsNotResolved",
+            format!("The catalogue cannot be read until the credentials resolve.{stale}"),
+        ),
+        (Finding::Workload(not_ready), _) => Says::new(
+            Some(false),
+            not_ready.reason,
+            format!("The catalogue cannot be read until the workload serves.{stale}"),
+        ),
+        (Finding::Failed(failure), _) => Says::new(
+            Some(false),
+            failure.error.reason(),
+            format!("{}{stale}", capitalised(&failure.error.to_string())),
+        ),
+        (Finding::Read { catalog: read, .. }, kept) => {
+            Says::new(Some(true), "Synced", synced_message(kept.unwrap_or(read)))
+        }
+    }
+}
+
+/// Ready: True when the whole catalogue was read (how many tools, how many wait for approval);
+/// otherwise False with the reason of whatever stopped it.
+fn ready(finding: &Finding, catalog: Option<&Catalog>, waiting: u32, insecure: bool) -> Says {
+    match (finding, catalog) {
+        (Finding::Credentials(e), _) => Says::new(Some(false), e.reason(), format!("{e}.")),
+        (Finding::Workload(not_ready), _) => {
+            Says::new(Some(false), not_ready.reason, not_ready.message.clone())
+        }
+        (Finding::Failed(failure), _) => Says::new(
+            Some(false),
+            failure.error.reason(),
+            capitalised(&failure.error.to_string()),
+        ),
+        (Finding::Read { catalog: read, .. }, kept) => Says::new(
+            Some(true),
+            "Ready",
+            ready_message(kept.unwrap_or(read), waiting, insecure),
+        ),
+    }
+}
+
+/// " The last catalogue read (4 tools, synced …) is kept and is stale." when there is one.
+fn stale_note(status: &McpServerStatus) -> String {
+    match &status.catalog {
+        Some(c) => format!(
+            " The last catalogue read ({} tools{}) is kept and is stale.",
+            c.catalog.tool_count,
+            c.last_sync_time
+                .as_ref()
+                .map(|t| format!(", synced {}", t.0))
+                .unwrap_or_default()
+        ),
+        None => String::new(),
+    }
+}
+
+/// Keeps a freshly read catalogue in `status`: under pinning as granted (changed and new tools
+/// waiting, ToolsApproved set), the catalogue change for the event, and a sync time that moves
+/// only when the content changed or a failure ended (so an idle server produces no writes).
+/// Returns the catalogue kept.
+fn keep_catalog(
+    status: &mut McpServerStatus,
+    read: &Catalog,
+    pinning: Option<&Settings>,
+    transitions: &mut Transitions,
+    generation: Option<i64>,
+    now: &Time,
+) -> Catalog {
+    let previously_synced =
+        find(&status.conditions, CATALOG_SYNCED).is_some_and(|c| c.status == TRUE);
+    let catalog = match pinning {
+        None => read.clone(),
+        Some(settings) => {
+            let approved = |ok, reason: &str, message| {
+                condition(TOOLS_APPROVED, ok, reason, message, generation, now.clone())
             };
-            let previous_catalog = status.catalog.as_ref().map(|c| &c.catalog);
-            if let Some(old) = previous_catalog
-                && old.digest != catalog.digest
-            {
-                transitions.catalog_change = Some(diff(old, catalog));
-            }
-            // The sync time moves only when the content changed or a failure ended, so an idle
-            // server produces no writes.
-            let same_content = previous_catalog.is_some_and(|old| old == catalog);
-            let last_sync_time = match &status.catalog {
-                Some(c) if same_content && previously_synced => c.last_sync_time.clone(),
-                _ => Some(now.clone()),
-            };
-            status.catalog = Some(CatalogStatus {
-                catalog: catalog.clone(),
-                last_sync_time,
-            });
-            status.era = Some(*era);
-            status.protocol_version = Some(protocol_version.clone());
-            status.server_info = Some(server_info.clone());
-            set_condition(
-                &mut status.conditions,
-                cond(CATALOG_SYNCED, true, "Synced", synced_message(catalog)),
-            );
-            let waiting = status.pinning.as_ref().map_or(0, |p| p.waiting_count);
-            (
-                true,
-                "Ready".to_string(),
-                ready_message(catalog, waiting, insecure),
-            )
+            pin_catalog(status, settings, read, approved, transitions)
         }
     };
-    set_condition(
-        &mut status.conditions,
-        cond(READY, ready, &reason, message.clone()),
-    );
-    let change = ready_change(was_ready, ready, &reason, &message);
-    transitions.recovered = change.came_back;
-    transitions.became_unready = change.went_down;
-    (status, transitions)
+    let previous_catalog = status.catalog.as_ref().map(|c| &c.catalog);
+    if let Some(old) = previous_catalog
+        && old.digest != catalog.digest
+    {
+        transitions.catalog_change = Some(diff(old, &catalog));
+    }
+    let same_content = previous_catalog.is_some_and(|old| *old == catalog);
+    let last_sync_time = match &status.catalog {
+        Some(c) if same_content && previously_synced => c.last_sync_time.clone(),
+        _ => Some(now.clone()),
+    };
+    status.catalog = Some(CatalogStatus {
+        catalog: catalog.clone(),
+        last_sync_time,
+    });
+    catalog
 }
 
 /// Pinning is off (or was turned off): nothing waits, and nothing of it is kept.

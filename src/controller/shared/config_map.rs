@@ -1,9 +1,10 @@
 //! An owned ConfigMap published only when its content changed: the content's digest lives in an
-//! annotation, and a ConfigMap that already carries the digest is neither built nor written.
+//! annotation, and a ConfigMap that already carries the digest is neither built nor written;
+//! and its removal, where one already gone is no error.
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
-use kube::api::{Patch, PatchParams};
+use kube::api::{DeleteParams, Patch, PatchParams};
 
 /// The digest `annotation` of a ConfigMap's metadata says it holds.
 pub fn digest_of<K: kube::Resource>(object: &K, annotation: &str) -> Option<String> {
@@ -32,4 +33,13 @@ pub async fn apply_if_changed(
     )
     .await?;
     Ok(true)
+}
+
+/// Deletes the ConfigMap `name`; one already gone is no error.
+pub async fn delete_if_present(api: &Api<ConfigMap>, name: &str) -> Result<(), kube::Error> {
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(e),
+    }
 }

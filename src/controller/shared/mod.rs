@@ -8,11 +8,25 @@
 //!   annotation differs.
 //! - [`ready`]: `ReadyChange`, whether the Ready condition went down or came back.
 //! - [`selector`]: Kubernetes label-selector semantics, invalid selectors reported.
-//! - [`picking`]: which McpServers a tenant-policy rule picks (names, labels, URL patterns).
+//! - [`picking`]: which namespaces a tenant policy selects, which McpServers its rules pick
+//!   (names, labels, URL patterns).
+//! - [`server_key`]: `ServerKey`, (namespace, name), what McpServers are remembered by.
+//! - [`catalog_spill`]: the companion ConfigMap of a catalogue too large for status (the
+//!   McpServer reconciler writes it, the AgentSpec reconciler reads it).
+//! - [`endpoint`]: how a sidecar reaches an McpServer (the grants document's endpoint; the
+//!   AgentSpec reconciler and the pod webhook both build it).
 
+pub mod catalog_spill;
 pub mod config_map;
+pub mod endpoint;
 pub mod events;
 pub mod picking;
 pub mod ready;
 pub mod selector;
+pub mod server_key;
 pub mod status;
+
+/// The label on everything the operator creates (grants ConfigMaps, stdio workloads, the
+/// signing keys' Secret), and its value.
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+pub const MANAGED_BY: &str = "mcp-operator";

@@ -24,12 +24,23 @@
 //! default when it names none), the path pattern with the whole path. A part the pattern leaves
 //! out accepts anything. `*` matches any run of characters, `?` one.
 
+use std::collections::BTreeMap;
+
 use kube::ResourceExt;
 
 use crate::api::mcp_server::McpServer;
-use crate::api::tenant_policy::ServerSelector;
+use crate::api::tenant_policy::{McpTenantPolicy, ServerSelector};
 use crate::controller::shared::selector;
 use crate::grants::Pattern;
+
+/// Whether a policy applies to a namespace with these labels. An invalid namespaceSelector
+/// selects every namespace (fail closed).
+pub fn policy_selects(
+    policy: &McpTenantPolicy,
+    namespace_labels: &BTreeMap<String, String>,
+) -> bool {
+    selector::matches(&policy.spec.namespace_selector, namespace_labels).unwrap_or(true)
+}
 
 /// Whether a rule picks a server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -147,11 +158,26 @@ impl<'p> UrlPattern<'p> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::fixtures::server;
+    use crate::controller::fixtures::{labels, policy, server};
     use serde_json::{Value, json};
 
     fn selector(v: Value) -> ServerSelector {
         serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn policies_select_namespaces_and_invalid_selectors_fail_closed() {
+        let team_a = policy(
+            "p",
+            json!({"namespaceSelector": {"matchLabels": {"team": "a"}}, "rules": []}),
+        );
+        assert!(policy_selects(&team_a, &labels(&[("team", "a")])));
+        assert!(!policy_selects(&team_a, &labels(&[("team", "b")])));
+        let broken = policy(
+            "p",
+            json!({"namespaceSelector": {"matchExpressions": [{"key": "team", "operator": "in", "values": ["a"]}]}, "rules": []}),
+        );
+        assert!(policy_selects(&broken, &labels(&[("team", "b")])));
     }
 
     #[test]

@@ -27,10 +27,9 @@ use tracing::{info, warn};
 use crate::api::conditions::{READY, TRUE, find};
 use crate::api::tenant_policy::{McpTenantPolicy, McpTenantPolicyStatus};
 
-use super::agent_spec::policy_selects;
 use super::context::Context;
 use super::error::ReconcileError;
-use super::shared::picking;
+use super::shared::picking::{self, policy_selects};
 use super::shared::selector as grants_selector;
 use super::shared::{events, status::apply_status_with};
 use status::next_policy_status;
@@ -42,7 +41,7 @@ pub struct PolicyContext {
     pub base: Arc<Context>,
     pub namespaces: Store<PartialObjectMeta<Namespace>>,
     /// The namespace store has received its first list.
-    pub namespaces_listed: super::readiness::Readiness,
+    pub namespaces_listed: super::health::readiness::Readiness,
 }
 
 /// Reconciles one McpTenantPolicy.

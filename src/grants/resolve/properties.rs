@@ -402,10 +402,17 @@ fn check_against_the_planes(case: &Case) -> Result<(), TestCaseError> {
         })
         .collect();
     prop_assert_eq!(&res.collisions, &collisions);
-    let Some(doc) = &res.document else {
-        prop_assert!(!collisions.is_empty(), "no document without a collision");
-        return Ok(());
-    };
+    // Neither tool of a collision is published, from any entry of its server.
+    let colliding: std::collections::BTreeSet<(&str, &str)> = collisions
+        .iter()
+        .flat_map(|c| &c.tools)
+        .map(|t| (t.server.as_str(), t.tool.as_str()))
+        .collect();
+    let expected: Vec<_> = expected
+        .into_iter()
+        .filter(|(_, s, tool)| !colliding.contains(&(s.name.as_str(), tool.name.as_str())))
+        .collect();
+    let doc = &res.document;
     prop_assert_eq!(doc.tool_count(), expected.len());
     for (qualified, s, tool) in &expected {
         let (server, g) = doc.find(qualified).expect("granted");
@@ -418,9 +425,25 @@ fn check_against_the_planes(case: &Case) -> Result<(), TestCaseError> {
     Ok(())
 }
 
+/// Prefixes that make qualified names collide often: `a` + `_b` and `a_` + `b`, or one twice.
+fn colliding_prefixes() -> impl Strategy<Value = Vec<&'static str>> {
+    prop::collection::vec(prop_oneof![Just("a"), Just("a_")], 3)
+}
+
+/// The case with those prefixes, open allow lists and no policy, so that many tools pass.
+fn colliding(mut case: Case, prefixes: Vec<&'static str>) -> Case {
+    for (s, p) in case.servers.iter_mut().zip(prefixes) {
+        s.prefix = Some(p.to_string());
+        s.allow.clear();
+        s.server_allow.clear();
+    }
+    case.policies.clear();
+    case.tenant_default = TenantDefault::Allow;
+    case
+}
+
 fn granted_tool<'r>(res: &'r Resolution, server: &str, tool: &str) -> Option<&'r GrantedTool> {
     res.document
-        .as_ref()?
         .servers
         .iter()
         .find(|s| s.name == server)?
@@ -442,21 +465,61 @@ proptest! {
     /// The same with prefixes that make qualified names collide often (`a` + `_b` and `a_` +
     /// `b`, or one prefix twice) and open allow lists, so that many tools pass: a collision is
     /// reported exactly when two tools that pass every plane share a qualified name, and then
-    /// nothing is published.
+    /// neither is published while everything else is.
     #[test]
     fn collisions_are_exactly_the_shared_qualified_names(
         case in case(),
-        prefixes in prop::collection::vec(prop_oneof![Just("a"), Just("a_")], 3),
+        prefixes in colliding_prefixes(),
     ) {
-        let mut case = case;
-        for (s, p) in case.servers.iter_mut().zip(prefixes) {
-            s.prefix = Some(p.to_string());
-            s.allow.clear();
-            s.server_allow.clear();
+        check_against_the_planes(&colliding(case, prefixes))?;
+    }
+
+    /// Withholding a collision is exactly what the AgentSpec denying both tools (on every entry
+    /// of their servers) would publish, with the same counts.
+    #[test]
+    fn a_collision_is_withheld_as_if_the_agent_spec_denied_it(
+        case in case(),
+        prefixes in colliding_prefixes(),
+    ) {
+        let case = colliding(case, prefixes);
+        let res = resolve(&case.input());
+        let mut denied = case.clone();
+        for t in res.collisions.iter().flat_map(|c| &c.tools) {
+            for s in denied.servers.iter_mut().filter(|s| s.name == t.server) {
+                s.deny.push(t.tool.clone());
+            }
         }
-        case.policies.clear();
-        case.tenant_default = TenantDefault::Allow;
-        check_against_the_planes(&case)?;
+        let narrower = resolve(&denied.input());
+        prop_assert!(narrower.collisions.is_empty());
+        prop_assert_eq!(&res.document, &narrower.document);
+        prop_assert_eq!(&res.servers, &narrower.servers);
+    }
+
+    /// Whatever collides, the published document never holds one qualified name twice, and its
+    /// counts still add up to the catalogue.
+    #[test]
+    fn no_published_document_has_two_tools_of_one_qualified_name(
+        case in case(),
+        prefixes in colliding_prefixes(),
+    ) {
+        for case in [colliding(case.clone(), prefixes), case] {
+            let res = resolve(&case.input());
+            let mut seen = std::collections::BTreeSet::new();
+            for server in &res.document.servers {
+                for t in &server.tools {
+                    prop_assert!(
+                        seen.insert(t.qualified_name.clone()),
+                        "{} published twice",
+                        t.qualified_name
+                    );
+                }
+            }
+            prop_assert_eq!(res.ready && !res.collisions.is_empty(), false);
+            for (o, g) in res.servers.iter().zip(&res.document.servers) {
+                prop_assert_eq!(o.granted_tools as usize, g.tools.len());
+                prop_assert_eq!(o.deferred, g.deferred);
+            }
+        }
     }
 
     /// A tool matched by a deny pattern of any plane that applies to its server is never
@@ -484,7 +547,7 @@ proptest! {
     #[test]
     fn approval_follows_every_source(case in case()) {
         let res = resolve(&case.input());
-        let Some(doc) = &res.document else { return Ok(()) };
+        let doc = &res.document;
         for server in &doc.servers {
             let s = case.servers.iter().find(|s| s.name == server.name).unwrap();
             for g in &server.tools {
@@ -512,8 +575,8 @@ proptest! {
         let permuted = case.permuted(seed);
         let two = resolve(&permuted.input());
         prop_assert_eq!(
-            one.document.as_ref().map(GrantsDocument::digest),
-            two.document.as_ref().map(GrantsDocument::digest)
+            one.document.digest(),
+            two.document.digest()
         );
         prop_assert_eq!(one, two);
     }
@@ -525,8 +588,8 @@ proptest! {
         let one = resolve(&input);
         let two = resolve(&input);
         prop_assert_eq!(
-            one.document.as_ref().map(GrantsDocument::digest),
-            two.document.as_ref().map(GrantsDocument::digest)
+            one.document.digest(),
+            two.document.digest()
         );
         prop_assert_eq!(one, two);
     }
@@ -556,8 +619,8 @@ proptest! {
             || (s.exists && s.optional);
         let required_missing = !case.servers.iter().all(excused);
         prop_assert_eq!(res.ready, res.resolved() && !required_missing);
-        prop_assert_eq!(res.document.is_some(), res.collisions.is_empty());
-        if let Some(doc) = &res.document {
+        {
+            let doc = &res.document;
             // Every published name is <prefix>__<name>: what the sidecar checks, and what
             // keeps names without `__` free for its discovery tools.
             prop_assert_eq!(doc.naming_problem(), None);
@@ -583,7 +646,7 @@ proptest! {
 /// Per (server, tool): the granted access and whether a call needs approval.
 fn what_is_granted(case: &Case) -> BTreeMap<(String, String), (Access, bool)> {
     let res = resolve(&case.input());
-    let doc = res.document.expect("distinct prefixes: no collision");
+    let doc = res.document;
     doc.servers
         .iter()
         .flat_map(|s| {

@@ -100,7 +100,7 @@ fn strings(items: &[&str]) -> Vec<String> {
 
 /// The granted tool names of one server.
 fn granted(res: &Resolution, server: &str) -> Vec<String> {
-    let doc = res.document.as_ref().expect("resolved");
+    let doc = &res.document;
     let s = doc.servers.iter().find(|s| s.name == server).unwrap();
     let mut names: Vec<String> = s.tools.iter().map(|t| t.name.clone()).collect();
     names.sort();
@@ -175,7 +175,7 @@ fn qualified_names_use_the_prefix_defaulting_to_the_server_name() {
     other.prefix = Some("ghe".into());
     other.allow = strings(&["get_issue"]);
     let res = resolve(&input(vec![other, e]));
-    let doc = res.document.unwrap();
+    let doc = res.document;
     let names: Vec<&str> = doc
         .servers
         .iter()
@@ -243,8 +243,6 @@ fn approval_levels_follow_access() {
 fn approval_required(res: &Resolution) -> Vec<String> {
     let mut names: Vec<String> = res
         .document
-        .as_ref()
-        .unwrap()
         .servers
         .iter()
         .flat_map(|s| s.tools.iter())
@@ -292,7 +290,6 @@ fn colliding_qualified_names_fail_the_resolution_naming_both() {
     let mut ab = entry("srv-ab", &two);
     ab.prefix = Some("a__b".into());
     let res = resolve(&input(vec![a, ab]));
-    assert!(res.document.is_none(), "nothing is published");
     assert!(!res.resolved() && !res.ready);
     assert_eq!(res.collisions.len(), 1);
     let c = &res.collisions[0];
@@ -316,8 +313,18 @@ fn colliding_qualified_names_fail_the_resolution_naming_both() {
     for part in ["b__c", "srv-a", "srv-ab", "a__b__c"] {
         assert!(f[0].message.contains(part), "{}", f[0].message);
     }
-    // The per-server counts are still there for status.
-    assert_eq!(outcome(&res, "srv-a").granted_tools, 2);
+    // Neither colliding tool is published; the rest is, and the counts say so.
+    let names: Vec<&str> = res
+        .document
+        .servers
+        .iter()
+        .flat_map(|s| s.tools.iter().map(|t| t.qualified_name.as_str()))
+        .collect();
+    assert_eq!(names, ["a__x"]);
+    assert_eq!(outcome(&res, "srv-a").granted_tools, 1);
+    assert_eq!(outcome(&res, "srv-a").withheld_by_spec, 1);
+    assert_eq!(outcome(&res, "srv-ab").granted_tools, 0);
+    assert_eq!(outcome(&res, "srv-ab").withheld_by_spec, 1);
 }
 
 #[test]
@@ -428,7 +435,7 @@ fn a_policy_with_no_rule_for_the_server_permits_none_of_its_tools() {
     // An empty rule list permits nothing.
     i.policies = vec![policy("empty", vec![])];
     let res = resolve(&i);
-    assert_eq!(res.document.unwrap().tool_count(), 0);
+    assert_eq!(res.document.tool_count(), 0);
 }
 
 #[test]
@@ -587,7 +594,7 @@ fn under_a_policy_a_tenant_override_cannot_dodge_an_approval() {
     i.policies = vec![policy("p", vec![r])];
     let res = resolve(&i);
     assert_eq!(approval_required(&res), ["wipe", "write_file"]);
-    let doc = res.document.as_ref().unwrap();
+    let doc = res.document;
     let published = |name: &str| {
         doc.servers[0]
             .tools
@@ -729,11 +736,11 @@ fn deferred_when_granted_schemas_exceed_the_budget() {
     i.preload_budget = 500;
     let res = resolve(&i);
     assert!(!outcome(&res, "github").deferred);
-    assert!(!res.document.unwrap().servers[0].deferred);
+    assert!(!res.document.servers[0].deferred);
     i.preload_budget = 499;
     let res = resolve(&i);
     assert!(outcome(&res, "github").deferred);
-    assert!(res.document.unwrap().servers[0].deferred);
+    assert!(res.document.servers[0].deferred);
     // Only granted tools count.
     i.servers[0].deny = strings(&["delete_repo"]);
     assert!(!outcome(&resolve(&i), "github").deferred);
@@ -747,7 +754,7 @@ fn a_missing_server_is_reported_and_blocks_readiness() {
     let res = resolve(&input(vec![missing, entry("github", &gh)]));
     assert!(!res.ready && res.resolved());
     assert_eq!(res.reasons(), [Reason::ServerNotFound]);
-    let doc = res.document.as_ref().unwrap();
+    let doc = &res.document;
     assert_eq!(doc.servers[0].name, "github");
     assert!(!doc.servers[1].available && doc.servers[1].tools.is_empty());
     assert_eq!(res.blocking().count(), 1);
@@ -767,16 +774,12 @@ fn an_unready_server_blocks_readiness_unless_optional() {
     let f = with_reason(&res, Reason::ServerNotReady);
     assert!(f[0].blocking && f[0].message.contains("Unauthorized"));
     assert!(!outcome(&res, "github").available);
-    assert_eq!(
-        res.document.as_ref().unwrap().tool_count(),
-        0,
-        "no stale grants"
-    );
+    assert_eq!(res.document.tool_count(), 0, "no stale grants");
 
     e.server.as_mut().unwrap().optional = true;
     let res = resolve(&input(vec![e.clone()]));
     assert!(res.ready);
-    let doc = res.document.as_ref().unwrap();
+    let doc = &res.document;
     assert!(doc.servers[0].optional && !doc.servers[0].available);
     assert_eq!(with_reason(&res, Reason::ServerNotReady).len(), 1);
 
@@ -824,8 +827,8 @@ fn findings_and_document_are_deterministic() {
     i.servers = vec![b, a];
     let res2 = resolve(&i);
     assert_eq!(res1, res2);
-    let d = res1.document.unwrap().digest();
-    assert_eq!(d, res2.document.unwrap().digest());
+    let d = res1.document.digest();
+    assert_eq!(d, res2.document.digest());
     let patterns: BTreeSet<&str> = res1
         .findings
         .iter()

@@ -485,3 +485,101 @@ pub async fn grant_role(
         .await
         .unwrap_or_else(|e| panic!("creating RoleBinding {name}: {}", describe(&e)));
 }
+
+/// Polls `check` every 250 ms until it returns Ok, or panics after `limit` with `what` and the
+/// last thing `check` saw.
+pub async fn eventually<T, F, Fut>(limit: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        match check().await {
+            Ok(v) => return v,
+            Err(last) => {
+                if tokio::time::Instant::now() > deadline {
+                    panic!("timed out after {limit:?} waiting for {what}; last seen: {last}");
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// The condition of one type in an object's `status.conditions`, as JSON: any kind
+/// (McpServer, AgentSpec, McpTenantPolicy, …).
+pub fn condition<K: serde::Serialize>(object: &K, type_: &str) -> Option<Value> {
+    let object = serde_json::to_value(object).ok()?;
+    object["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+        .cloned()
+}
+
+/// Waits until the named object's condition `type_` has `status` (and `reason`, when given),
+/// and returns the object: one wait for every kind.
+pub async fn wait_condition<K>(
+    api: &Api<K>,
+    name: &str,
+    type_: &str,
+    status: &str,
+    reason: Option<&str>,
+    limit: Duration,
+) -> K
+where
+    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + serde::Serialize,
+    K::DynamicType: Default,
+{
+    let what = format!(
+        "{} {name}: {type_}={status} {reason:?}",
+        K::kind(&Default::default())
+    );
+    eventually(limit, &what, || async {
+        let object = api.get(name).await.map_err(|e| e.to_string())?;
+        match condition(&object, type_) {
+            Some(c) if c["status"] == status && reason.is_none_or(|r| c["reason"] == r) => {
+                Ok(object)
+            }
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await
+}
+
+/// An AgentSpec named `name` with this spec.
+pub fn agent_spec(name: &str, spec: Value) -> mcp_operator::api::agent_spec::AgentSpec {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "mcp-operator.dev/v1alpha1", "kind": "AgentSpec",
+        "metadata": {"name": name}, "spec": spec,
+    }))
+    .expect("a valid AgentSpec")
+}
+
+/// Applies an AgentSpec (server-side apply, forced) and returns it as stored.
+pub async fn apply_agent(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    spec: Value,
+) -> mcp_operator::api::agent_spec::AgentSpec {
+    Api::<mcp_operator::api::agent_spec::AgentSpec>::namespaced(client.clone(), namespace)
+        .patch(
+            name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&agent_spec(name, spec)),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("AgentSpec {name}: {}", describe(&e)))
+}
+
+/// An McpServer run from a stdio command: `stdio` is `spec.stdio` (image, command, …).
+pub fn stdio_server_manifest(name: &str, stdio: Value) -> Value {
+    serde_json::json!({
+        "apiVersion": "mcp-operator.dev/v1alpha1",
+        "kind": "McpServer",
+        "metadata": {"name": name},
+        "spec": {"stdio": stdio},
+    })
+}

@@ -150,58 +150,8 @@ pub fn http_get(port: u16, path: &str) -> String {
     out
 }
 
-/// Polls `check` every 250 ms until it returns Some, or panics after `limit` with `what` and the
-/// last McpServer seen.
-pub async fn eventually<T, F, Fut>(limit: Duration, what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, String>>,
-{
-    let deadline = tokio::time::Instant::now() + limit;
-    loop {
-        match check().await {
-            Ok(v) => return v,
-            Err(last) => {
-                if tokio::time::Instant::now() > deadline {
-                    panic!("timed out after {limit:?} waiting for {what}; last seen: {last}");
-                }
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
-
-/// The condition of one type on an McpServer, as JSON.
-pub fn condition(server: &McpServer, type_: &str) -> Option<Value> {
-    let status = serde_json::to_value(server.status.as_ref()?).ok()?;
-    status["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == type_)
-        .cloned()
-}
-
-/// Waits until the McpServer's condition `type_` has `status` (and `reason`, when given).
-pub async fn wait_condition(
-    api: &Api<McpServer>,
-    name: &str,
-    type_: &str,
-    status: &str,
-    reason: Option<&str>,
-    limit: Duration,
-) -> McpServer {
-    let what = format!("{name}: {type_}={status} {reason:?}");
-    eventually(limit, &what, || async {
-        let server = api.get(name).await.map_err(|e| e.to_string())?;
-        match condition(&server, type_) {
-            Some(c) if c["status"] == status && reason.is_none_or(|r| c["reason"] == r) => {
-                Ok(server)
-            }
-            other => Err(format!("{other:?}")),
-        }
-    })
-    .await
-}
+// The waits every e2e test shares, for any kind.
+pub use crate::e2e::{condition, eventually, wait_condition};
 
 /// Applies an McpServer from JSON (server-side apply).
 pub async fn apply_server(client: &Client, namespace: &str, manifest: Value) -> McpServer {

@@ -12,8 +12,11 @@ use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
 
+pub mod metrics;
+pub mod readiness;
+
 use super::error::StartError;
-use super::metrics::Metrics;
+use metrics::Metrics;
 
 #[derive(Clone)]
 struct Shared {

@@ -24,19 +24,10 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::AbortHandle;
 
 use crate::api::mcp_server::McpServer;
-use crate::controller::metrics::Metrics;
+use crate::controller::health::metrics::Metrics;
 use crate::mcp::{self, ReadFailure, ServerConnection, ServerReport};
 
-use super::schedule::ServerKey;
-
-/// Which queue a probe waits in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Lane {
-    /// A server never read with these inputs, a due refresh or a pushed change.
-    FirstRead,
-    /// The server's last probe with the same inputs failed.
-    Retry,
-}
+use super::schedule::{Lane, ServerKey};
 
 /// Admission of probes (pure): at most `limit` run at once, of which at most `retry_limit`
 /// retries; waiting first reads start before waiting retries, each lane in arrival order.

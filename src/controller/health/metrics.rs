@@ -243,8 +243,10 @@ impl Metrics {
     pub async fn time_reconcile<T>(
         &self,
         kind: &'static str,
-        reconcile: impl std::future::Future<Output = Result<T, super::error::ReconcileError>>,
-    ) -> Result<T, super::error::ReconcileError> {
+        reconcile: impl std::future::Future<
+            Output = Result<T, crate::controller::error::ReconcileError>,
+        >,
+    ) -> Result<T, crate::controller::error::ReconcileError> {
         let started = std::time::Instant::now();
         let result = reconcile.await;
         self.reconcile_duration

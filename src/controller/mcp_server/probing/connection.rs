@@ -5,7 +5,7 @@ use crate::api::mcp_server::McpServerSpec;
 use crate::core::Limits;
 use crate::mcp::{EndpointPolicy, ResponseBudget, ServerConnection};
 
-use super::credentials::Resolved;
+use crate::controller::mcp_server::credentials::Resolved;
 
 /// How to reach the server the spec describes at `url` (spec.url, or a stdio server's Service),
 /// with the credentials resolved for it; its responses draw on the controller's `budget`.

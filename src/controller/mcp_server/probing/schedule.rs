@@ -1,15 +1,22 @@
 //! The McpServer reconciler's memory of when each server was last probed and with which inputs,
 //! so a status write (which triggers a watch event) does not cause another probe, failures
-//! back off, and a failing server's next probe waits in the retry lane.
+//! back off, and a failing server's next probe waits in the retry lane ([`Lane`], which the
+//! probes' admission reads).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use super::probes::Lane;
+pub use crate::controller::shared::server_key::ServerKey;
 
-/// (namespace, name)
-pub type ServerKey = (String, String);
+/// Which queue a probe waits in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lane {
+    /// A server never read with these inputs, a due refresh or a pushed change.
+    FirstRead,
+    /// The server's last probe with the same inputs failed.
+    Retry,
+}
 
 /// When a server was last probed and with which inputs.
 #[derive(Debug, Clone)]

@@ -37,6 +37,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use crate::api::mcp_server::{STDIO_TOKEN_KEY, Stdio, StdioEnv, stdio_token_secret_name};
+use crate::controller::shared;
 
 /// The port the bridge listens on in the pod, and the Service's port.
 pub const PORT: i32 = 8000;
@@ -53,7 +54,7 @@ pub const BRIDGE_DIR: &str = "/mcp-operator-bridge";
 /// the digest of the desired one is not written again.
 pub const DIGEST_ANNOTATION: &str = "mcp-operator.dev/workload-digest";
 /// Labels every workload object carries; the controller watches Deployments by them.
-pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "mcp-operator");
+pub const MANAGED_BY: (&str, &str) = (shared::MANAGED_BY_LABEL, shared::MANAGED_BY);
 pub const COMPONENT: (&str, &str) = ("app.kubernetes.io/component", "stdio-mcp-server");
 /// The label naming the McpServer (also on its catalogue ConfigMap).
 pub const SERVER_LABEL: &str = "mcp-operator.dev/mcpserver";

@@ -11,6 +11,8 @@
 //!                                        status::next_status ─► core::pinning::pin ─► PinningStatus
 //! ```
 
+pub mod store;
+
 use std::collections::BTreeMap;
 
 use kube::ResourceExt;
@@ -36,7 +38,7 @@ pub struct Settings {
     /// What a person approved.
     pub approvals: Approvals,
     /// The pins kept by the operator for a server of this name and place
-    /// ([`super::pin_store`]), taken when the status holds none (a recreated McpServer).
+    /// ([`store`]), taken when the status holds none (a recreated McpServer).
     pub kept: Option<Catalog>,
 }
 

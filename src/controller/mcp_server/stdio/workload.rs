@@ -18,9 +18,9 @@ use kube::{Api, Resource, ResourceExt};
 
 use crate::api::mcp_server::{McpServer, stdio_token_secret_name};
 
-use super::super::context::Context;
-use super::super::error::ReconcileError;
-use super::stdio_workload::{self as build, Inputs, NotReady};
+use super::build::{self, Inputs, NotReady};
+use crate::controller::context::Context;
+use crate::controller::error::ReconcileError;
 
 /// What the workload of a stdio server looks like now.
 #[derive(Debug, Clone, PartialEq)]
@@ -46,16 +46,12 @@ pub async fn reconcile(
         return Ok(None);
     };
     let Some(bridge_image) = ctx.settings.bridge_image.as_deref() else {
-        return Ok(Some(Observed {
-            url: None,
-            not_ready: Some(NotReady {
-                reason: "NoBridgeImage",
-                message:
-                    "The operator runs without --bridge-image, so it cannot run stdio servers: \
-                          set it to the operator's own image (the Helm chart does)."
-                        .into(),
-            }),
-        }));
+        return Ok(Some(not_serving(
+            "NoBridgeImage",
+            "The operator runs without --bridge-image, so it cannot run stdio servers: set it \
+             to the operator's own image (the Helm chart does)."
+                .into(),
+        )));
     };
     let (Some(owner), Some(uid)) = (server.controller_owner_ref(&()), server.uid()) else {
         // Every stored object has a uid; one without is not ours to act on.
@@ -72,87 +68,66 @@ pub async fn reconcile(
         operator_namespace: ctx.settings.operator_namespace.as_deref(),
     };
     let name = build::name(&server_name);
-    let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), &namespace);
-    let services: Api<Service> = Api::namespaced(ctx.client.clone(), &namespace);
     let conflict = |kind: &str| {
-        Ok(Some(Observed {
-            url: None,
-            not_ready: Some(NotReady {
-                reason: "WorkloadConflict",
-                message: format!(
-                    "A {kind} named {name} already exists in namespace {namespace} and does not \
-                     belong to this McpServer; it is left alone. Rename the McpServer or remove \
-                     that {kind}."
-                ),
-            }),
-        }))
+        Ok(Some(not_serving(
+            "WorkloadConflict",
+            format!(
+                "A {kind} named {name} already exists in namespace {namespace} and does not \
+                 belong to this McpServer; it is left alone. Rename the McpServer or remove \
+                 that {kind}."
+            ),
+        )))
     };
     // The token first: the pods cannot start without it.
     if !token(&inputs, &uid, ctx).await? {
         return conflict("Secret");
     }
-    let policies: Api<NetworkPolicy> = Api::namespaced(ctx.client.clone(), &namespace);
-    let existing = policies
-        .get_opt(&name)
-        .await
-        .map_err(ReconcileError::Workload)?;
-    if apply(
-        &policies,
-        existing,
-        build::network_policy(&inputs),
-        &uid,
-        ctx,
-        "NetworkPolicy",
-    )
-    .await?
-    .is_none()
+    if apply(build::network_policy(&inputs), &uid, ctx, "NetworkPolicy")
+        .await?
+        .is_none()
     {
         return conflict("NetworkPolicy");
     }
-    let existing = deployments
-        .get_opt(&name)
-        .await
-        .map_err(ReconcileError::Workload)?;
-    let Some(deployment) = apply(
-        &deployments,
-        existing,
-        build::deployment(&inputs),
-        &uid,
-        ctx,
-        "Deployment",
-    )
-    .await?
-    else {
+    let Some(deployment) = apply(build::deployment(&inputs), &uid, ctx, "Deployment").await? else {
         return conflict("Deployment");
     };
-    let existing = services
-        .get_opt(&name)
-        .await
-        .map_err(ReconcileError::Workload)?;
-    let Some(service) = apply(
-        &services,
-        existing,
-        build::service(&inputs),
-        &uid,
-        ctx,
-        "Service",
-    )
-    .await?
-    else {
+    let Some(service) = apply(build::service(&inputs), &uid, ctx, "Service").await? else {
         return conflict("Service");
     };
+    observe(&server_name, &namespace, &deployment, &service, ctx)
+        .await
+        .map(Some)
+}
+
+/// A workload that does not serve, and why.
+fn not_serving(reason: &'static str, message: String) -> Observed {
+    Observed {
+        url: None,
+        not_ready: Some(NotReady { reason, message }),
+    }
+}
+
+/// The workload's state: the Service's URL once it has a ClusterIP, and why it does not serve
+/// (from the Deployment, and its pods only when it does not).
+async fn observe(
+    server_name: &str,
+    namespace: &str,
+    deployment: &Deployment,
+    service: &Service,
+    ctx: &Context,
+) -> Result<Observed, ReconcileError> {
     let url = service
         .spec
         .as_ref()
         .and_then(|s| s.cluster_ip.as_deref())
         .filter(|ip| !ip.is_empty() && *ip != "None")
         .map(build::url);
-    let not_ready = match build::assess(&deployment, &[]) {
+    let not_ready = match build::assess(deployment, &[]) {
         Ok(()) => None,
         Err(_) => {
             // Only a workload that does not serve costs a look at its pods.
-            let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
-            let selector = build::selector(&server_name)
+            let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
+            let selector = build::selector(server_name)
                 .iter()
                 .map(|(k, v)| format!("{k}={v}"))
                 .collect::<Vec<_>>()
@@ -161,17 +136,17 @@ pub async fn reconcile(
                 .list(&ListParams::default().labels(&selector))
                 .await
                 .map_err(ReconcileError::Workload)?;
-            build::assess(&deployment, &pods.items).err()
+            build::assess(deployment, &pods.items).err()
         }
     };
     let not_ready = match (not_ready, &url) {
         (None, None) => Some(NotReady {
             reason: build::WORKLOAD_NOT_READY,
-            message: format!("Service {name} has no ClusterIP yet."),
+            message: format!("Service {} has no ClusterIP yet.", build::name(server_name)),
         }),
         (not_ready, _) => not_ready,
     };
-    Ok(Some(Observed { url, not_ready }))
+    Ok(Observed { url, not_ready })
 }
 
 /// Makes sure the server's token Secret exists: created with a fresh token when absent, left
@@ -207,19 +182,28 @@ async fn token(inputs: &Inputs<'_>, uid: &str, ctx: &Context) -> Result<bool, Re
     }
 }
 
-/// Applies `desired` unless the object already carries its digest; None when an object of the
-/// name exists that this McpServer (`uid`) does not control.
+/// Applies `desired` unless the object of its name already carries its digest; None when one
+/// exists that this McpServer (`uid`) does not control.
 async fn apply<K>(
-    api: &Api<K>,
-    existing: Option<K>,
     desired: K,
     uid: &str,
     ctx: &Context,
     kind: &'static str,
 ) -> Result<Option<K>, ReconcileError>
 where
-    K: Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::Serialize
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+    K::DynamicType: Default,
 {
+    let namespace = desired.meta().namespace.clone().unwrap_or_default();
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), &namespace);
+    let existing = api
+        .get_opt(desired.meta().name.as_deref().unwrap_or_default())
+        .await
+        .map_err(ReconcileError::Workload)?;
     if let Some(existing) = existing {
         if !build::controlled_by(existing.meta().owner_references.as_deref(), uid) {
             return Ok(None);

@@ -1,5 +1,5 @@
 //! Every watch the controller starts, and which reconciles each one triggers: one watch per
-//! kind, shared by the reconcilers that need it ([`fanout`](super::fanout)). The three
+//! kind, shared by the reconcilers that need it ([`fanout`]). The three
 //! reconcilers run side by side until `stop` (leadership lost, or shutdown).
 //!
 //! ```text
@@ -43,10 +43,13 @@ use crate::api::mcp_server::McpServer;
 use crate::api::tenant_policy::McpTenantPolicy;
 
 use super::context::Context;
-use super::fanout::{Change, Watched};
+mod fanout;
+
+use super::health::readiness::Readiness;
 use super::mcp_server::{self, ServerContext, Tenancy};
-use super::readiness::Readiness;
+use super::shared::server_key::key_of;
 use super::{ControllerArgs, agent_spec, tenant_policy};
+use fanout::{Change, Watched};
 
 /// Runs the three reconcilers until `stop` turns true; `ready` turns true once every watch has
 /// listed. One watch per kind, shared by the reconcilers that need it ([`fanout`]).
@@ -298,13 +301,10 @@ async fn forget_deleted_servers(
     let mut changes = std::pin::pin!(changes);
     while let Some(change) = changes.next().await {
         match change {
-            Change::Deleted(server) => ctx.forget(&mcp_server::key_of(&server)),
+            Change::Deleted(server) => ctx.forget(&key_of(&server)),
             Change::Relisted => {
-                let listed: std::collections::HashSet<_> = store
-                    .state()
-                    .iter()
-                    .map(|s| mcp_server::key_of(s))
-                    .collect();
+                let listed: std::collections::HashSet<_> =
+                    store.state().iter().map(|s| key_of(s)).collect();
                 for key in ctx.remembered() {
                     if !listed.contains(&key) {
                         ctx.forget(&key);

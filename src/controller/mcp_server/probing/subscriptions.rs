@@ -16,7 +16,7 @@ use crate::api::mcp_server::McpServer;
 use crate::mcp::{ServerConnection, WatchError, WatchEvent, watch_tool_changes};
 
 use super::schedule::{ProbeSchedule, ServerKey};
-use crate::controller::metrics::Metrics;
+use crate::controller::health::metrics::Metrics;
 
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
 

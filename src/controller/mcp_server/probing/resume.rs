@@ -19,6 +19,7 @@ use kube::Resource;
 
 use crate::api::conditions::{READY, TRUE, find};
 use crate::api::mcp_server::McpServer;
+use crate::controller::shared::server_key::ServerKey;
 use crate::core::catalog::overrides_digest;
 
 /// When the status says the server was last read, if a restarted controller may schedule its
@@ -100,7 +101,7 @@ pub const SUBSCRIBE_SPREAD: Duration = Duration::from_secs(10);
 
 /// Where in `[0, window)` a server's spread-out start falls: by its name, so the same servers
 /// are spread the same way each time.
-pub fn spread(key: &super::schedule::ServerKey, window: Duration) -> Duration {
+pub fn spread(key: &ServerKey, window: Duration) -> Duration {
     use std::hash::{Hash, Hasher};
     let millis = window.as_millis() as u64;
     if millis == 0 {
@@ -114,11 +115,7 @@ pub fn spread(key: &super::schedule::ServerKey, window: Duration) -> Duration {
 /// How long after a restart the next probe of a server last read `since` ago waits: the rest
 /// of its refresh interval, or, when that has passed, a spread-out wait of at most a minute
 /// (or the interval, when shorter).
-pub fn wait_after_restart(
-    since: Duration,
-    refresh: Duration,
-    key: &super::schedule::ServerKey,
-) -> Duration {
+pub fn wait_after_restart(since: Duration, refresh: Duration, key: &ServerKey) -> Duration {
     match refresh.checked_sub(since) {
         Some(rest) if !rest.is_zero() => rest,
         _ => spread(key, refresh.min(RESUME_SPREAD)),

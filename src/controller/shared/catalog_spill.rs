@@ -1,17 +1,18 @@
 //! Catalogues too large for an McpServer's status (etcd caps an object at about 1.5 MiB) move to
 //! a companion ConfigMap `<server>-mcp-catalog`, gzip-compressed, owned by the McpServer; status
-//! then keeps the counts and digest with an empty tool list and names the ConfigMap.
+//! then keeps the counts and digest with an empty tool list and names the ConfigMap. The
+//! McpServer reconciler writes and removes it; the AgentSpec reconciler reads it back.
 
 use std::collections::BTreeMap;
 use std::io::Write;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{DeleteParams, ObjectMeta};
+use kube::api::ObjectMeta;
 use kube::{Api, Client, Resource, ResourceExt};
 
 use crate::api::mcp_server::McpServer;
-use crate::controller::shared::config_map::apply_if_changed;
+use crate::controller::shared::config_map::{apply_if_changed, delete_if_present};
 use crate::core::Catalog;
 use crate::core::pinning::content_key;
 
@@ -112,17 +113,7 @@ pub async fn read_checked(
 pub async fn remove(client: &Client, server: &McpServer) -> Result<(), kube::Error> {
     let api: Api<ConfigMap> =
         Api::namespaced(client.clone(), &server.namespace().unwrap_or_default());
-    match api
-        .delete(
-            &config_map_name(&server.name_any()),
-            &DeleteParams::default(),
-        )
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        Err(e) => Err(e),
-    }
+    delete_if_present(&api, &config_map_name(&server.name_any())).await
 }
 
 #[cfg(test)]

@@ -63,6 +63,20 @@ pub struct AgentTransitions {
     pub pods_out_of_date: Option<String>,
 }
 
+/// What the status says of one server: the counts of what was published.
+fn server_status(o: &ServerOutcome) -> AgentServerStatus {
+    AgentServerStatus {
+        name: o.name.clone(),
+        granted_tools: o.granted_tools,
+        withheld_by_server: o.withheld_by_server,
+        withheld_by_policy: o.withheld_by_policy,
+        withheld_by_spec: o.withheld_by_spec,
+        awaiting_approval: o.awaiting_approval,
+        available: o.available,
+        deferred: o.deferred,
+    }
+}
+
 /// The AgentSpec's status after this reconcile. `resolution` is the core's verdict: its
 /// findings, readiness and the per-server counts of what is published (a collision's tools
 /// withheld).
@@ -81,19 +95,7 @@ pub fn next_agent_status(
     let previous_tools = status.granted_tools;
     status.observed_generation = generation;
     let outcomes = &resolution.servers;
-    status.servers = outcomes
-        .iter()
-        .map(|o| AgentServerStatus {
-            name: o.name.clone(),
-            granted_tools: o.granted_tools,
-            withheld_by_server: o.withheld_by_server,
-            withheld_by_policy: o.withheld_by_policy,
-            withheld_by_spec: o.withheld_by_spec,
-            awaiting_approval: o.awaiting_approval,
-            available: o.available,
-            deferred: o.deferred,
-        })
-        .collect();
+    status.servers = outcomes.iter().map(server_status).collect();
     status.grants_config_map = Some(published.config_map.clone());
     status.grants_digest = Some(published.digest.clone());
     status.grants_sequence = published.sequence;

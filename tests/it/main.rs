@@ -9,7 +9,7 @@
 //!              import                                                          the import command on real-world configs
 //!              probe_real_servers, probe_hostile_servers, watch_tool_changes,
 //!              response_budget                                                 real servers, no cluster
-//!              sidecar                                                         real agents ⇄ sidecar ⇄ real servers
+//!              sidecar, sidecar_restarts                                       real agents ⇄ sidecar ⇄ real servers
 //!              e2e_crd_validation, e2e_rbac, e2e_mcp_server, e2e_grants,
 //!              e2e_sidecar, e2e_stdio, e2e_tenancy, e2e_mcp_admission          the real control plane
 //!              chart_alerts                                                    the chart's PrometheusRule, by promtool
@@ -43,4 +43,5 @@ mod probe_hostile_servers;
 mod probe_real_servers;
 mod response_budget;
 mod sidecar;
+mod sidecar_restarts;
 mod watch_tool_changes;

@@ -24,14 +24,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use base64::Engine as _;
-use ring::hmac;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::core::catalog::definition_digest;
 use crate::mcp::Access;
+use crate::mcp::serving::{SealError, SealKey};
 
 use super::audit::Decision;
 
@@ -273,7 +272,7 @@ pub enum StateError {
 /// the other; the instance binds only approval states to this process.
 #[derive(Clone)]
 pub struct StateKey {
-    key: hmac::Key,
+    key: SealKey,
     instance: String,
 }
 
@@ -288,8 +287,8 @@ pub enum Purpose {
 impl Purpose {
     fn label(self) -> &'static [u8] {
         match self {
-            Purpose::ApprovalState => b"mcp-operator/approval-state\0",
-            Purpose::Session => b"mcp-operator/session\0",
+            Purpose::ApprovalState => b"mcp-operator/approval-state",
+            Purpose::Session => b"mcp-operator/session",
         }
     }
 }
@@ -347,7 +346,7 @@ impl StateKey {
 
     fn with_key(bytes: &[u8]) -> Self {
         StateKey {
-            key: hmac::Key::new(hmac::HMAC_SHA256, bytes),
+            key: SealKey::from_bytes(bytes),
             instance: random_hex(8),
         }
     }
@@ -374,11 +373,7 @@ impl StateKey {
     /// `<base64url(JSON)>.<base64url(HMAC(purpose, body))>`: visible ASCII, so it also serves
     /// as a header value.
     pub fn seal_as(&self, purpose: Purpose, value: &impl Serialize) -> String {
-        let payload = serde_json::to_vec(value).expect("sealed values serialise");
-        let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
-        let body = b64.encode(payload);
-        let tag = self.tag(purpose, &body);
-        format!("{body}.{}", b64.encode(tag.as_ref()))
+        self.key.seal(purpose.label(), value)
     }
 
     /// The value sealed under `purpose` by this key; the tag is checked (in constant time)
@@ -388,23 +383,10 @@ impl StateKey {
         purpose: Purpose,
         token: &str,
     ) -> Result<T, StateError> {
-        if token.len() > 4096 {
-            return Err(StateError::Malformed);
-        }
-        let (body, tag) = token.split_once('.').ok_or(StateError::Malformed)?;
-        let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
-        let tag = b64.decode(tag).map_err(|_| StateError::Malformed)?;
-        let mut signed = purpose.label().to_vec();
-        signed.extend_from_slice(body.as_bytes());
-        hmac::verify(&self.key, &signed, &tag).map_err(|_| StateError::Forged)?;
-        let payload = b64.decode(body).map_err(|_| StateError::Malformed)?;
-        serde_json::from_slice(&payload).map_err(|_| StateError::Malformed)
-    }
-
-    fn tag(&self, purpose: Purpose, body: &str) -> hmac::Tag {
-        let mut signed = purpose.label().to_vec();
-        signed.extend_from_slice(body.as_bytes());
-        hmac::sign(&self.key, &signed)
+        self.key.open(purpose.label(), token).map_err(|e| match e {
+            SealError::Forged => StateError::Forged,
+            SealError::Malformed => StateError::Malformed,
+        })
     }
 }
 
@@ -813,6 +795,7 @@ fn verdict_of(answer: Answer, who: &str) -> Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use base64::Engine as _;
     use proptest::prelude::*;
 
     fn target<'a>(args: &'a Value) -> Target<'a> {

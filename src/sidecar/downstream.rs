@@ -13,7 +13,8 @@
 //!     │               request); the agent's POSTed answer to that request → approval::PendingAnswers
 //!     ├ server/discover, ping, notifications (cancelled)
 //!     └ subscriptions/listen (modern) → SSE: acknowledged, then tools/list_changed
-//! GET /mcp (legacy session) → SSE: tools/list_changed;  DELETE /mcp → ends the session
+//! GET /mcp (legacy session) → SSE: tools/list_changed (resuming a call's stream, Last-Event-ID:
+//!          first that call's "outcome unknown");  DELETE /mcp → ends the session
 //! ```
 
 use std::collections::HashMap;
@@ -436,7 +437,25 @@ async fn tools_call(
         Err(pair) => pair,
     };
     let (tx, rx) = mpsc::channel::<Bytes>(64);
+    // 2025-11-25 clients resume a call's stream that breaks before its answer (GET with
+    // Last-Event-ID) once it primed them with an event id: a sidecar killed mid-call then
+    // tells them so (see `get_stream`) instead of leaving the call to its timeout.
+    let priming = match &era {
+        Era::Legacy(Some(session))
+            if d.sessions
+                .open(session)
+                .is_ok_and(|s| s.claims.protocol == "2025-11-25") =>
+        {
+            Some(call_event_id(&id))
+        }
+        _ => None,
+    };
     tokio::spawn(async move {
+        if let Some(event_id) = priming {
+            let _ = tx
+                .send(Bytes::from(format!("id: {event_id}\ndata: \n\n")))
+                .await;
+        }
         let _ = tx.send(sse_event(&first)).await;
         let reply = match early_reply {
             Some(reply) => Some(reply),
@@ -579,8 +598,46 @@ async fn get_stream(State(d): State<Arc<Downstream>>, headers: HeaderMap) -> Res
         )
             .into_response();
     }
-    let rx = change_stream(&d, None, None, None);
+    // A call's stream resumed: whatever this process knows, the call's answer is not here to
+    // replay (its process is gone, or its stream is). The agent hears that its outcome is
+    // unknown, and the stream goes on as the session's change stream.
+    let first = header_str(&headers, "last-event-id")
+        .and_then(call_of_event_id)
+        .map(|call| {
+            rpc_error(
+                &call,
+                ErrorCode::INTERNAL_ERROR.0 as i64,
+                "the call's connection to the sidecar broke before its answer (the sidecar restarted?): whether the tool ran is unknown; check before calling it again",
+                None,
+            )
+        });
+    let rx = change_stream(&d, first, None, None);
     sse_response(rx, vec![])
+}
+
+/// The event id that primes a call's stream: the call's request id, so a resumed stream knows
+/// which call it was.
+fn call_event_id(id: &Value) -> String {
+    use base64::Engine as _;
+    format!(
+        "call-{}",
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(id.to_string())
+    )
+}
+
+/// The request id a [`call_event_id`] names (a string or a number, as JSON-RPC allows).
+fn call_of_event_id(event_id: &str) -> Option<Value> {
+    use base64::Engine as _;
+    let encoded = event_id.strip_prefix("call-")?;
+    if encoded.len() > 256 {
+        return None;
+    }
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(encoded)
+        .ok()?;
+    serde_json::from_slice::<Value>(&bytes)
+        .ok()
+        .filter(|v| v.is_string() || v.is_number())
 }
 
 async fn delete_session(State(d): State<Arc<Downstream>>, headers: HeaderMap) -> Response {
@@ -601,5 +658,20 @@ async fn delete_session(State(d): State<Arc<Downstream>>, headers: HeaderMap) ->
     } else {
         d.metrics.agent_sessions.set(d.sessions.cached() as i64);
         StatusCode::OK.into_response()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_calls_event_id_names_its_request_id() {
+        for id in [json!(7), json!("req-1"), json!("é/\n")] {
+            assert_eq!(call_of_event_id(&call_event_id(&id)), Some(id));
+        }
+        for bad in ["", "call-", "call-!!", "other-MQ", "call-bnVsbA"] {
+            assert_eq!(call_of_event_id(bad), None, "{bad}");
+        }
     }
 }

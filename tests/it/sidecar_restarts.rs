@@ -27,6 +27,10 @@ fn loop_steps(count: u64, upstream_sleep: f64) -> Value {
 
 /// What the upstream ran: the `n` of every write_file call it received.
 async fn upstream_numbers(url: &str) -> Vec<u64> {
+    upstream_numbers_of(url, "write_file").await
+}
+
+async fn upstream_numbers_of(url: &str, tool: &str) -> Vec<u64> {
     let mut u = url::Url::parse(url).unwrap();
     u.set_path("/control/call-args");
     let got = json_of(http().get(u).send().await.unwrap()).await;
@@ -34,7 +38,7 @@ async fn upstream_numbers(url: &str) -> Vec<u64> {
         .as_array()
         .unwrap()
         .iter()
-        .filter(|c| c["tool"] == "write_file")
+        .filter(|c| c["tool"] == tool)
         .filter_map(|c| c["arguments"]["n"].as_u64())
         .collect()
 }
@@ -221,4 +225,50 @@ async fn an_ended_session_stays_ended_across_a_restart() {
         .unwrap();
     assert_eq!(r.status().as_u16(), 404);
     assert_eq!(json_of(r).await["error"]["code"], -32001);
+}
+
+/// A call answered on an event stream (the upstream's log line and progress come first) when
+/// the sidecar is killed: the TypeScript client (2025-11-25) resumes the stream, as the sidecar
+/// primed it to, and the restarted sidecar answers that call "outcome unknown" at once, instead
+/// of the call waiting for its timeout. The call is not sent again.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_streamed_call_cut_by_a_kill_is_answered_outcome_unknown_when_the_stream_resumes() {
+    let server = Fixtures::load().sdk_server(&["--chatty"]);
+    let grants = grants_for("files", "fs", &server.url, &["report"], json!({}), None).await;
+    let mut sidecar = Sidecar::start_with(Some(&grants), &["--state-dir=STATE"]);
+    sidecar.wait_ready().await;
+    let url = sidecar.url.clone();
+    let sidecar_ref = &mut sidecar;
+    let steps = json!([{"op": "loop", "name": "fs__report", "arguments": {"path": "/r", "sleep": 1.0},
+                        "numbered": true, "count": 12, "intervalMs": 200, "signalAfter": 3,
+                        "timeout": 20, "progress": true}]);
+    let out = agent_with(&url, "typescript", steps, || async move {
+        // The next call is on its way: let it reach the upstream, then kill.
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        sidecar_ref.restart();
+    })
+    .await;
+    let calls = out["steps"][0]["calls"].as_array().unwrap();
+    let failed: Vec<&Value> = calls.iter().filter(|c| c["ok"] != true).collect();
+    assert_eq!(failed.len(), 1, "{out}");
+    let error = failed[0]["error"].as_str().unwrap();
+    assert!(error.contains("whether the tool ran is unknown"), "{out}");
+    let after = calls
+        .iter()
+        .skip_while(|c| c["ok"] == true)
+        .skip(1)
+        .collect::<Vec<_>>();
+    assert!(
+        !after.is_empty() && after.iter().all(|c| c["ok"] == true),
+        "{out}"
+    );
+    let ran = upstream_numbers_of(&server.url, "report").await;
+    let mut seen = std::collections::BTreeSet::new();
+    for n in &ran {
+        assert!(seen.insert(*n), "call {n} ran twice: {ran:?}");
+    }
+    println!(
+        "restart figures: typescript, streamed call cut by the kill: answered 'outcome unknown' after {} ms (the call's own timeout: 20 s)",
+        failed[0]["ms"]
+    );
 }

@@ -19,6 +19,11 @@
 //! One shared child serves everyone unless `--per-session`: then every legacy session gets a
 //! child of its own (stateful servers: one client's memory is not another's), and the shared
 //! child serves the modern era, which has no sessions, and readiness.
+//!
+//! A session on the shared child is bound to no process's state, so its id is sealed
+//! ([`serving::SealKey`], derived from `--bearer-token-file`'s token): a bridge restarted in the
+//! same pod, or another replica given the same token, serves the ids it did not issue. Sessions
+//! with a child of their own end with it (404, the client initializes again).
 
 pub mod child;
 pub mod lines;
@@ -41,8 +46,8 @@ use tokio::sync::{mpsc, watch};
 use crate::core::Duration as FlagDuration;
 use crate::mcp::serving::{
     self, Listen, META_MODERN_PREFIX, META_SERVER_INFO, RequestEra, SESSION_HEADER,
-    SESSION_NOT_FOUND, accepts_sse, error_response, header_str, json_response, listen_messages,
-    rpc_error, rpc_result, sse_event, sse_response,
+    SESSION_NOT_FOUND, SealKey, accepts_sse, error_response, header_str, json_response,
+    listen_messages, rpc_error, rpc_result, sse_event, sse_response,
 };
 
 use self::child::{ChildError, Spec};
@@ -123,8 +128,23 @@ impl BridgeError {
     }
 }
 
-/// Most sessions kept on the shared process.
+/// Most sessions kept on the shared process (beyond, the least recently used is forgotten here;
+/// its sealed id opens again).
 const MAX_SHARED_SESSIONS: usize = 4096;
+/// Most ended shared sessions remembered (DELETE, idle): their ids do not open again in this
+/// process.
+const MAX_ENDED: usize = 4096;
+/// What a sealed shared-session id is for (the tag covers it).
+const SESSION_PURPOSE: &[u8] = b"mcp-operator/bridge-session";
+
+/// What a shared session's id carries: enough to serve it in a process that did not issue it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+struct SharedSession {
+    v: u8,
+    /// Random: two sessions differ, and ending one names it.
+    id: String,
+    protocol: String,
+}
 
 /// A client's request: its session (or "" in the modern era) and its id as JSON text.
 type FlightKey = (String, String);
@@ -148,6 +168,10 @@ struct Bridge {
     max_sessions: usize,
     shared: Arc<Slot>,
     sessions: std::sync::Mutex<HashMap<String, Session>>,
+    /// Seals shared-session ids.
+    seal: SealKey,
+    /// Shared sessions ended in this process (their ids), oldest first.
+    ended: std::sync::Mutex<std::collections::VecDeque<String>>,
     /// Forwarded requests a client may cancel: (session or "", client id) → (child, bridge id).
     in_flight: std::sync::Mutex<HashMap<FlightKey, (Arc<child::Child>, u64)>>,
     shutdown: watch::Receiver<bool>,
@@ -169,9 +193,15 @@ pub async fn run(args: BridgeArgs) -> Result<(), BridgeError> {
         .bearer_token_file
         .as_deref()
         .map(token::RequiredToken::new);
-    if let Some(t) = &token {
-        t.check().map_err(BridgeError::Token)?;
-    }
+    // The token is the secret every replica and restart of this bridge shares: shared-session
+    // ids sealed with a key derived from it outlive the process.
+    let seal = match &token {
+        Some(t) => SealKey::derived(
+            t.check().map_err(BridgeError::Token)?.as_bytes(),
+            "bridge shared sessions",
+        ),
+        None => SealKey::generate(),
+    };
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .map_err(|source| BridgeError::Listen {
@@ -189,6 +219,8 @@ pub async fn run(args: BridgeArgs) -> Result<(), BridgeError> {
         request_timeout: args.request_timeout.as_std(),
         max_sessions: args.max_sessions,
         sessions: std::sync::Mutex::new(HashMap::new()),
+        seal,
+        ended: std::sync::Mutex::new(Default::default()),
         in_flight: std::sync::Mutex::new(HashMap::new()),
         shutdown: shutdown.clone(),
         safe_tools: std::sync::Mutex::new(std::collections::HashSet::new()),
@@ -254,6 +286,9 @@ async fn reap_idle(bridge: Arc<Bridge>, idle: Duration) {
             old.into_iter()
                 .filter_map(|id| {
                     let s = sessions.remove(&id)?;
+                    if s.slot.is_none() {
+                        bridge.end_shared(&id);
+                    }
                     Some((id, s.slot?))
                 })
                 .collect()
@@ -270,6 +305,48 @@ async fn reap_idle(bridge: Arc<Bridge>, idle: Duration) {
 }
 
 impl Bridge {
+    /// The session `token` names, as this process knows it or (a shared session issued by
+    /// another process of this bridge) as its sealed id says: its protocol version.
+    fn session_version(&self, token: &str) -> Option<String> {
+        let mut sessions = self.sessions.lock().expect("sessions lock");
+        if let Some(s) = sessions.get_mut(token) {
+            s.last_used = Instant::now();
+            return Some(s.protocol_version.clone());
+        }
+        if self.per_session {
+            return None;
+        }
+        let claims: SharedSession = self.seal.open(SESSION_PURPOSE, token).ok()?;
+        if claims.v != 1
+            || self
+                .ended
+                .lock()
+                .expect("ended lock")
+                .contains(&token.to_string())
+        {
+            return None;
+        }
+        forget_oldest_shared(&mut sessions);
+        sessions.insert(
+            token.to_string(),
+            Session {
+                protocol_version: claims.protocol.clone(),
+                slot: None,
+                last_used: Instant::now(),
+            },
+        );
+        Some(claims.protocol)
+    }
+
+    /// A shared session ended here: its id does not open again in this process.
+    fn end_shared(&self, token: &str) {
+        let mut ended = self.ended.lock().expect("ended lock");
+        if ended.len() >= MAX_ENDED {
+            ended.pop_front();
+        }
+        ended.push_back(token.to_string());
+    }
+
     /// Every request to /mcp: the browser guards (Host on loopback, Origin), then the token.
     /// Some: the refusal to send.
     fn refusal(&self, headers: &HeaderMap) -> Option<Response> {
@@ -335,11 +412,7 @@ async fn post(State(b): State<Arc<Bridge>>, headers: HeaderMap, body: Body) -> R
         return StatusCode::ACCEPTED.into_response();
     };
     let era = match serving::era_of(&headers, &method, &params, id.as_ref(), |session| {
-        let mut sessions = b.sessions.lock().expect("sessions lock");
-        sessions.get_mut(session).map(|s| {
-            s.last_used = Instant::now();
-            s.protocol_version.clone()
-        })
+        b.session_version(session)
     }) {
         Ok(era) => era,
         Err(refused) => return refused,
@@ -401,16 +474,7 @@ async fn initialize(b: &Bridge, id: &Value, params: &Map<String, Value>) -> Resp
     } else {
         // Sessions on the shared process cost a map entry: past the bound the least recently
         // used is forgotten (its client gets 404 and initializes again, as every client does).
-        let mut sessions = b.sessions.lock().expect("sessions lock");
-        if sessions.len() >= MAX_SHARED_SESSIONS
-            && let Some(oldest) = sessions
-                .iter()
-                .min_by_key(|(_, s)| s.last_used)
-                .map(|(id, _)| id.clone())
-        {
-            sessions.remove(&oldest);
-        }
-        drop(sessions);
+        forget_oldest_shared(&mut b.sessions.lock().expect("sessions lock"));
         Arc::clone(&b.shared)
     };
     let child = match slot.ready(b.request_timeout).await {
@@ -423,7 +487,18 @@ async fn initialize(b: &Bridge, id: &Value, params: &Map<String, Value>) -> Resp
         }
     };
     let init = child.init();
-    let session = serving::new_session_id();
+    let session = if b.per_session {
+        serving::new_session_id()
+    } else {
+        b.seal.seal(
+            SESSION_PURPOSE,
+            &SharedSession {
+                v: 1,
+                id: serving::new_session_id(),
+                protocol: version.to_string(),
+            },
+        )
+    };
     b.sessions.lock().expect("sessions lock").insert(
         session.clone(),
         Session {
@@ -443,9 +518,23 @@ async fn initialize(b: &Bridge, id: &Value, params: &Map<String, Value>) -> Resp
     let mut response = json_response(StatusCode::OK, &rpc_result(id, result));
     response.headers_mut().insert(
         SESSION_HEADER,
-        HeaderValue::from_str(&session).expect("hex is a header value"),
+        HeaderValue::from_str(&session).expect("hex and sealed ids are header values"),
     );
     response
+}
+
+/// Past [`MAX_SHARED_SESSIONS`], the least recently used session is forgotten here (a shared
+/// one's sealed id opens again when its client comes back).
+fn forget_oldest_shared(sessions: &mut HashMap<String, Session>) {
+    if sessions.len() >= MAX_SHARED_SESSIONS
+        && let Some(oldest) = sessions
+            .iter()
+            .filter(|(_, s)| s.slot.is_none())
+            .min_by_key(|(_, s)| s.last_used)
+            .map(|(id, _)| id.clone())
+    {
+        sessions.remove(&oldest);
+    }
 }
 
 async fn discover(b: &Bridge, id: &Value) -> Response {
@@ -820,6 +909,7 @@ async fn get_stream(State(b): State<Arc<Bridge>>, headers: HeaderMap) -> Respons
         )
             .into_response();
     };
+    b.session_version(session);
     let slot = {
         let sessions = b.sessions.lock().expect("sessions lock");
         match sessions.get(session) {
@@ -851,11 +941,13 @@ async fn delete_session(State(b): State<Arc<Bridge>>, headers: HeaderMap) -> Res
     let Some(session) = header_str(&headers, SESSION_HEADER) else {
         return (StatusCode::BAD_REQUEST, "DELETE needs an Mcp-Session-Id").into_response();
     };
+    b.session_version(session);
     let removed = b.sessions.lock().expect("sessions lock").remove(session);
     match removed {
         Some(s) => {
-            if let Some(slot) = s.slot {
-                slot.stop().await;
+            match s.slot {
+                Some(slot) => slot.stop().await,
+                None => b.end_shared(session),
             }
             StatusCode::OK.into_response()
         }
@@ -913,6 +1005,8 @@ mod tests {
             max_sessions: 1,
             shared: Slot::detached(),
             sessions: std::sync::Mutex::new(HashMap::new()),
+            seal: SealKey::generate(),
+            ended: std::sync::Mutex::new(Default::default()),
             in_flight: std::sync::Mutex::new(HashMap::new()),
             shutdown,
             safe_tools: std::sync::Mutex::new(std::collections::HashSet::new()),

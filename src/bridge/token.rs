@@ -42,9 +42,9 @@ impl RequiredToken {
         Ok(token.to_string())
     }
 
-    /// At start-up: the file must hold a token.
-    pub fn check(&self) -> Result<(), String> {
-        self.expected().map(|_| ())
+    /// At start-up: the file must hold a token; returns it.
+    pub fn check(&self) -> Result<String, String> {
+        self.expected()
     }
 
     /// Ok when the request carries the token; otherwise the 401 to send.

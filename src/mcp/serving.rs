@@ -94,6 +94,84 @@ pub fn list_changed(meta: Option<&Value>) -> Value {
     note
 }
 
+/// An HMAC-SHA256 key sealing the tokens an endpoint hands out and must recognise later, in
+/// another process too (session ids, approval states): `<base64url(JSON)>.<base64url(tag)>`,
+/// the tag over a purpose label and the body, so a token of one kind never opens as another.
+/// Visible ASCII only, so a token is also a header value.
+#[derive(Clone)]
+pub struct SealKey {
+    key: ring::hmac::Key,
+}
+
+/// Why a token does not open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SealError {
+    /// Not a token of this shape, or its content does not parse.
+    Malformed,
+    /// The tag does not match: altered, another key, or another purpose.
+    Forged,
+}
+
+/// Longest token opened; anything longer is refused before it is decoded.
+pub const MAX_SEALED_CHARS: usize = 4096;
+
+impl SealKey {
+    pub fn from_bytes(bytes: &[u8]) -> Self {
+        SealKey {
+            key: ring::hmac::Key::new(ring::hmac::HMAC_SHA256, bytes),
+        }
+    }
+
+    /// A fresh random key (tokens then die with the process).
+    pub fn generate() -> Self {
+        let mut bytes = [0u8; 32];
+        getrandom::fill(&mut bytes).expect("the OS random source works");
+        Self::from_bytes(&bytes)
+    }
+
+    /// A key derived from a secret the process is given (e.g. a mounted token) for one `use_`:
+    /// every process given the same secret has the same key, and the secret itself never
+    /// seals anything.
+    pub fn derived(secret: &[u8], use_: &str) -> Self {
+        let base = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, secret);
+        Self::from_bytes(ring::hmac::sign(&base, use_.as_bytes()).as_ref())
+    }
+
+    pub fn seal(&self, purpose: &[u8], value: &impl serde::Serialize) -> String {
+        let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        let body = b64.encode(serde_json::to_vec(value).expect("sealed values serialise"));
+        let tag = ring::hmac::sign(&self.key, &Self::signed(purpose, &body));
+        format!("{body}.{}", b64.encode(tag.as_ref()))
+    }
+
+    /// The value `purpose` sealed with this key; the tag is checked (in constant time) before
+    /// the body is decoded.
+    pub fn open<T: serde::de::DeserializeOwned>(
+        &self,
+        purpose: &[u8],
+        token: &str,
+    ) -> Result<T, SealError> {
+        if token.len() > MAX_SEALED_CHARS {
+            return Err(SealError::Malformed);
+        }
+        let (body, tag) = token.split_once('.').ok_or(SealError::Malformed)?;
+        let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        let tag = b64.decode(tag).map_err(|_| SealError::Malformed)?;
+        ring::hmac::verify(&self.key, &Self::signed(purpose, body), &tag)
+            .map_err(|_| SealError::Forged)?;
+        let payload = b64.decode(body).map_err(|_| SealError::Malformed)?;
+        serde_json::from_slice(&payload).map_err(|_| SealError::Malformed)
+    }
+
+    fn signed(purpose: &[u8], body: &str) -> Vec<u8> {
+        let mut signed = Vec::with_capacity(purpose.len() + 1 + body.len());
+        signed.extend_from_slice(purpose);
+        signed.push(0);
+        signed.extend_from_slice(body.as_bytes());
+        signed
+    }
+}
+
 /// A fresh, unguessable session id.
 pub fn new_session_id() -> String {
     let mut bytes = [0u8; 16];
@@ -524,6 +602,29 @@ pub fn listen_messages(id: &Value, params: &Map<String, Value>) -> Listen {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sealed_token_opens_only_with_its_key_and_purpose() {
+        let key = SealKey::generate();
+        let token = key.seal(b"one", &json!({"a": 1}));
+        assert!(token.bytes().all(|b| (0x21..=0x7e).contains(&b)));
+        assert_eq!(key.open::<Value>(b"one", &token), Ok(json!({"a": 1})));
+        assert_eq!(key.open::<Value>(b"two", &token), Err(SealError::Forged));
+        assert_eq!(
+            SealKey::generate().open::<Value>(b"one", &token),
+            Err(SealError::Forged)
+        );
+        for bad in ["", "x", "a.b", &"a".repeat(MAX_SEALED_CHARS + 1)] {
+            assert!(key.open::<Value>(b"one", bad).is_err(), "{bad}");
+        }
+        // The same secret, the same key; another use, another key.
+        let a = SealKey::derived(b"token", "sessions");
+        let b = SealKey::derived(b"token", "sessions");
+        let c = SealKey::derived(b"token", "other");
+        let t = a.seal(b"p", &1);
+        assert_eq!(b.open::<u32>(b"p", &t), Ok(1));
+        assert_eq!(c.open::<u32>(b"p", &t), Err(SealError::Forged));
+    }
 
     #[test]
     fn loopback_hosts_only() {

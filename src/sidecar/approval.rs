@@ -13,8 +13,9 @@
 //! no elicitation capability (every 2025-03-26 client) ─► refused: this client cannot be asked
 //! ```
 //!
-//! Only `accept` with `approve: true` approves. The state is HMAC-SHA256 sealed with a key made at
-//! start (or read from a mounted file) and is only good in the process that issued it: the record
+//! Only `accept` with `approve: true` approves. The state is HMAC-SHA256 sealed with the sidecar's
+//! key (a mounted file, else one kept in `--state-dir`, else one made at start) and is only good
+//! in the process that issued it, whatever the key: the record
 //! of answered states (the nonces) is in memory, so a state never counts twice. Pure pieces
 //! (sealing, binding, the form, the bounded argument summary, reading the answer) are free
 //! functions and tested as such.
@@ -23,14 +24,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use base64::Engine as _;
-use ring::hmac;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::core::catalog::definition_digest;
 use crate::mcp::Access;
+use crate::mcp::serving::{SealError, SealKey};
 
 use super::audit::Decision;
 
@@ -267,18 +267,39 @@ pub enum StateError {
     NoAnswer,
 }
 
-/// The HMAC key and this process's identity.
+/// The HMAC key and this process's identity. The same key seals the agent's legacy session
+/// ids ([`super::sessions`]), each kind of token under its own purpose so neither passes for
+/// the other; the instance binds only approval states to this process.
+#[derive(Clone)]
 pub struct StateKey {
-    key: hmac::Key,
+    key: SealKey,
     instance: String,
 }
+
+/// What a sealed token is for: the purpose is signed with it, so a token of one kind never
+/// opens as another.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Purpose {
+    ApprovalState,
+    Session,
+}
+
+impl Purpose {
+    fn label(self) -> &'static [u8] {
+        match self {
+            Purpose::ApprovalState => b"mcp-operator/approval-state",
+            Purpose::Session => b"mcp-operator/session",
+        }
+    }
+}
+
+/// The file under the sidecar's state directory that keeps its key across restarts.
+pub const KEY_FILE: &str = "seal.key";
 
 impl StateKey {
     /// A fresh random key.
     pub fn generate() -> Self {
-        let mut bytes = [0u8; 32];
-        getrandom::fill(&mut bytes).expect("the OS random source works");
-        Self::with_key(&bytes)
+        Self::with_key(&random_key())
     }
 
     /// A key from a mounted file's bytes (at least 32, a trailing newline ignored).
@@ -293,9 +314,39 @@ impl StateKey {
         Ok(Self::with_key(bytes))
     }
 
+    /// The key kept in `dir` ([`KEY_FILE`]), made there on first use: a directory that
+    /// outlives the process (the pod's emptyDir) gives every restart of the sidecar the same
+    /// key, and so the same sessions, while nothing outside the pod ever holds it.
+    pub fn kept_in(dir: &std::path::Path) -> Result<Self, String> {
+        let path = dir.join(KEY_FILE);
+        match std::fs::read(&path) {
+            // Its bytes as written: a random key may well end in a newline.
+            Ok(bytes) if bytes.len() >= 32 => return Ok(Self::with_key(&bytes)),
+            // A short file is a write cut off before its rename could not leave; start over.
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
+        }
+        let bytes = random_key();
+        let temp = dir.join(format!(".{KEY_FILE}.tmp"));
+        let write = || -> std::io::Result<()> {
+            use std::io::Write as _;
+            let mut options = std::fs::OpenOptions::new();
+            options.write(true).create(true).truncate(true);
+            #[cfg(unix)]
+            std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+            let mut file = options.open(&temp)?;
+            file.write_all(&bytes)?;
+            file.sync_all()?;
+            std::fs::rename(&temp, &path)
+        };
+        write().map_err(|e| format!("cannot keep a key in {}: {e}", dir.display()))?;
+        Ok(Self::with_key(&bytes))
+    }
+
     fn with_key(bytes: &[u8]) -> Self {
         StateKey {
-            key: hmac::Key::new(hmac::HMAC_SHA256, bytes),
+            key: SealKey::from_bytes(bytes),
             instance: random_hex(8),
         }
     }
@@ -306,33 +357,46 @@ impl StateKey {
 
     /// `<base64url(claims JSON)>.<base64url(HMAC)>`, the version bound under the tag.
     pub fn seal(&self, claims: &Claims) -> String {
-        let payload = serde_json::to_vec(claims).expect("claims serialise");
-        let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
-        let body = b64.encode(payload);
-        let tag = hmac::sign(&self.key, body.as_bytes());
-        format!("{body}.{}", b64.encode(tag.as_ref()))
+        self.seal_as(Purpose::ApprovalState, claims)
     }
 
     /// The claims of a state this key sealed; anything else is [`StateError::Malformed`] or
     /// [`StateError::Forged`]. The tag is checked in constant time before the payload is read.
     pub fn open(&self, token: &str) -> Result<Claims, StateError> {
-        if token.len() > 4096 {
-            return Err(StateError::Malformed);
-        }
-        let (body, tag) = token.split_once('.').ok_or(StateError::Malformed)?;
-        let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
-        let tag = b64.decode(tag).map_err(|_| StateError::Malformed)?;
-        hmac::verify(&self.key, body.as_bytes(), &tag).map_err(|_| StateError::Forged)?;
-        let payload = b64.decode(body).map_err(|_| StateError::Malformed)?;
-        let claims: Claims = serde_json::from_slice(&payload).map_err(|_| StateError::Malformed)?;
+        let claims: Claims = self.open_as(Purpose::ApprovalState, token)?;
         if claims.v != STATE_VERSION {
             return Err(StateError::Malformed);
         }
         Ok(claims)
     }
+
+    /// `<base64url(JSON)>.<base64url(HMAC(purpose, body))>`: visible ASCII, so it also serves
+    /// as a header value.
+    pub fn seal_as(&self, purpose: Purpose, value: &impl Serialize) -> String {
+        self.key.seal(purpose.label(), value)
+    }
+
+    /// The value sealed under `purpose` by this key; the tag is checked (in constant time)
+    /// before the payload is read.
+    pub fn open_as<T: serde::de::DeserializeOwned>(
+        &self,
+        purpose: Purpose,
+        token: &str,
+    ) -> Result<T, StateError> {
+        self.key.open(purpose.label(), token).map_err(|e| match e {
+            SealError::Forged => StateError::Forged,
+            SealError::Malformed => StateError::Malformed,
+        })
+    }
 }
 
-fn random_hex(n: usize) -> String {
+fn random_key() -> [u8; 32] {
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).expect("the OS random source works");
+    bytes
+}
+
+pub fn random_hex(n: usize) -> String {
     let mut bytes = vec![0u8; n];
     getrandom::fill(&mut bytes).expect("the OS random source works");
     hex::encode(bytes)
@@ -731,6 +795,7 @@ fn verdict_of(answer: Answer, who: &str) -> Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use base64::Engine as _;
     use proptest::prelude::*;
 
     fn target<'a>(args: &'a Value) -> Target<'a> {

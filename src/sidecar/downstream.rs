@@ -4,7 +4,8 @@
 //!
 //! ```text
 //! POST /mcp ─ guard (Host, Origin, body bound) ─ era?
-//!   legacy  initialize → session (Mcp-Session-Id); later requests need it (unknown → 404)
+//!   legacy  initialize → session (Mcp-Session-Id, sealed: sessions::Sessions); later requests need
+//!           it (one no process of this pod issued, or one ended → 404); it outlives restarts
 //!   modern  _meta + MCP-Protocol-Version + Mcp-Method (+ Mcp-Name) checked (-32020/-32022)
 //!     ├ tools/list  → pages of the shared View
 //!     ├ tools/call  → discovery::call → calls::Calls::call: JSON, or SSE as soon as the call has something to
@@ -12,7 +13,8 @@
 //!     │               request); the agent's POSTed answer to that request → approval::PendingAnswers
 //!     ├ server/discover, ping, notifications (cancelled)
 //!     └ subscriptions/listen (modern) → SSE: acknowledged, then tools/list_changed
-//! GET /mcp (legacy session) → SSE: tools/list_changed;  DELETE /mcp → ends the session
+//! GET /mcp (legacy session) → SSE: tools/list_changed (resuming a call's stream, Last-Event-ID:
+//!          first that call's "outcome unknown");  DELETE /mcp → ends the session
 //! ```
 
 use std::collections::HashMap;
@@ -30,19 +32,17 @@ pub use crate::mcp::serving::serve;
 use crate::mcp::serving::{
     Listen, META_SERVER_INFO, RequestEra as Era, SESSION_HEADER, SESSION_NOT_FOUND, accepts_sse,
     error_response, event_stream, header_str, json_response, list_changed, listen_messages,
-    new_session_id, rpc_error, rpc_result, sse_event, sse_response, supported_versions,
+    rpc_error, rpc_result, sse_event, sse_response, supported_versions,
 };
 
 use super::calls::{Caller, CallerEra, Calls, LOG_LEVELS, Reply, ToolCall};
 use super::discovery;
 use super::listing::View;
 use super::metrics::Metrics;
+use super::sessions::{Session, SessionError, Sessions};
 
 const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
 const META_LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
-/// Most legacy sessions kept; beyond it the oldest is forgotten (its agent gets 404 and
-/// initializes again, which every client does), so agents that never DELETE cannot grow memory.
-const MAX_SESSIONS: usize = 4096;
 
 /// The agent-facing handler's state.
 pub struct Downstream {
@@ -55,25 +55,17 @@ pub struct Downstream {
     pub check_host: bool,
     /// Set to true at shutdown: event streams end.
     pub shutdown: watch::Receiver<bool>,
-    sessions: std::sync::Mutex<HashMap<String, AgentSession>>,
+    /// Legacy sessions: sealed ids, so a restarted sidecar serves the ones issued before.
+    pub sessions: Arc<Sessions>,
     /// In-flight calls the agent may cancel: (session or "", request id) → signal.
     in_flight: std::sync::Mutex<HashMap<(String, String), Arc<Notify>>>,
-}
-
-#[derive(Debug, Clone)]
-struct AgentSession {
-    protocol_version: String,
-    created: std::time::Instant,
-    /// What the client declared at initialize (elicitation decides whether it can be asked).
-    capabilities: Option<Value>,
-    /// The level `logging/setLevel` set; upstream log lines below it are not passed on.
-    log_level: Option<String>,
 }
 
 impl Downstream {
     pub fn new(
         calls: Arc<Calls>,
         view: watch::Receiver<Arc<View>>,
+        sessions: Arc<Sessions>,
         metrics: Arc<Metrics>,
         max_body_bytes: usize,
         check_host: bool,
@@ -86,7 +78,7 @@ impl Downstream {
             max_body_bytes,
             check_host,
             shutdown,
-            sessions: std::sync::Mutex::new(HashMap::new()),
+            sessions,
             in_flight: std::sync::Mutex::new(HashMap::new()),
         })
     }
@@ -119,10 +111,7 @@ async fn post(State(d): State<Arc<Downstream>>, headers: HeaderMap, body: Body) 
         // streams, or to nothing (then it is dropped). Only the session it was sent on counts.
         if let Some(response) = &incoming.response
             && let Some(session) = header_str(&headers, SESSION_HEADER)
-            && d.sessions
-                .lock()
-                .expect("sessions lock")
-                .contains_key(session)
+            && d.sessions.open(session).is_ok()
         {
             d.calls.approvals.answers.deliver(session, response);
         }
@@ -147,8 +136,14 @@ async fn post(State(d): State<Arc<Downstream>>, headers: HeaderMap, body: Body) 
             }
             json_response(StatusCode::OK, &rpc_result(&id, result))
         }
-        "tools/list" => tools_list(&d, &era, &id, &params),
-        "tools/call" => tools_call(d, era, id, params, &headers).await,
+        "tools/list" => {
+            settled(&d).await;
+            tools_list(&d, &era, &id, &params)
+        }
+        "tools/call" => {
+            settled(&d).await;
+            tools_call(d, era, id, params, &headers).await
+        }
         "logging/setLevel" if matches!(era, Era::Legacy(_)) => set_level(&d, &era, &id, &params),
         "subscriptions/listen" if matches!(era, Era::Modern) => listen(&d, id, &params),
         _ => json_response(
@@ -175,12 +170,44 @@ fn era_of(
     id: Option<&Value>,
 ) -> Result<Era, Response> {
     crate::mcp::serving::era_of(headers, method, params, id, |session| {
-        d.sessions
-            .lock()
-            .expect("sessions lock")
-            .get(session)
-            .map(|s| s.protocol_version.clone())
+        opened(d, session).map(|s| s.claims.protocol)
     })
+}
+
+/// The session a request names, or None (logged, then answered 404 by the caller).
+fn opened(d: &Downstream, token: &str) -> Option<Session> {
+    match d.sessions.open(token) {
+        Ok(session) => Some(session),
+        Err(e) => {
+            refused_session(&e);
+            None
+        }
+    }
+}
+
+fn refused_session(e: &SessionError) {
+    tracing::info!(
+        reason = e.reason(),
+        "an agent request names no session of this sidecar ({e}); answered 404 so the client initializes again"
+    );
+}
+
+/// Longest a request waits for a freshly started sidecar to have read its grants and its
+/// servers' tools. A restarted sidecar is called at once by an agent that kept its session; it
+/// answers as the old process would once it knows what the old one knew, not with "still
+/// reading" in between.
+const SETTLE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Resolves once the view is built from read grants and read servers (or nothing is granted),
+/// or after [`SETTLE_WAIT`]: a server still being read after that is said so by the call.
+async fn settled(d: &Downstream) {
+    let ready =
+        |v: &Arc<View>| v.nothing_granted.is_some() || (v.grants.is_some() && v.reading.is_empty());
+    if ready(&d.view.borrow()) {
+        return;
+    }
+    let mut view = d.view.clone();
+    let _ = tokio::time::timeout(SETTLE_WAIT, view.wait_for(ready)).await;
 }
 
 fn server_info() -> Value {
@@ -198,29 +225,8 @@ fn legacy_capabilities() -> Value {
 
 fn initialize(d: &Downstream, id: &Value, params: &Map<String, Value>) -> Response {
     let version = crate::mcp::serving::negotiated_legacy_version(params);
-    let session = new_session_id();
-    {
-        let mut sessions = d.sessions.lock().expect("sessions lock");
-        if sessions.len() >= MAX_SESSIONS
-            && let Some(oldest) = sessions
-                .iter()
-                .min_by_key(|(_, s)| s.created)
-                .map(|(id, _)| id.clone())
-        {
-            sessions.remove(&oldest);
-            d.metrics.agent_sessions.dec();
-        }
-        sessions.insert(
-            session.clone(),
-            AgentSession {
-                protocol_version: version.to_string(),
-                created: std::time::Instant::now(),
-                capabilities: params.get("capabilities").cloned(),
-                log_level: None,
-            },
-        );
-    }
-    d.metrics.agent_sessions.inc();
+    let session = d.sessions.issue(version, params);
+    d.metrics.agent_sessions.set(d.sessions.cached() as i64);
     let view = Arc::clone(&d.view.borrow());
     let result = json!({
         "protocolVersion": version,
@@ -234,7 +240,7 @@ fn initialize(d: &Downstream, id: &Value, params: &Map<String, Value>) -> Respon
     );
     response.headers_mut().insert(
         SESSION_HEADER,
-        HeaderValue::from_str(&session).expect("hex is a header value"),
+        HeaderValue::from_str(&session).expect("a sealed id is a header value"),
     );
     response
 }
@@ -304,10 +310,8 @@ fn set_level(d: &Downstream, era: &Era, id: &Value, params: &Map<String, Value>)
             ),
         );
     };
-    if let Era::Legacy(Some(session)) = era
-        && let Some(s) = d.sessions.lock().expect("sessions lock").get_mut(session)
-    {
-        s.log_level = Some(level.to_string());
+    if let Era::Legacy(Some(session)) = era {
+        d.sessions.set_log_level(session, level);
     }
     json_response(StatusCode::OK, &rpc_result(id, Map::new()))
 }
@@ -360,17 +364,12 @@ async fn tools_call(
     // Who is calling: a legacy session's declared capabilities, or the modern request's own.
     let (session, capabilities, log_level) = match &era {
         Era::Legacy(Some(session)) => {
-            let known = d
-                .sessions
-                .lock()
-                .expect("sessions lock")
-                .get(session)
-                .cloned();
+            let known = d.sessions.open(session).ok();
             (
                 known
                     .as_ref()
-                    .map(|k| (session.clone(), k.protocol_version.clone())),
-                known.as_ref().and_then(|k| k.capabilities.clone()),
+                    .map(|k| (session.clone(), k.claims.protocol.clone())),
+                known.as_ref().and_then(|k| k.claims.capabilities.clone()),
                 Some(
                     known
                         .and_then(|k| k.log_level)
@@ -438,7 +437,25 @@ async fn tools_call(
         Err(pair) => pair,
     };
     let (tx, rx) = mpsc::channel::<Bytes>(64);
+    // 2025-11-25 clients resume a call's stream that breaks before its answer (GET with
+    // Last-Event-ID) once it primed them with an event id: a sidecar killed mid-call then
+    // tells them so (see `get_stream`) instead of leaving the call to its timeout.
+    let priming = match &era {
+        Era::Legacy(Some(session))
+            if d.sessions
+                .open(session)
+                .is_ok_and(|s| s.claims.protocol == "2025-11-25") =>
+        {
+            Some(call_event_id(&id))
+        }
+        _ => None,
+    };
     tokio::spawn(async move {
+        if let Some(event_id) = priming {
+            let _ = tx
+                .send(Bytes::from(format!("id: {event_id}\ndata: \n\n")))
+                .await;
+        }
         let _ = tx.send(sse_event(&first)).await;
         let reply = match early_reply {
             Some(reply) => Some(reply),
@@ -566,12 +583,7 @@ async fn get_stream(State(d): State<Arc<Downstream>>, headers: HeaderMap) -> Res
         )
             .into_response();
     };
-    if !d
-        .sessions
-        .lock()
-        .expect("sessions lock")
-        .contains_key(session)
-    {
+    if opened(&d, session).is_none() {
         return error_response(
             StatusCode::NOT_FOUND,
             &Value::Null,
@@ -586,8 +598,46 @@ async fn get_stream(State(d): State<Arc<Downstream>>, headers: HeaderMap) -> Res
         )
             .into_response();
     }
-    let rx = change_stream(&d, None, None, None);
+    // A call's stream resumed: whatever this process knows, the call's answer is not here to
+    // replay (its process is gone, or its stream is). The agent hears that its outcome is
+    // unknown, and the stream goes on as the session's change stream.
+    let first = header_str(&headers, "last-event-id")
+        .and_then(call_of_event_id)
+        .map(|call| {
+            rpc_error(
+                &call,
+                ErrorCode::INTERNAL_ERROR.0 as i64,
+                "the call's connection to the sidecar broke before its answer (the sidecar restarted?): whether the tool ran is unknown; check before calling it again",
+                None,
+            )
+        });
+    let rx = change_stream(&d, first, None, None);
     sse_response(rx, vec![])
+}
+
+/// The event id that primes a call's stream: the call's request id, so a resumed stream knows
+/// which call it was.
+fn call_event_id(id: &Value) -> String {
+    use base64::Engine as _;
+    format!(
+        "call-{}",
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(id.to_string())
+    )
+}
+
+/// The request id a [`call_event_id`] names (a string or a number, as JSON-RPC allows).
+fn call_of_event_id(event_id: &str) -> Option<Value> {
+    use base64::Engine as _;
+    let encoded = event_id.strip_prefix("call-")?;
+    if encoded.len() > 256 {
+        return None;
+    }
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(encoded)
+        .ok()?;
+    serde_json::from_slice::<Value>(&bytes)
+        .ok()
+        .filter(|v| v.is_string() || v.is_number())
 }
 
 async fn delete_session(State(d): State<Arc<Downstream>>, headers: HeaderMap) -> Response {
@@ -597,20 +647,31 @@ async fn delete_session(State(d): State<Arc<Downstream>>, headers: HeaderMap) ->
     let Some(session) = header_str(&headers, SESSION_HEADER) else {
         return (StatusCode::BAD_REQUEST, "DELETE needs an Mcp-Session-Id").into_response();
     };
-    if d.sessions
-        .lock()
-        .expect("sessions lock")
-        .remove(session)
-        .is_some()
-    {
-        d.metrics.agent_sessions.dec();
-        StatusCode::OK.into_response()
-    } else {
+    if let Err(e) = d.sessions.end(session) {
+        refused_session(&e);
         error_response(
             StatusCode::NOT_FOUND,
             &Value::Null,
             ErrorCode(SESSION_NOT_FOUND as i32),
             "session not found",
         )
+    } else {
+        d.metrics.agent_sessions.set(d.sessions.cached() as i64);
+        StatusCode::OK.into_response()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_calls_event_id_names_its_request_id() {
+        for id in [json!(7), json!("req-1"), json!("é/\n")] {
+            assert_eq!(call_of_event_id(&call_event_id(&id)), Some(id));
+        }
+        for bad in ["", "call-", "call-!!", "other-MQ", "call-bnVsbA"] {
+            assert_eq!(call_of_event_id(bad), None, "{bad}");
+        }
     }
 }

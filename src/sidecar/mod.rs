@@ -26,6 +26,7 @@
 //! - [`approval`]: asking the agent's client before a gated call (elicitation, both eras).
 //! - [`upstream`]: the connection pool.
 //! - [`downstream`]: the agent-facing `/mcp` handler, both protocol eras.
+//! - [`sessions`]: legacy sessions as sealed ids, so they outlive a restart of the sidecar.
 //! - [`audit`], [`metrics`], [`ops`]: the audit line, Prometheus metrics, health and readiness.
 
 pub mod approval;
@@ -39,6 +40,7 @@ pub mod grants_file;
 pub mod listing;
 pub mod metrics;
 pub mod ops;
+pub mod sessions;
 pub mod upstream;
 
 use std::net::SocketAddr;
@@ -106,10 +108,16 @@ pub struct SidecarArgs {
     /// How long a modern-era approval request (its requestState) stays good.
     #[arg(long, default_value = "5m", value_parser = crate::core::duration::parse_duration)]
     pub approval_ttl: Duration,
-    /// A file whose bytes (at least 32) are the key sealing approval states, e.g. a mounted
-    /// Secret key. Without it the sidecar makes a random key at start.
+    /// A file whose bytes (at least 32) are the key sealing approval states and legacy session
+    /// ids, e.g. a mounted Secret key. Without it the sidecar keeps a key of its own in
+    /// --state-dir (made on first start, so a restarted sidecar still knows its agent's
+    /// sessions), or, without that either, makes a random key at start.
     #[arg(long, env = "MCP_SIDECAR_APPROVAL_KEY_FILE")]
     pub approval_key_file: Option<PathBuf>,
+    /// How long a legacy session stays good after its initialize (e.g. 24h); beyond it the
+    /// agent is asked to initialize again (404). Unset: as long as the pod lives.
+    #[arg(long, env = "MCP_SIDECAR_SESSION_MAX_AGE")]
+    pub session_max_age: Option<crate::core::Duration>,
     /// The operator's public keys, `<key id>:<base64>,…` (the injection passes them): only a
     /// grants document signed by one of them for this pod's AgentSpec is obeyed. Without it
     /// (a sidecar run by hand) grants documents are obeyed unsigned.
@@ -125,7 +133,7 @@ pub struct SidecarArgs {
     pub agent_uid: Option<String>,
     /// A directory that outlives a restart of the sidecar (the pod's emptyDir): the highest
     /// grants sequence accepted is kept there, so an older document put back is refused after
-    /// a restart too.
+    /// a restart too; so are the key sealing session ids and the sessions the agent ended.
     #[arg(long, env = "MCP_SIDECAR_STATE_DIR")]
     pub state_dir: Option<PathBuf>,
     /// The oldest grants sequence to obey, even before anything is in --state-dir: the
@@ -198,16 +206,30 @@ pub async fn run(args: SidecarArgs) -> Result<(), SidecarError> {
     if !args.listen.ip().is_loopback() && !args.allow_remote_agents {
         return Err(SidecarError::NotLoopback(args.listen));
     }
-    let key = match &args.approval_key_file {
-        None => approval::StateKey::generate(),
-        Some(path) => std::fs::read(path)
+    let key = match (&args.approval_key_file, &args.state_dir) {
+        (Some(path), _) => std::fs::read(path)
             .map_err(|e| e.to_string())
             .and_then(|bytes| approval::StateKey::from_bytes(&bytes))
             .map_err(|reason| SidecarError::ApprovalKey {
                 path: path.clone(),
                 reason,
             })?,
+        (None, Some(dir)) => approval::StateKey::kept_in(dir).unwrap_or_else(|reason| {
+            tracing::warn!(
+                reason = "StateDirUnwritable",
+                error = %reason,
+                "sealing with a key of this process only: agents' legacy sessions will not survive a restart of the sidecar"
+            );
+            approval::StateKey::generate()
+        }),
+        (None, None) => approval::StateKey::generate(),
     };
+    let sessions = Arc::new(sessions::Sessions::new(
+        key.clone(),
+        &args.agent,
+        args.session_max_age.as_ref().map(|d| d.as_std()),
+        args.state_dir.as_deref(),
+    ));
     let trust = args.trust()?;
     match &trust {
         Trust::Unsigned => tracing::warn!(
@@ -264,6 +286,7 @@ pub async fn run(args: SidecarArgs) -> Result<(), SidecarError> {
     let downstream = Downstream::new(
         Arc::clone(&calls),
         view_rx,
+        sessions,
         Arc::clone(&metrics),
         args.max_request_bytes,
         !args.allow_remote_agents,

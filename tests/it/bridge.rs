@@ -480,3 +480,91 @@ fn with_a_token_file_the_bridge_answers_only_clients_that_send_the_token() {
     assert!(!bridge.log().contains("the-operators-token"));
     assert!(bridge.log().contains("NoToken") || bridge.log().contains("WrongToken"));
 }
+
+/// A session on the shared child outlives the bridge process that issued it: another process
+/// given the same token (the bridge restarted in its pod, or another replica) serves it; one
+/// with another token, or after the session was DELETEd there, asks for a new one (404).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_shared_session_is_served_by_another_bridge_process_with_the_same_token() {
+    let (node, memory) = stdio_server(StdioServer::Memory);
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "the-operators-token\n").unwrap();
+    let other_token = dir.path().join("other");
+    std::fs::write(&other_token, "another-token").unwrap();
+    let flags = ["--bearer-token-file", token.to_str().unwrap()];
+    let command = [node.as_str(), memory.as_str()];
+    let client = crate::sidecar_support::http();
+    let post = |url: String, bearer: &'static str, session: Option<String>, body: Value| {
+        let client = client.clone();
+        async move {
+            let mut r = client
+                .post(url)
+                .header("accept", "application/json, text/event-stream")
+                .header("content-type", "application/json")
+                .header("authorization", format!("Bearer {bearer}"))
+                .header("mcp-protocol-version", "2025-06-18");
+            if let Some(s) = session {
+                r = r.header("mcp-session-id", s);
+            }
+            r.body(body.to_string()).send().await.unwrap()
+        }
+    };
+    let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
+    let session = {
+        let first = Bridge::start(&flags, &command);
+        let r = post(
+            first.url.clone(),
+            "the-operators-token",
+            None,
+            json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": "2025-06-18", "capabilities": {},
+                "clientInfo": {"name": "t", "version": "1"}}}),
+        )
+        .await;
+        assert_eq!(r.status().as_u16(), 200);
+        r.headers()["mcp-session-id"].to_str().unwrap().to_string()
+        // The first bridge stops here.
+    };
+    let second = Bridge::start(&flags, &command);
+    let r = post(
+        second.url.clone(),
+        "the-operators-token",
+        Some(session.clone()),
+        list.clone(),
+    )
+    .await;
+    assert_eq!(r.status().as_u16(), 200, "{}", second.log());
+    let listed: Value = serde_json::from_slice(&r.bytes().await.unwrap()).unwrap();
+    assert!(listed["result"]["tools"].as_array().is_some(), "{listed}");
+
+    let stranger = Bridge::start(
+        &["--bearer-token-file", other_token.to_str().unwrap()],
+        &command,
+    );
+    let r = post(
+        stranger.url.clone(),
+        "another-token",
+        Some(session.clone()),
+        list.clone(),
+    )
+    .await;
+    assert_eq!(r.status().as_u16(), 404);
+
+    let deleted = client
+        .delete(&second.url)
+        .header("authorization", "Bearer the-operators-token")
+        .header("mcp-session-id", &session)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(deleted.status().as_u16(), 200);
+    let r = post(
+        second.url.clone(),
+        "the-operators-token",
+        Some(session),
+        list,
+    )
+    .await;
+    assert_eq!(r.status().as_u16(), 404);
+}

@@ -50,15 +50,15 @@ const SOON: Duration = Duration::from_secs(60);
 /// The namespace label the injection test's McpTenantPolicy selects.
 const TENANT_LABEL: &str = "mcp-operator.dev/e2e-tenant";
 
-fn repo() -> &'static Path {
+pub(crate) fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
 /// The node of the shared control plane (`CLUSTER_DIR/node/env`).
 pub(crate) struct Node {
     pub(crate) ip: String,
-    containerd: String,
-    crictl: PathBuf,
+    pub(crate) containerd: String,
+    pub(crate) crictl: PathBuf,
     /// kube-proxy's mode when ClusterIP Services answer on this node, else why they do not.
     pub(crate) kube_proxy: Result<String, String>,
 }
@@ -267,7 +267,7 @@ async fn lease_holder(leases: &Api<Lease>, name: &str) -> Option<String> {
 
 /// One release at a time in this binary: each is cluster-wide (two operators would reconcile
 /// the same objects, and both webhooks would answer for labelled pods).
-static ONE_RELEASE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+pub(crate) static ONE_RELEASE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 #[tokio::test]
 async fn the_chart_runs_on_a_real_node_and_fails_over() {
@@ -613,7 +613,7 @@ fn helm_test(release: &str, kubeconfig: &Path) -> (bool, String) {
 /// the same control plane at the same time, and a cluster-wide one would reconcile their
 /// servers and admit their pods. Returns the guard that uninstalls it, pass or fail, and the
 /// release's full name.
-fn install_chart(
+pub(crate) fn install_chart(
     ns: &e2e::TestNamespace,
     repository: &str,
     tag: &str,
@@ -666,7 +666,7 @@ fn install_chart_watching(
 }
 
 /// `helm uninstall --wait` of the test's release when dropped (also on a panic).
-struct Uninstall {
+pub(crate) struct Uninstall {
     release: String,
     namespace: String,
     kubeconfig: PathBuf,
@@ -688,7 +688,7 @@ impl Drop for Uninstall {
 
 /// The agent in the node image (e2e/image.sh node): tests/fixtures/ts_client.mjs, the official
 /// TypeScript SDK client; the image's entrypoint is node.
-const TS_CLIENT: &str = "/opt/mcp/agent/ts_client.mjs";
+pub(crate) const TS_CLIENT: &str = "/opt/mcp/agent/ts_client.mjs";
 
 /// What a pod's container has logged so far (empty while it has not started).
 pub(crate) fn container_log(
@@ -802,7 +802,7 @@ impl Drop for PortForward {
 }
 
 /// Whether the pod is Ready (its containers and the injected sidecar all pass their probes).
-fn pod_ready(pod: &Pod) -> bool {
+pub(crate) fn pod_ready(pod: &Pod) -> bool {
     pod.status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
@@ -810,7 +810,7 @@ fn pod_ready(pod: &Pod) -> bool {
 }
 
 /// A Pod manifest labelled for injection (or not, with `agent` None).
-fn agent_pod(name: &str, agent: Option<&str>, container: Value, restart: &str) -> Pod {
+pub(crate) fn agent_pod(name: &str, agent: Option<&str>, container: Value, restart: &str) -> Pod {
     let labels = match agent {
         Some(a) => serde_json::json!({ mcp_operator::inject::AGENT_LABEL: a }),
         None => serde_json::json!({}),

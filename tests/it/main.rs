@@ -9,11 +9,11 @@
 //!              import                                                          the import command on real-world configs
 //!              probe_real_servers, probe_hostile_servers, watch_tool_changes,
 //!              response_budget                                                 real servers, no cluster
-//!              sidecar                                                         real agents ⇄ sidecar ⇄ real servers
+//!              sidecar, sidecar_restarts                                       real agents ⇄ sidecar ⇄ real servers
 //!              e2e_crd_validation, e2e_rbac, e2e_mcp_server, e2e_grants,
 //!              e2e_sidecar, e2e_stdio, e2e_tenancy, e2e_mcp_admission          the real control plane
 //!              chart_alerts                                                    the chart's PrometheusRule, by promtool
-//!              image_contract, e2e_node                                        the image; real pods on the node
+//!              image_contract, e2e_node, e2e_dataplane_faults                  the image; real pods on the node
 //!              e2e_services                                                    ClusterIP Services on the node
 //! ```
 //!
@@ -27,6 +27,7 @@ mod support;
 mod bridge;
 mod chart_alerts;
 mod e2e_crd_validation;
+mod e2e_dataplane_faults;
 mod e2e_grants;
 mod e2e_mcp_admission;
 mod e2e_mcp_server;
@@ -43,4 +44,5 @@ mod probe_hostile_servers;
 mod probe_real_servers;
 mod response_budget;
 mod sidecar;
+mod sidecar_restarts;
 mod watch_tool_changes;

@@ -26,7 +26,7 @@ use crate::api::conditions::{
     PODS_UP_TO_DATE, READY, RESOLVED, TRUE, condition, find, set_condition,
 };
 use crate::controller::shared::ready::ready_change;
-use crate::grants::{Finding, Resolution};
+use crate::grants::{Finding, Resolution, ServerOutcome};
 use crate::inject::PodDrift;
 
 /// At most this many findings are spelled out in one condition message.

@@ -79,7 +79,8 @@ pub enum ImportError {
 pub enum Shape<'a> {
     /// `{"mcpServers": {name: entry}}`.
     McpServers(&'a Map<String, Value>),
-    /// `{"servers": {name: entry}, "inputs": [..]}`.
+    /// `{"servers": {name: entry}, "inputs": [..]}`, or a VS Code settings.json's `"mcp"`
+    /// object of the same.
     VsCode(&'a Map<String, Value>),
     /// A registry `server.json`, or the registry API's `{"server": {..}}` around one.
     Registry(&'a Map<String, Value>),
@@ -93,6 +94,12 @@ impl<'a> Shape<'a> {
         }
         if top.get("servers").is_some_and(Value::is_object) {
             return Ok(Shape::VsCode(top));
+        }
+        // VS Code's settings.json held the same under "mcp" before mcp.json existed.
+        if let Some(Value::Object(mcp)) = top.get("mcp")
+            && mcp.get("servers").is_some_and(Value::is_object)
+        {
+            return Ok(Shape::VsCode(mcp));
         }
         let server = match top.get("server") {
             Some(Value::Object(inner)) => inner,

@@ -562,3 +562,23 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_vscode_settings_json_is_read_from_its_mcp_object() {
+    let doc = json!({"editor.fontSize": 14, "mcp": {
+        "inputs": [{"type": "promptString", "id": "key", "description": "Brave key", "password": true}],
+        "servers": {"brave": {"type": "stdio", "command": "npx", "args": ["-y", "@modelcontextprotocol/server-brave-search@0.6.2"],
+                              "env": {"BRAVE_API_KEY": "${input:key}"}}}}});
+    let plan = plan(&doc, "d", "").unwrap();
+    let text = render(&plan);
+    assert!(
+        text.contains(r#"BRAVE_API_KEY: env BRAVE_API_KEY (VS Code input "key": "Brave key")"#),
+        "{text}"
+    );
+    // The editor's own settings are not the import's business.
+    assert!(
+        !plan.notes.join("\n").contains("fontSize"),
+        "{:?}",
+        plan.notes
+    );
+}

@@ -395,9 +395,19 @@ fn from_remote(
         return None;
     };
     if url.contains('{') {
+        // Named by its variables, not printed: a URL may carry a credential.
+        let variables: Vec<&str> = url
+            .split('{')
+            .skip(1)
+            .filter_map(|rest| rest.split_once('}').map(|(name, _)| name))
+            .collect();
         notes.push(format!(
-            "{at}: the url is a template ({}): an McpServer's url is written out; skipped",
-            short(url)
+            "{at}: the url is a template (with {}): an McpServer's url is written out; skipped",
+            variables
+                .iter()
+                .map(|v| format!("{{{}}}", short(v)))
+                .collect::<Vec<_>>()
+                .join(", ")
         ));
         return None;
     }
@@ -429,7 +439,8 @@ fn from_remote(
     }
     Some(Candidate {
         key: format!("{base}-remote"),
-        from: format!("{at}: {} {}", short(kind), short(url)),
+        // Not the URL: the McpServer's spec.url is the URL with its credentials taken out.
+        from: format!("{at}: {}", short(kind)),
         entry,
         image: None,
     })

@@ -553,7 +553,9 @@ proptest! {
             json!({"name": "a/b", "packages": [{"registryType": "npm", "identifier": "p", "version": "1.0.0",
                     "environmentVariables": [{"name": "E", "isSecret": true, "value": token.clone()}, {"name": "F", "default": token.clone()}],
                     "packageArguments": [{"type": "positional", "value": token.clone()}]}],
-                   "remotes": [{"type": "sse", "url": "https://x.example.com/sse", "headers": [{"name": "H", "value": token.clone()}]}]}),
+                   "remotes": [{"type": "sse", "url": "https://x.example.com/sse", "headers": [{"name": "H", "value": token.clone()}]},
+                               {"type": "streamable-http", "url": format!("https://u:{token}@x.example.com/mcp?api_key={token}")},
+                               {"type": "streamable-http", "url": format!("https://x.example.com/{{tenant}}/mcp?api_key={token}")}]}),
         ] {
             let plan = plan(&doc, "ns", "").unwrap();
             let text = render(&plan);

@@ -193,7 +193,12 @@ pub fn names_for(keys: &[String], prefix: &str) -> BTreeMap<String, String> {
 
 /// The keys of a Secret being assembled: key → what to tell the person about it.
 #[derive(Default)]
-struct SecretKeys(BTreeMap<String, String>);
+struct SecretKeys {
+    keys: BTreeMap<String, String>,
+    /// A value that is one reference (`${input:pat}`) → its key: an input used twice in one
+    /// server is one key to fill, not two.
+    by_reference: BTreeMap<String, String>,
+}
 
 impl SecretKeys {
     /// Adds a key (made unique) and returns it.
@@ -201,11 +206,34 @@ impl SecretKeys {
         let base = secret_key(wanted);
         let mut key = base.clone();
         let mut n = 2;
-        while self.0.contains_key(&key) {
+        while self.keys.contains_key(&key) {
             key = format!("{base}-{n}");
             n += 1;
         }
-        self.0.insert(key.clone(), why);
+        self.keys.insert(key.clone(), why);
+        key
+    }
+
+    /// Like [`add`](Self::add), but a value that is exactly one reference gets the key an
+    /// earlier use of the same reference got.
+    fn add_for(&mut self, value: &str, source: &Source, wanted: &str, why: String) -> String {
+        let value = value.trim();
+        let one_reference = value.starts_with("${")
+            && value.ends_with('}')
+            && value.matches("${").count() == 1
+            && source.takes_from_outside(value);
+        if !one_reference {
+            return self.add(wanted, why);
+        }
+        if let Some(key) = self.by_reference.get(value) {
+            let said = self.keys.get_mut(key).expect("a key of this Secret");
+            // Where it comes from was said at the first use.
+            let usage = why.split(" (").next().unwrap_or(&why);
+            said.push_str(&format!("; also {usage}"));
+            return key.clone();
+        }
+        let key = self.add(wanted, why);
+        self.by_reference.insert(value.to_string(), key.clone());
         key
     }
 }
@@ -355,14 +383,14 @@ fn import_one(candidate: &Candidate, name: &str, ns: &str, source: &Source, out:
             "spec": spec,
         }),
     });
-    if !keys.0.is_empty() {
+    if !keys.keys.is_empty() {
         let mut comment = vec![format!(
             "Fill in before applying (values were not copied from the file): Secret {secret_name}"
         )];
-        for (key, why) in &keys.0 {
+        for (key, why) in &keys.keys {
             comment.push(format!("  {key}: {why}"));
         }
-        let data: Map<String, Value> = keys.0.keys().map(|k| (k.clone(), json!(""))).collect();
+        let data: Map<String, Value> = keys.keys.keys().map(|k| (k.clone(), json!(""))).collect();
         out.manifests.push(Manifest {
             comment,
             body: json!({
@@ -375,7 +403,7 @@ fn import_one(candidate: &Candidate, name: &str, ns: &str, source: &Source, out:
         });
         out.notes.push(format!(
             "{who}: Secret {secret_name} needs values for: {}",
-            keys.0.keys().cloned().collect::<Vec<_>>().join(", ")
+            keys.keys.keys().cloned().collect::<Vec<_>>().join(", ")
         ));
     }
 }
@@ -486,13 +514,20 @@ fn remote(
                 if header.eq_ignore_ascii_case("authorization")
                     && value.to_ascii_lowercase().starts_with("bearer ")
                 {
-                    let key = keys.add("token", format!("the bearer token of the Authorization header ({source}), without \"Bearer \""));
+                    let key = keys.add_for(
+                        bare,
+                        cx.source,
+                        "token",
+                        format!("the bearer token of the Authorization header ({source}), without \"Bearer \""),
+                    );
                     credentials.insert(
                         "bearerToken".into(),
                         json!({"secretKeyRef": {"name": secret, "key": key}}),
                     );
                 } else {
-                    let key = keys.add(
+                    let key = keys.add_for(
+                        value,
+                        cx.source,
                         &header.to_ascii_lowercase(),
                         format!("the {header} header ({source})"),
                     );
@@ -565,7 +600,9 @@ fn stdio(
                 looks_secret(flag.unwrap_or(""), value) || cx.source.takes_from_outside(value);
             if secret_arg {
                 let var = format!("MCP_IMPORT_ARG_{}", i + 1);
-                let key = keys.add(
+                let key = keys.add_for(
+                    value,
+                    cx.source,
                     &var.to_ascii_lowercase(),
                     format!(
                         "argument {} of the command ({})",
@@ -594,7 +631,8 @@ fn stdio(
                 };
                 if looks_secret(name, &text) || cx.source.takes_from_outside(&text) {
                     let source = cx.source.describe(&text);
-                    let key = keys.add(name, format!("env {name} ({source})"));
+                    let key =
+                        keys.add_for(&text, cx.source, name, format!("env {name} ({source})"));
                     env.push(json!({"name": name, "valueFrom": secret_ref(secret, &key)}));
                 } else {
                     editor_variables

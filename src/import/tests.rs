@@ -584,3 +584,42 @@ fn a_vscode_settings_json_is_read_from_its_mcp_object() {
         plan.notes
     );
 }
+
+#[test]
+fn an_input_used_twice_in_one_server_is_one_key_to_fill() {
+    let doc = json!({
+        "inputs": [{"type": "promptString", "id": "pat", "description": "GitHub token", "password": true}],
+        "servers": {"gh": {"type": "stdio", "command": "npx", "args": ["-y", "gh-mcp@1.0.0", "--token=${input:pat}"],
+                           "env": {"GITHUB_TOKEN": "${input:pat}", "GH_TOKEN": "${input:pat}", "OTHER": "${input:other}"}}}});
+    let plan = plan(&doc, "d", "").unwrap();
+    let text = render(&plan);
+    let docs = docs_of(&text);
+    assert_eq!(
+        find(&docs, "Secret", "gh-credentials")["stringData"],
+        json!({"mcp_import_arg_3": "", "OTHER": ""}),
+        "{text}"
+    );
+    let env = find(&docs, "McpServer", "gh")["spec"]["stdio"]["env"].clone();
+    let keys: Vec<&Value> = env
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| &e["valueFrom"]["secretKeyRef"]["key"])
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            &json!("mcp_import_arg_3"),
+            &json!("mcp_import_arg_3"),
+            &json!("mcp_import_arg_3"),
+            &json!("OTHER")
+        ],
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            r#"mcp_import_arg_3: argument 3 of the command (VS Code input "pat": "GitHub token"); also env GH_TOKEN; also env GITHUB_TOKEN"#
+        ),
+        "{text}"
+    );
+}

@@ -6,12 +6,14 @@
 //! Three shapes, told apart by their top-level fields ([`Shape`]):
 //!
 //! ```text
-//! {"mcpServers": {..}}            Claude Desktop, Cursor, Claude Code's .mcp.json
-//! {"servers": {..}, "inputs": []} VS Code's mcp.json            -> vscode.rs
-//! {"name", "packages": [], "remotes": []}  an MCP Registry server.json -> registry.rs
-//!           \_____________ each becomes entries of one form ____________/
-//!                 (command/args/env or url/headers, `${input:..}` / `${VAR}` references)
-//!                        -> import_one -> McpServer (+ Secret <name>-credentials)
+//! {"mcpServers": {..}}                         Claude Desktop, Cursor, Claude Code's .mcp.json
+//! {"servers": {..}, "inputs": [..]}            VS Code's mcp.json (its inputs: vscode.rs)
+//! {"name", "packages": [..], "remotes": [..]}  an MCP Registry server.json (registry.rs)
+//!      |  each server brought to one form, a Candidate: an mcpServers-style entry
+//!      |  (command/args/env or url/headers) whose values may reference what the file
+//!      |  does not hold (${input:id}, ${VAR}: references.rs, read through a Source)
+//!      v
+//! import_one -> McpServer <name>  (+ Secret <name>-credentials: a key per credential or reference)
 //! ```
 //!
 //! The rule that matters: no value that is, or may be, a secret is ever printed. Headers are
@@ -30,7 +32,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Map, Value, json};
 
-pub use references::{Dialect, Reference, Source, references};
+use references::{Dialect, Source};
 pub use secrets::looks_secret;
 
 /// Flags of `mcp-operator import`.

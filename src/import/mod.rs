@@ -75,6 +75,11 @@ pub enum ImportError {
          Registry server.json (\"packages\" or \"remotes\" lists)"
     )]
     UnknownShape,
+    #[error(
+        "the file is a list of registry servers (the registry API's \"servers\" list); import \
+         one of them: its \"server\" object is a server.json"
+    )]
+    RegistryList,
 }
 
 /// The shapes of file `import` reads, told apart by their top-level fields.
@@ -112,6 +117,11 @@ impl<'a> Shape<'a> {
             .any(|f| server.get(*f).is_some_and(Value::is_array))
         {
             return Ok(Shape::Registry(server));
+        }
+        if let Some(Value::Array(items)) = top.get("servers")
+            && items.iter().any(|item| item.get("server").is_some())
+        {
+            return Err(ImportError::RegistryList);
         }
         Err(ImportError::UnknownShape)
     }

@@ -538,6 +538,15 @@ fn an_unknown_shape_names_the_three_it_reads() {
         plan(&json!({"name": "x"}), "d", "").unwrap_err(),
         ImportError::UnknownShape
     );
+    assert_eq!(
+        plan(
+            &json!({"servers": [{"server": registry()}], "metadata": {"count": 1}}),
+            "d",
+            ""
+        )
+        .unwrap_err(),
+        ImportError::RegistryList
+    );
 }
 
 proptest! {

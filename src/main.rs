@@ -34,8 +34,10 @@ enum Command {
         /// Where the copy goes, e.g. a file in an emptyDir volume.
         path: std::path::PathBuf,
     },
-    /// Turn a desktop `mcpServers` JSON file into McpServer and Secret manifests (YAML on
-    /// stdout; what was not imported, and which Secret keys need values, on stderr).
+    /// Turn an MCP config file into McpServer and Secret manifests: an `mcpServers` file (Claude
+    /// Desktop, Cursor, Claude Code's .mcp.json), VS Code's mcp.json (`servers`, `inputs`) or an
+    /// MCP Registry server.json (`packages`, `remotes`). YAML on stdout; what was not imported,
+    /// and which Secret keys need values, on stderr. No secret value is ever printed.
     Import(mcp_operator::import::ImportArgs),
     /// Print the CustomResourceDefinitions as YAML (the checked-in crds/ equals this output).
     Crds,

@@ -1,25 +1,46 @@
-//! `mcp-operator import FILE`: turns the `mcpServers` JSON desktop clients use (Claude Desktop,
-//! Cursor, VS Code-style `type`/`transport` fields) into McpServer manifests, and a Secret
-//! manifest per server for everything that looks like a credential. Pure: [`plan`] maps one
-//! parsed document to manifests and notes; [`render`] prints them; the CLI only reads the file.
+//! `mcp-operator import FILE`: turns the MCP server configs people already have into McpServer
+//! manifests, and a Secret manifest per server for everything that is or looks like a
+//! credential. Pure: [`plan`] maps one parsed document to manifests and notes; [`render`]
+//! prints them; the CLI only reads the file.
+//!
+//! Three shapes, told apart by their top-level fields ([`Shape`]):
+//!
+//! ```text
+//! {"mcpServers": {..}}                         Claude Desktop, Cursor, Claude Code's .mcp.json
+//! {"servers": {..}, "inputs": [..]}            VS Code's mcp.json (its inputs: vscode.rs)
+//! {"name", "packages": [..], "remotes": [..]}  an MCP Registry server.json (registry.rs)
+//!      |  each server brought to one form, a Candidate: an mcpServers-style entry
+//!      |  (command/args/env or url/headers) whose values may reference what the file
+//!      |  does not hold (${input:id}, ${VAR}: references.rs, read through a Source)
+//!      v
+//! import_one -> McpServer <name>  (+ Secret <name>-credentials: a key per credential or reference)
+//! ```
 //!
 //! The rule that matters: no value that is, or may be, a secret is ever printed. Headers are
 //! always credentials (an McpServer only sends headers from Secrets); env values and args are
-//! when their name or shape says so or they name a `$VAR`. Each becomes a Secret key with an
-//! empty placeholder and a comment saying which key needs a value and where it came from.
+//! when their name or shape says so or they take a value from outside the file (`${input:id}`,
+//! `${env:VAR}`, `${VAR}`, `$VAR`: references.rs). Each becomes a Secret key with an empty
+//! placeholder and a comment saying which key needs a value and where it came from (an input's
+//! description, a variable's name; never its value or default).
 
+mod references;
+mod registry;
 mod secrets;
+mod vscode;
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Map, Value, json};
 
+use references::{Dialect, Source};
 pub use secrets::looks_secret;
 
 /// Flags of `mcp-operator import`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ImportArgs {
-    /// The JSON file with an `mcpServers` object (claude_desktop_config.json, .cursor/mcp.json).
+    /// The JSON file: an `mcpServers` object (claude_desktop_config.json, .cursor/mcp.json,
+    /// Claude Code's .mcp.json), VS Code's mcp.json (`servers`, `inputs`), or an MCP Registry
+    /// server.json (`packages`, `remotes`).
     pub file: std::path::PathBuf,
     /// Namespace of every manifest printed.
     #[arg(long, default_value = "default")]
@@ -49,12 +70,76 @@ pub enum ImportError {
     #[error("the file is not JSON: {0}")]
     NotJson(String),
     #[error(
-        "the file has no \"mcpServers\" object (a Claude Desktop / Cursor config names its servers there)"
+        "the file is none of the shapes import reads: an \"mcpServers\" object (Claude Desktop, \
+         Cursor, Claude Code's .mcp.json), a \"servers\" object (VS Code's mcp.json), or an MCP \
+         Registry server.json (\"packages\" or \"remotes\" lists)"
     )]
-    NoServers,
+    UnknownShape,
+    #[error(
+        "the file is a list of registry servers (the registry API's \"servers\" list); import \
+         one of them: its \"server\" object is a server.json"
+    )]
+    RegistryList,
 }
 
-const KNOWN_FIELDS: [&str; 7] = [
+/// The shapes of file `import` reads, told apart by their top-level fields.
+pub enum Shape<'a> {
+    /// `{"mcpServers": {name: entry}}`.
+    McpServers(&'a Map<String, Value>),
+    /// `{"servers": {name: entry}, "inputs": [..]}`, or a VS Code settings.json's `"mcp"`
+    /// object of the same.
+    VsCode(&'a Map<String, Value>),
+    /// A registry `server.json`, or the registry API's `{"server": {..}}` around one.
+    Registry(&'a Map<String, Value>),
+}
+
+impl<'a> Shape<'a> {
+    pub fn of(doc: &'a Value) -> Result<Self, ImportError> {
+        let top = doc.as_object().ok_or(ImportError::UnknownShape)?;
+        if top.get("mcpServers").is_some_and(Value::is_object) {
+            return Ok(Shape::McpServers(top));
+        }
+        if top.get("servers").is_some_and(Value::is_object) {
+            return Ok(Shape::VsCode(top));
+        }
+        // VS Code's settings.json held the same under "mcp" before mcp.json existed.
+        if let Some(Value::Object(mcp)) = top.get("mcp")
+            && mcp.get("servers").is_some_and(Value::is_object)
+        {
+            return Ok(Shape::VsCode(mcp));
+        }
+        let server = match top.get("server") {
+            Some(Value::Object(inner)) => inner,
+            _ => top,
+        };
+        if ["packages", "remotes"]
+            .iter()
+            .any(|f| server.get(*f).is_some_and(Value::is_array))
+        {
+            return Ok(Shape::Registry(server));
+        }
+        if let Some(Value::Array(items)) = top.get("servers")
+            && items.iter().any(|item| item.get("server").is_some())
+        {
+            return Err(ImportError::RegistryList);
+        }
+        Err(ImportError::UnknownShape)
+    }
+}
+
+/// One server to import, in the common form every shape is brought to: an `mcpServers`-style
+/// entry (`command`/`args`/`env` or `url`/`headers`/`type`).
+struct Candidate {
+    /// The key names are made from.
+    key: String,
+    /// Where in the file it came from (the comment above the McpServer).
+    from: String,
+    entry: Map<String, Value>,
+    /// The image, when the shape names it (a registry OCI package); else chosen by command.
+    image: Option<String>,
+}
+
+const KNOWN_FIELDS: [&str; 8] = [
     "command",
     "args",
     "env",
@@ -62,6 +147,7 @@ const KNOWN_FIELDS: [&str; 7] = [
     "headers",
     "type",
     "transport",
+    "envFile",
 ];
 
 /// Longest name printed: a stdio McpServer's Deployment and Service are named `<name>-mcp`,
@@ -119,7 +205,12 @@ pub fn names_for(keys: &[String], prefix: &str) -> BTreeMap<String, String> {
 
 /// The keys of a Secret being assembled: key → what to tell the person about it.
 #[derive(Default)]
-struct SecretKeys(BTreeMap<String, String>);
+struct SecretKeys {
+    keys: BTreeMap<String, String>,
+    /// A value that is one reference (`${input:pat}`) → its key: an input used twice in one
+    /// server is one key to fill, not two.
+    by_reference: BTreeMap<String, String>,
+}
 
 impl SecretKeys {
     /// Adds a key (made unique) and returns it.
@@ -127,11 +218,34 @@ impl SecretKeys {
         let base = secret_key(wanted);
         let mut key = base.clone();
         let mut n = 2;
-        while self.0.contains_key(&key) {
+        while self.keys.contains_key(&key) {
             key = format!("{base}-{n}");
             n += 1;
         }
-        self.0.insert(key.clone(), why);
+        self.keys.insert(key.clone(), why);
+        key
+    }
+
+    /// Like [`add`](Self::add), but a value that is exactly one reference gets the key an
+    /// earlier use of the same reference got.
+    fn add_for(&mut self, value: &str, source: &Source, wanted: &str, why: String) -> String {
+        let value = value.trim();
+        let one_reference = value.starts_with("${")
+            && value.ends_with('}')
+            && value.matches("${").count() == 1
+            && source.takes_from_outside(value);
+        if !one_reference {
+            return self.add(wanted, why);
+        }
+        if let Some(key) = self.by_reference.get(value) {
+            let said = self.keys.get_mut(key).expect("a key of this Secret");
+            // Where it comes from was said at the first use.
+            let usage = why.split(" (").next().unwrap_or(&why);
+            said.push_str(&format!("; also {usage}"));
+            return key.clone();
+        }
+        let key = self.add(wanted, why);
+        self.by_reference.insert(value.to_string(), key.clone());
         key
     }
 }
@@ -156,38 +270,71 @@ fn secret_ref(secret: &str, key: &str) -> Value {
     json!({"secretKeyRef": {"name": secret, "key": key}})
 }
 
-/// Maps a parsed `mcpServers` document to manifests.
+/// Maps a parsed document of any [`Shape`] to manifests.
 pub fn plan(doc: &Value, namespace: &str, prefix: &str) -> Result<Plan, ImportError> {
-    let Some(servers) = doc.get("mcpServers").and_then(Value::as_object) else {
-        return Err(ImportError::NoServers);
-    };
     let mut out = Plan::default();
-    if let Some(top) = doc.as_object() {
-        for key in top.keys().filter(|k| *k != "mcpServers") {
-            out.notes
-                .push(format!("top-level field {:?} is not imported", short(key)));
+    let (source, candidates) = match Shape::of(doc)? {
+        Shape::McpServers(top) => (
+            Source::new(Dialect::McpServers),
+            servers_object(top, "mcpServers", &["mcpServers"], &mut out),
+        ),
+        Shape::VsCode(top) => {
+            let source = vscode::source(top.get("inputs"), &mut out.notes);
+            let candidates = servers_object(top, "servers", &["servers", "inputs"], &mut out);
+            (source, candidates)
         }
-    }
-    let keys: Vec<String> = servers.keys().cloned().collect();
+        Shape::Registry(server) => registry::candidates(server, &mut out.notes),
+    };
+    let keys: Vec<String> = candidates.iter().map(|c| c.key.clone()).collect();
     let names = names_for(&keys, prefix);
-    for (key, entry) in servers {
-        let name = &names[key];
+    for candidate in &candidates {
+        import_one(
+            candidate,
+            &names[&candidate.key],
+            namespace,
+            &source,
+            &mut out,
+        );
+    }
+    Ok(out)
+}
+
+/// The entries of an object of servers (`mcpServers`, VS Code's `servers`), with a note for
+/// every top-level field that is not imported.
+fn servers_object(
+    top: &Map<String, Value>,
+    field: &str,
+    known: &[&str],
+    out: &mut Plan,
+) -> Vec<Candidate> {
+    for key in top.keys().filter(|k| !known.contains(&k.as_str())) {
+        out.notes
+            .push(format!("top-level field {:?} is not imported", short(key)));
+    }
+    let mut candidates = Vec::new();
+    for (key, entry) in top[field].as_object().into_iter().flatten() {
         let Some(entry) = entry.as_object() else {
             out.notes
                 .push(format!("server {:?}: not an object; skipped", short(key)));
             continue;
         };
-        import_one(key, name, entry, namespace, &mut out);
+        candidates.push(Candidate {
+            key: key.clone(),
+            from: format!("{field}.{}", short(key)),
+            entry: entry.clone(),
+            image: None,
+        });
     }
-    Ok(out)
+    candidates
 }
 
 fn short(text: &str) -> String {
     text.chars().take(80).collect()
 }
 
-fn import_one(key: &str, name: &str, entry: &Map<String, Value>, ns: &str, out: &mut Plan) {
-    let who = format!("server {:?} (McpServer {name})", short(key));
+fn import_one(candidate: &Candidate, name: &str, ns: &str, source: &Source, out: &mut Plan) {
+    let entry = &candidate.entry;
+    let who = format!("server {:?} (McpServer {name})", short(&candidate.key));
     for field in entry.keys() {
         if !KNOWN_FIELDS.contains(&field.as_str()) {
             out.notes
@@ -206,14 +353,26 @@ fn import_one(key: &str, name: &str, entry: &Map<String, Value>, ns: &str, out: 
             url,
             kind.as_deref(),
             entry,
-            &secret_name,
-            &who,
+            &Context {
+                secret: &secret_name,
+                who: &who,
+                source,
+            },
             &mut keys,
             out,
         ),
-        (None, Some(Value::String(command))) => {
-            stdio(command, entry, &secret_name, &who, &mut keys, out)
-        }
+        (None, Some(Value::String(command))) => stdio(
+            command,
+            candidate.image.as_deref(),
+            entry,
+            &Context {
+                secret: &secret_name,
+                who: &who,
+                source,
+            },
+            &mut keys,
+            out,
+        ),
         (Some(_), Some(_)) => {
             out.notes
                 .push(format!("{who}: has both url and command; skipped"));
@@ -228,7 +387,7 @@ fn import_one(key: &str, name: &str, entry: &Map<String, Value>, ns: &str, out: 
     };
     let Some(spec) = spec else { return };
     out.manifests.push(Manifest {
-        comment: vec![format!("From mcpServers.{}", short(key))],
+        comment: vec![format!("From {}", candidate.from)],
         body: json!({
             "apiVersion": "mcp-operator.dev/v1alpha1",
             "kind": "McpServer",
@@ -236,14 +395,14 @@ fn import_one(key: &str, name: &str, entry: &Map<String, Value>, ns: &str, out: 
             "spec": spec,
         }),
     });
-    if !keys.0.is_empty() {
+    if !keys.keys.is_empty() {
         let mut comment = vec![format!(
             "Fill in before applying (values were not copied from the file): Secret {secret_name}"
         )];
-        for (key, why) in &keys.0 {
+        for (key, why) in &keys.keys {
             comment.push(format!("  {key}: {why}"));
         }
-        let data: Map<String, Value> = keys.0.keys().map(|k| (k.clone(), json!(""))).collect();
+        let data: Map<String, Value> = keys.keys.keys().map(|k| (k.clone(), json!(""))).collect();
         out.manifests.push(Manifest {
             comment,
             body: json!({
@@ -256,21 +415,41 @@ fn import_one(key: &str, name: &str, entry: &Map<String, Value>, ns: &str, out: 
         });
         out.notes.push(format!(
             "{who}: Secret {secret_name} needs values for: {}",
-            keys.0.keys().cloned().collect::<Vec<_>>().join(", ")
+            keys.keys.keys().cloned().collect::<Vec<_>>().join(", ")
         ));
     }
+}
+
+/// What the translation of one entry needs to know besides the entry.
+struct Context<'a> {
+    /// The Secret `<name>-credentials` its keys go in.
+    secret: &'a str,
+    /// How notes name the server.
+    who: &'a str,
+    source: &'a Source,
 }
 
 fn remote(
     url: &str,
     kind: Option<&str>,
     entry: &Map<String, Value>,
-    secret: &str,
-    who: &str,
+    cx: &Context<'_>,
     keys: &mut SecretKeys,
     out: &mut Plan,
 ) -> Option<Value> {
-    let Ok(mut parsed) = url::Url::parse(url) else {
+    let (secret, who) = (cx.secret, cx.who);
+    let given = url;
+    let url = match cx.source.expand_url(given) {
+        Ok(url) => url,
+        Err(missing) => {
+            out.notes.push(format!(
+                "{who}: the url takes {missing} from outside the file; an McpServer's url is \
+                 written out, so put the URL itself in the file; skipped"
+            ));
+            return None;
+        }
+    };
+    let Ok(mut parsed) = url::Url::parse(&url) else {
         out.notes.push(format!("{who}: url is not a URL; skipped"));
         return None;
     };
@@ -321,6 +500,13 @@ fn remote(
             "streamable-http"
         }
     };
+    if url != given {
+        // Said after the credentials were taken out: a default may have carried some.
+        out.notes.push(format!(
+            "{who}: the url's variables were written out with the file's defaults (check it: {})",
+            short(parsed.as_str())
+        ));
+    }
     let mut spec = json!({"url": parsed.to_string()});
     if transport == "sse" {
         spec["transport"] = json!("sse");
@@ -336,19 +522,24 @@ fn remote(
                     .get(..7)
                     .filter(|p| p.eq_ignore_ascii_case("bearer "))
                     .map_or(value, |_| &value[7..]);
-                let source = var_name(bare.trim())
-                    .map(|v| format!("from ${v}"))
-                    .unwrap_or_else(|| "the file's value".into());
+                let source = cx.source.describe(bare.trim());
                 if header.eq_ignore_ascii_case("authorization")
                     && value.to_ascii_lowercase().starts_with("bearer ")
                 {
-                    let key = keys.add("token", format!("the bearer token of the Authorization header ({source}), without \"Bearer \""));
+                    let key = keys.add_for(
+                        bare,
+                        cx.source,
+                        "token",
+                        format!("the bearer token of the Authorization header ({source}), without \"Bearer \""),
+                    );
                     credentials.insert(
                         "bearerToken".into(),
                         json!({"secretKeyRef": {"name": secret, "key": key}}),
                     );
                 } else {
-                    let key = keys.add(
+                    let key = keys.add_for(
+                        value,
+                        cx.source,
                         &header.to_ascii_lowercase(),
                         format!("the {header} header ({source})"),
                     );
@@ -376,25 +567,6 @@ fn remote(
     Some(spec)
 }
 
-/// `$VAR` or `${VAR}` (the whole value), as desktop configs write environment references.
-pub fn var_name(value: &str) -> Option<&str> {
-    let name = value
-        .strip_prefix("${")
-        .and_then(|v| v.strip_suffix('}'))
-        .or_else(|| value.strip_prefix('$'))?;
-    (!name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
-        .then_some(name)
-}
-
-/// Whether a value mentions a `$VAR`/`${VAR}` anywhere (e.g. `Bearer ${TOKEN}`).
-fn mentions_var(value: &str) -> bool {
-    value.contains("${")
-        || value
-            .split('$')
-            .skip(1)
-            .any(|rest| rest.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_'))
-}
-
 /// The image a stdio command runs in: the runtime its launcher needs.
 fn image_for(command: &str) -> Option<&'static str> {
     let base = command.rsplit('/').next().unwrap_or(command);
@@ -409,12 +581,14 @@ fn image_for(command: &str) -> Option<&'static str> {
 
 fn stdio(
     command: &str,
+    image: Option<&str>,
     entry: &Map<String, Value>,
-    secret: &str,
-    who: &str,
+    cx: &Context<'_>,
     keys: &mut SecretKeys,
     out: &mut Plan,
 ) -> Option<Value> {
+    let (secret, who) = (cx.secret, cx.who);
+    let mut editor_variables = BTreeSet::new();
     let mut env = Vec::new();
     let mut args = Vec::new();
     if let Some(given) = entry.get("args") {
@@ -434,12 +608,19 @@ fn stdio(
                 Some((flag, value)) if flag.starts_with('-') => (Some(flag), value),
                 _ => (None, arg.as_str()),
             };
-            let secret_arg = looks_secret(flag.unwrap_or(""), value) || mentions_var(value);
+            let secret_arg =
+                looks_secret(flag.unwrap_or(""), value) || cx.source.takes_from_outside(value);
             if secret_arg {
                 let var = format!("MCP_IMPORT_ARG_{}", i + 1);
-                let key = keys.add(
+                let key = keys.add_for(
+                    value,
+                    cx.source,
                     &var.to_ascii_lowercase(),
-                    format!("argument {} of the command", i + 1),
+                    format!(
+                        "argument {} of the command ({})",
+                        i + 1,
+                        cx.source.describe(value)
+                    ),
                 );
                 env.push(json!({"name": var, "valueFrom": secret_ref(secret, &key)}));
                 args.push(match flag {
@@ -447,6 +628,7 @@ fn stdio(
                     None => format!("$({var})"),
                 });
             } else {
+                editor_variables.extend(cx.source.editor_variables(&arg).iter().map(|v| short(v)));
                 args.push(arg);
             }
         }
@@ -459,13 +641,14 @@ fn stdio(
                     Value::String(s) => s.clone(),
                     other => other.to_string(),
                 };
-                if looks_secret(name, &text) || mentions_var(&text) {
-                    let source = var_name(&text)
-                        .map(|v| format!("from ${v}"))
-                        .unwrap_or_else(|| "the file's value".into());
-                    let key = keys.add(name, format!("env {name} ({source})"));
+                if looks_secret(name, &text) || cx.source.takes_from_outside(&text) {
+                    let source = cx.source.describe(&text);
+                    let key =
+                        keys.add_for(&text, cx.source, name, format!("env {name} ({source})"));
                     env.push(json!({"name": name, "valueFrom": secret_ref(secret, &key)}));
                 } else {
+                    editor_variables
+                        .extend(cx.source.editor_variables(&text).iter().map(|v| short(v)));
                     env.push(json!({"name": name, "value": text}));
                 }
             }
@@ -474,7 +657,25 @@ fn stdio(
             .notes
             .push(format!("{who}: env is not an object; not imported")),
     }
-    let image = match image_for(command) {
+    if let Some(file) = entry.get("envFile") {
+        out.notes.push(format!(
+            "{who}: envFile {} is not read (it may hold credentials): add each variable it sets \
+             to spec.stdio.env, a credential as a key of Secret {secret}",
+            short(file.as_str().unwrap_or("(not a string)"))
+        ));
+    }
+    if !editor_variables.is_empty() {
+        out.notes.push(format!(
+            "{who}: {} is the editor's variable, which means nothing in a pod; the text was kept: \
+             replace it with the path or value the server should use in its container",
+            editor_variables
+                .iter()
+                .map(|v| format!("${{{v}}}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    let image = match image.or_else(|| image_for(command)) {
         Some(image) => image.to_string(),
         None => {
             out.notes.push(format!(

@@ -89,13 +89,15 @@ pub fn looks_secret(name: &str, value: &str) -> bool {
     random_looking(value)
 }
 
-/// Long, no separators a path, URL or sentence would have, letters and digits mixed: how
-/// generated tokens look.
+/// Long, no separators a path, URL or sentence would have, letters and digits mixed, or
+/// capitals and small letters mixed: how generated tokens look (a base62 token has no digit
+/// often enough that the second shape matters; a CamelCase word taken for one costs a key).
 fn random_looking(value: &str) -> bool {
+    let has = |f: fn(&char) -> bool| value.chars().any(|c| f(&c));
     value.len() >= 20
         && !value.contains(['/', ' ', ':', '.', '@'])
-        && value.chars().any(|c| c.is_ascii_digit())
-        && value.chars().any(|c| c.is_ascii_alphabetic())
+        && (has(char::is_ascii_digit) && has(char::is_ascii_alphabetic)
+            || has(char::is_ascii_uppercase) && has(char::is_ascii_lowercase))
 }
 
 #[cfg(test)]
@@ -112,6 +114,7 @@ mod tests {
             ("OPENAI", "sk-proj-abc"),
             ("DATABASE_URL", "postgres://app:s3cret@db:5432/app"),
             ("ANYTHING", "a8f5f167f44f4964e6c998dee827110c"),
+            ("ANYTHING", "AaaAAAaAaAAAAAAaaaaaaAaa"),
             ("apiKey", "abc"),
             ("--client-secret", "abc"),
             ("X-Auth", "abc"),

@@ -1,6 +1,6 @@
 //! The CRDs' schema and CEL rules, enforced by a real kube-apiserver: every rule refuses what it
-//! should, with a message that says why; the values at the edges and every manifest in
-//! `examples/` are accepted; the apiserver fills in the documented defaults; and the field
+//! should, with a message that says why; the values at the edges, every manifest in
+//! `examples/` and what `mcp-operator import` prints for tests/fixtures/import/ are accepted; the apiserver fills in the documented defaults; and the field
 //! descriptions `kubectl explain` shows are served.
 //!
 //! Refusals are dry runs (nothing is stored), sent both the way `kubectl create` sends them
@@ -1569,6 +1569,73 @@ async fn every_example_is_accepted_as_written() {
         "{applied} example objects from {} files accepted",
         paths.len()
     );
+}
+
+/// What `mcp-operator import` prints for each config in tests/fixtures/import/ (a VS Code
+/// mcp.json, a Claude Code .mcp.json, a registry server.json) applies as printed, Secrets with
+/// their empty keys included, and every McpServer is stored as written. (Named without the
+/// word "import", so that `cargo test --test it import` stays off the control plane.)
+#[tokio::test]
+async fn converted_configs_apply_as_printed() {
+    let (client, ns) = e2e::setup("converted").await;
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/import");
+    let mut paths: Vec<_> = std::fs::read_dir(&dir)
+        .expect("tests/fixtures/import/ exists")
+        .map(|e| e.expect("readable").path())
+        .collect();
+    paths.sort();
+    let mut servers = 0;
+    for path in &paths {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_mcp-operator"))
+            .args(["import", "--namespace", ns.name(), "--prefix"])
+            .arg(format!(
+                "{}-",
+                path.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .split(['.', '-'])
+                    .next()
+                    .unwrap()
+            ))
+            .arg(path)
+            .output()
+            .expect("mcp-operator runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8(out.stdout).expect("UTF-8");
+        for document in serde_saphyr::from_multiple::<Value>(&text).expect("YAML") {
+            let what = format!(
+                "{}: {} {}",
+                path.display(),
+                document["kind"],
+                document["metadata"]["name"]
+            );
+            let stored = e2e::write(
+                &client,
+                Write::ServerSideApply,
+                &document,
+                Some(ns.name()),
+                false,
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{what}: refused: {}", describe(&e)));
+            if document["apiVersion"] == API_VERSION {
+                let stored = serde_json::to_value(&stored).expect("JSON");
+                let mut differences = vec![];
+                contains(&stored["spec"], &document["spec"], "spec", &mut differences);
+                assert!(
+                    differences.is_empty(),
+                    "{what}: not stored as written: {differences:?}"
+                );
+                servers += 1;
+            }
+        }
+    }
+    // vscode-mcp.json 6, claude-code.mcp.json 5, registry-server.json 5.
+    assert_eq!(servers, 16);
 }
 
 #[tokio::test]

@@ -14,9 +14,11 @@
 //!             · kubelet SIGTERM and started again with its own command line
 //! ```
 //!
+//! Also: the operator's webhook replicas SIGKILLed again and again during a burst of labelled
+//! pod creations — every pod stored has its sidecar, the others are refused with the reason.
+//!
 //! Left: the Python SDK client in a pod (the node image has no Python; the loopback tests in
-//! `sidecar_restarts` run it), the webhook replicas killed during a burst of pod creations, and
-//! containerd restarted.
+//! `sidecar_restarts` run it), and containerd restarted.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -29,8 +31,8 @@ use serde_json::{Value, json};
 
 use crate::e2e;
 use crate::e2e_node::{
-    Node, ONE_RELEASE, TS_CLIENT, agent_pod, container_log, install_chart, kubectl, node,
-    node_image, operator_image, pod_finished, pod_ready, run,
+    Node, ONE_RELEASE, TS_CLIENT, agent_pod, container_log, container_pid, install_chart, kubectl,
+    node, node_image, operator_image, pod_finished, pod_ready, run, running_pods,
 };
 use crate::operator::eventually;
 use crate::sidecar_support::{http, json_of};
@@ -486,5 +488,193 @@ async fn an_agent_keeps_calling_through_sidecar_kills_an_oom_kill_and_a_kubelet_
     assert!(
         sidecar_log.contains("tools=2") || sidecar_log.contains("\"tools\":2"),
         "the restarted sidecar never offered the updated grants:\n{sidecar_log}"
+    );
+}
+
+/// The operator's webhook replicas (both serve admission) SIGKILLed one after the other, again
+/// and again, while 4 clients create 40 labelled pods: every pod the apiserver stores carries
+/// the operator's sidecar — failurePolicy Fail refuses the creations no replica answered, with
+/// the apiserver's reason — and once a replica is back a creation is admitted again. How many
+/// were admitted and refused, and for what, is printed.
+#[tokio::test]
+async fn webhook_replicas_killed_during_a_burst_never_let_a_pod_in_without_its_sidecar() {
+    let _one = ONE_RELEASE.lock().await;
+    let (client, ns) = e2e::setup("webhook-kills").await;
+    let kubeconfig = e2e::kubeconfig_path().await;
+    let cluster_dir = kubeconfig.parent().expect("the cluster dir").to_path_buf();
+    let node = node(&cluster_dir);
+    let scratch = tempfile::tempdir().expect("a temp dir");
+    let (repository, tag) = operator_image(&cluster_dir, scratch.path());
+    let image = format!("{repository}:{tag}");
+    let (_uninstall, _fullname) = install_chart(&ns, &repository, &tag, &kubeconfig);
+    for object in [
+        // Optional and unreachable: the pods need not run, only be admitted.
+        json!({
+            "apiVersion": "mcp-operator.dev/v1alpha1", "kind": "McpServer",
+            "metadata": {"name": "files", "namespace": ns.name()},
+            "spec": {"url": "http://files.example/mcp", "optional": true},
+        }),
+        json!({
+            "apiVersion": "mcp-operator.dev/v1alpha1", "kind": "AgentSpec",
+            "metadata": {"name": "bot", "namespace": ns.name()},
+            "spec": {"servers": [{"name": "files"}]},
+        }),
+    ] {
+        e2e::write(
+            &client,
+            e2e::Write::ServerSideApply,
+            &object,
+            Some(ns.name()),
+            false,
+        )
+        .await
+        .unwrap_or_else(|e| panic!("applying {object}: {}", e2e::describe(&e)));
+    }
+    let specs: Api<AgentSpec> = Api::namespaced(client.clone(), ns.name());
+    eventually(
+        Duration::from_secs(60),
+        "the AgentSpec's grants published",
+        || async {
+            specs
+                .get("bot")
+                .await
+                .map_err(|e| e.to_string())?
+                .status
+                .and_then(|s| s.grants_sequence)
+                .map(|_| ())
+                .ok_or_else(|| "not yet".to_string())
+        },
+    )
+    .await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
+    let replicas = format!("app.kubernetes.io/instance={}", ns.name());
+    let container = json!({"name": "agent", "image": image, "imagePullPolicy": "Never",
+                           "command": ["/mcp-operator", "--version"]});
+
+    // The killer: every 1.5 s, SIGKILL the container of one Ready replica (the kubelet
+    // restarts it, with its back-off), until the burst is over.
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let killer = {
+        let (done, pods, node) = (done.clone(), pods.clone(), node.clone());
+        let replicas = replicas.clone();
+        tokio::spawn(async move {
+            let mut kills = 0u32;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                if let Ok(ready) = running_pods(&pods, &replicas).await
+                    && let Some(victim) = ready.get(kills as usize % ready.len().max(1))
+                {
+                    let pid = container_pid(&node, victim);
+                    if Command::new("kill")
+                        .args(["-9", &pid.to_string()])
+                        .status()
+                        .is_ok()
+                    {
+                        kills += 1;
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(1500)).await;
+            }
+            kills
+        })
+    };
+    let started = Instant::now();
+    let mut creators = Vec::new();
+    for c in 0..4 {
+        let (pods, container) = (pods.clone(), container.clone());
+        creators.push(tokio::spawn(async move {
+            let mut results = Vec::new();
+            for i in 0..10 {
+                let name = format!("burst-{c}-{i}");
+                let pod = agent_pod(&name, Some("bot"), container.clone(), "Never");
+                results.push((name, pods.create(&PostParams::default(), &pod).await));
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+            results
+        }));
+    }
+    let mut admitted = 0;
+    let mut refused: std::collections::BTreeMap<String, u32> = Default::default();
+    for creator in creators {
+        for (name, result) in creator.await.expect("a creator") {
+            match result {
+                Ok(pod) => {
+                    admitted += 1;
+                    let has_sidecar = pod
+                        .spec
+                        .and_then(|s| s.init_containers)
+                        .unwrap_or_default()
+                        .iter()
+                        .any(|c| c.name == SIDECAR);
+                    assert!(has_sidecar, "the pod {name} was stored without its sidecar");
+                }
+                Err(e) => {
+                    let said = e2e::describe(&e);
+                    let class = if said.contains("failed calling webhook") {
+                        "no replica answered (failed calling webhook)"
+                    } else if said.contains("denied the request") {
+                        "refused by the webhook"
+                    } else {
+                        "other"
+                    };
+                    assert_ne!(class, "other", "the pod {name}: {said}");
+                    *refused.entry(class.to_string()).or_default() += 1;
+                }
+            }
+        }
+    }
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let kills = killer.await.expect("the killer");
+    let burst = started.elapsed();
+    // What the apiserver holds, read back: no labelled pod without the sidecar.
+    let stored = pods
+        .list(&kube::api::ListParams::default().labels(mcp_operator::inject::AGENT_LABEL))
+        .await
+        .expect("listing the pods");
+    for pod in &stored.items {
+        let spec = pod.spec.as_ref().expect("a spec");
+        assert!(
+            spec.init_containers
+                .iter()
+                .flatten()
+                .any(|c| c.name == SIDECAR),
+            "{:?} is stored without its sidecar",
+            pod.metadata.name
+        );
+    }
+    assert_eq!(
+        stored.items.len(),
+        admitted,
+        "every stored pod was one the apiserver admitted"
+    );
+    // Back: a replica Ready again admits (and injects) the next pod.
+    let recovered = Instant::now();
+    eventually(
+        Duration::from_secs(180),
+        "a pod admitted after the kills",
+        || async {
+            let pod = agent_pod("after", Some("bot"), container.clone(), "Never");
+            match pods.create(&PostParams::default(), &pod).await {
+                Ok(p) => {
+                    let injected = p
+                        .spec
+                        .and_then(|s| s.init_containers)
+                        .unwrap_or_default()
+                        .iter()
+                        .any(|c| c.name == SIDECAR);
+                    assert!(
+                        injected,
+                        "the pod after the kills was stored without its sidecar"
+                    );
+                    Ok(())
+                }
+                Err(e) => Err(e2e::describe(&e)),
+            }
+        },
+    )
+    .await;
+    eprintln!(
+        "fault figures: webhook replicas SIGKILLed {kills} times over a {:.1}s burst of 40 labelled pod creations: {admitted} admitted, each with its sidecar; refused: {refused:?}; the next creation was admitted {:.1}s after the burst",
+        burst.as_secs_f64(),
+        recovered.elapsed().as_secs_f64()
     );
 }

@@ -55,6 +55,7 @@ pub(crate) fn repo() -> &'static Path {
 }
 
 /// The node of the shared control plane (`CLUSTER_DIR/node/env`).
+#[derive(Clone)]
 pub(crate) struct Node {
     pub(crate) ip: String,
     pub(crate) containerd: String,
@@ -197,7 +198,7 @@ pub(crate) fn kubectl(cluster_dir: &Path) -> Command {
 }
 
 /// The host pid of a pod's first container, from the node's CRI.
-fn container_pid(node: &Node, pod: &Pod) -> u32 {
+pub(crate) fn container_pid(node: &Node, pod: &Pod) -> u32 {
     let id = pod
         .status
         .as_ref()
@@ -235,7 +236,7 @@ fn process_identity(pid: u32) -> (String, bool) {
     (uid, root_ro)
 }
 
-async fn running_pods(pods: &Api<Pod>, selector: &str) -> Result<Vec<Pod>, String> {
+pub(crate) async fn running_pods(pods: &Api<Pod>, selector: &str) -> Result<Vec<Pod>, String> {
     let list = pods
         .list(&ListParams::default().labels(selector))
         .await

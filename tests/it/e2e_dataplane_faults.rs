@@ -276,19 +276,14 @@ async fn an_agent_keeps_calling_through_sidecar_kills_an_oom_kill_and_a_kubelet_
     .await
     .unwrap_or_else(|e| panic!("applying the AgentSpec: {}", e2e::describe(&e)));
     let specs: Api<AgentSpec> = Api::namespaced(client.clone(), ns.name());
-    eventually(Duration::from_secs(60), "the AgentSpec Ready", || async {
-        let spec = specs.get("looper").await.map_err(|e| e.to_string())?;
-        let ready = spec.status.as_ref().is_some_and(|s| {
-            s.conditions
-                .iter()
-                .any(|c| c.type_ == "Ready" && c.status == "True")
-        });
-        if ready {
-            Ok(())
-        } else {
-            Err(format!("{:?}", spec.status))
-        }
-    })
+    e2e::wait_condition(
+        &specs,
+        "looper",
+        "Ready",
+        "True",
+        None,
+        Duration::from_secs(60),
+    )
     .await;
 
     // ~60 s of calls, one every 200 ms, each printed as it ends.

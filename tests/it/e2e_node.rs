@@ -940,24 +940,7 @@ async fn a_labelled_pod_gets_its_sidecar_and_calls_exactly_its_granted_tools() {
     .await
     .unwrap_or_else(|e| panic!("applying the AgentSpec: {}", e2e::describe(&e)));
     let specs: Api<AgentSpec> = Api::namespaced(client.clone(), ns.name());
-    eventually(SOON, "the AgentSpec Ready", || async {
-        let spec = specs.get(&agent).await.map_err(|e| e.to_string())?;
-        let ready = spec
-            .status
-            .as_ref()
-            .map(|s| {
-                s.conditions
-                    .iter()
-                    .any(|c| c.type_ == "Ready" && c.status == "True")
-            })
-            .unwrap_or(false);
-        if ready {
-            Ok(())
-        } else {
-            Err(format!("{:?}", spec.status))
-        }
-    })
-    .await;
+    e2e::wait_condition(&specs, &agent, "Ready", "True", None, SOON).await;
     let grants_name = grants_config_map_name(&agent);
     let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), ns.name());
     let grants: Value = serde_json::from_str(

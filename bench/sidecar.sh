@@ -18,6 +18,7 @@
 #   bash bench/sidecar.sh
 #   CALLS=20000 bash bench/sidecar.sh
 #   BENCH_BIN=/path/to/older/mcp-operator bash bench/sidecar.sh   # another build's sidecar
+#   BENCH_LOAD=target/release/deps/sidecar_load-<hash> bash bench/sidecar.sh
 set -euo pipefail
 CALLS=${CALLS:-5000}
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -30,10 +31,14 @@ if [[ ! -x $THV ]]; then
   echo "building ToolHive's thv $THV_VERSION from the Go module proxy (once, ~8 min)" >&2
   GOBIN="$(dirname "$THV")" go install "github.com/stacklok/toolhive/cmd/thv@$THV_VERSION"
 fi
-cargo build --release --quiet
-cargo bench --no-run --quiet --bench sidecar_load 2>/dev/null
+[ -n "${BENCH_BIN:-}" ] || cargo build --release --quiet
+# BENCH_LOAD: a load client built earlier (building it builds the binary once more with the
+# dev-dependencies' features, ~10 min here).
+if [ -z "${BENCH_LOAD:-}" ]; then
+  cargo bench --no-run --quiet --bench sidecar_load 2>/dev/null
+fi
 BIN=${BENCH_BIN:-${CARGO_TARGET_DIR:-$ROOT/target}/release/mcp-operator}
-LOAD=$(ls -t "${CARGO_TARGET_DIR:-$ROOT/target}"/release/deps/sidecar_load-* | grep -v '\.d$' | head -1)
+LOAD=${BENCH_LOAD:-$(ls -t "${CARGO_TARGET_DIR:-$ROOT/target}"/release/deps/sidecar_load-* | grep -v '\.d$' | head -1)}
 DIR=$(mktemp -d)
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$DIR"; }
@@ -137,15 +142,16 @@ for era in legacy modern; do
   done
 done
 # Sidecar only: a deferred server's tool through call_tool, and an approval-gated tool's
-# refusal (a modern agent that declared no elicitation), against the modern direct call.
+# refusal (a legacy session that declared no elicitation: refused with a tool error), against
+# the modern direct call.
 for c in 1 64; do
   read -r d50 d95 d99 dtp _ < <(row "$BASE/modern/mcp" modern alpha "$c")
   read -r s50 s95 s99 stp scpu < <(row "http://127.0.0.1:$PORT/mcp" modern "call_tool:deferred/alpha" "$c" "$SIDECAR")
-  read -r g50 g95 g99 gtp gcpu < <(row "http://127.0.0.1:$PORT/mcp" modern gated__alpha "$c" "$SIDECAR" refused)
+  read -r g50 g95 g99 gtp gcpu < <(row "http://127.0.0.1:$PORT/mcp" legacy gated__alpha "$c" "$SIDECAR" refused)
   line modern "$c" direct "$d50" "$d95" "$d99" "$dtp" -
   line modern "$c" call_tool "$s50" "$s95" "$s99" "$stp" "$scpu"
   line modern "$c" call_tool-added "$((s50 - d50))" "$((s95 - d95))" "$((s99 - d99))" "$((100 * stp / dtp))%" ""
-  line modern "$c" gated-refusal "$g50" "$g95" "$g99" "$gtp" "$gcpu"
+  line legacy "$c" gated-refusal "$g50" "$g95" "$g99" "$gtp" "$gcpu"
   SUMMARY+=("$(printf '| call_tool (deferred), %s | %s µs | %s µs | – | %s µs | – | %s %% | – |' "$c" "$d50" "$((s50 - d50))" "$scpu" "$((100 * stp / dtp))")")
   SUMMARY+=("$(printf '| approval refusal, %s | – | %s µs (whole call) | – | %s µs | – | %s calls/s | – |' "$c" "$g50" "$gcpu" "$gtp")")
 done

@@ -1,18 +1,24 @@
 #!/usr/bin/env bash
-# Benchmark: the sidecar's added per-call latency, side by side with the peer data plane,
+# Benchmark: the sidecar's added per-call latency and CPU, side by side with the peer data plane,
 # ToolHive's vMCP (`thv vmcp serve`, v0.45.0, built from the Go module proxy into the cache).
 # One upstream (the hostile fixture's `ok` legacy mode and its `modern` mode, stdlib asyncio,
 # answering tools/call at once), called directly, through a release `mcp-operator sidecar` and
 # through vMCP (static backends, anonymous, prefix naming like ours, a tool filter of the granted
-# tools), in both eras, by one agent
-# with 1 and with 64 concurrent tasks (bench/sidecar_load.rs: reqwest, TCP_NODELAY, keep-alive).
-# Prints p50/p95/p99 latency and throughput per row, the latency each adds over the direct call,
-# and both proxies' RSS idle and after the load. Asserts nothing about time.
+# tools), in both eras, by one agent with 1 and with 64 concurrent tasks (bench/sidecar_load.rs:
+# reqwest, TCP_NODELAY, keep-alive). Two more rows, sidecar only (vMCP has neither): a deferred
+# server's tool called through discovery's `call_tool`, and an approval-gated tool called by an
+# agent that cannot be asked (refused before anything is sent).
+# Prints p50/p95/p99 latency and throughput per row; each proxy's CPU time per call, from
+# /proc/<pid>/stat (utime+stime over the row, divided by the calls of the row, warm-up included);
+# the latency each adds over the direct call and its throughput against direct; then both
+# proxies' RSS idle and after the load. Asserts nothing about time.
 # Not quite the same job: the sidecar checks every call against the agent's grants and the
-# granted definition digest; vMCP's filter only hides tools from tools/list (a hidden tool stays
-# callable).
+# granted definition digest, and audits it; vMCP's filter only hides tools from tools/list (a
+# hidden tool stays callable).
 #   bash bench/sidecar.sh
 #   CALLS=20000 bash bench/sidecar.sh
+#   BENCH_BIN=/path/to/older/mcp-operator bash bench/sidecar.sh   # another build's sidecar
+#   BENCH_LOAD=target/release/deps/sidecar_load-<hash> bash bench/sidecar.sh
 set -euo pipefail
 CALLS=${CALLS:-5000}
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -25,10 +31,14 @@ if [[ ! -x $THV ]]; then
   echo "building ToolHive's thv $THV_VERSION from the Go module proxy (once, ~8 min)" >&2
   GOBIN="$(dirname "$THV")" go install "github.com/stacklok/toolhive/cmd/thv@$THV_VERSION"
 fi
-cargo build --release --quiet
-cargo bench --no-run --quiet --bench sidecar_load 2>/dev/null
-BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/mcp-operator
-LOAD=$(ls -t "${CARGO_TARGET_DIR:-$ROOT/target}"/release/deps/sidecar_load-* | grep -v '\.d$' | head -1)
+[ -n "${BENCH_BIN:-}" ] || cargo build --release --quiet
+# BENCH_LOAD: a load client built earlier (building it builds the binary once more with the
+# dev-dependencies' features, ~10 min here).
+if [ -z "${BENCH_LOAD:-}" ]; then
+  cargo bench --no-run --quiet --bench sidecar_load 2>/dev/null
+fi
+BIN=${BENCH_BIN:-${CARGO_TARGET_DIR:-$ROOT/target}/release/mcp-operator}
+LOAD=${BENCH_LOAD:-$(ls -t "${CARGO_TARGET_DIR:-$ROOT/target}"/release/deps/sidecar_load-* | grep -v '\.d$' | head -1)}
 DIR=$(mktemp -d)
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$DIR"; }
@@ -47,19 +57,24 @@ python3 - "$DIR" "$BASE" <<'PY'
 import json, sys
 d, base = sys.argv[1], sys.argv[2]
 servers = []
-for name, mode in (("legacy", "ok"), ("modern", "modern")):
-    probe = json.load(open(f"{d}/{name}.json"))
+# legacy, modern: plain; deferred: the modern upstream behind discovery; gated: the modern
+# upstream with every tool approval-gated.
+for name, mode, probed in (("legacy", "ok", "legacy"), ("modern", "modern", "modern"),
+                           ("deferred", "modern", "modern"), ("gated", "modern", "modern")):
+    probe = json.load(open(f"{d}/{probed}.json"))
     tools = sorted(({"qualifiedName": f"{name}__{t['name']}", "name": t["name"], "access": t["access"],
-                     "idempotent": t["idempotent"], "requiresApproval": False, "definitionDigest": t["definitionDigest"]}
+                     "idempotent": t["idempotent"], "requiresApproval": name == "gated",
+                     "definitionDigest": t["definitionDigest"]}
                     for t in probe["catalog"]["tools"]), key=lambda t: t["qualifiedName"])
-    servers.append({"name": name, "prefix": name, "optional": False, "available": True, "deferred": False,
+    servers.append({"name": name, "prefix": name, "optional": False, "available": True,
+                    "deferred": name == "deferred",
                     "endpoint": {"url": f"{base}/{mode}/mcp", "transport": "streamable-http", "era": probe["era"],
                                  "connectTimeoutMs": 5000, "callTimeoutMs": 30000, "retry": 0},
                     "tools": tools})
 json.dump({"schemaVersion": "mcp-operator.dev/grants/v1", "servers": servers}, open(f"{d}/grants/grants.json", "w"))
 # vMCP's tool filter: the same granted tools, per backend.
 with open(f"{d}/vmcp-tools.yaml", "w") as f:
-    for s in servers:
+    for s in servers[:2]:
         f.write("    - {workload: %s, filter: %s}\n" % (s["name"], json.dumps([t["name"] for t in s["tools"]])))
 PY
 PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
@@ -95,23 +110,54 @@ rss() { awk '/VmRSS/{printf "%.1f MB", $2/1024}' "/proc/$1/status"; }
 IDLE_RSS=$(rss $SIDECAR)
 IDLE_VMCP_RSS=$(rss $VMCP)
 
-row() { # era path tool concurrency
-  "$LOAD" "$1" "$2" "$3" "$4" "$CALLS" |
-    python3 -c 'import json,sys; r=json.load(sys.stdin); print("%.0f %.0f %.0f %.0f" % (r["p50_us"], r["p95_us"], r["p99_us"], r["calls_per_s"]))'
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+TICK_US=$((1000000 / $(getconf CLK_TCK)))
+# row URL ERA TOOL CONCURRENCY [PID [EXPECT]]: "p50 p95 p99 calls/s cpu_us_per_call" (cpu: - without PID)
+row() {
+  local before after out
+  before=$([ -n "${5:-}" ] && cpu_ticks "$5" || echo 0)
+  out=$("$LOAD" "$1" "$2" "$3" "$4" "$CALLS" "${6:-ok}")
+  after=$([ -n "${5:-}" ] && cpu_ticks "$5" || echo 0)
+  python3 -c 'import json,sys
+r = json.loads(sys.argv[1]); cpu = int(sys.argv[2]) * int(sys.argv[3]) / r["calls_made"]
+print("%.0f %.0f %.0f %.0f %s" % (r["p50_us"], r["p95_us"], r["p99_us"], r["calls_per_s"], "%.0f" % cpu if sys.argv[4] else "-"))' \
+    "$out" "$((after - before))" "$TICK_US" "${5:-}"
 }
-printf '%-7s %-4s %-13s %8s %8s %8s %9s\n' era conc path p50_us p95_us p99_us calls/s
+printf '%-7s %-4s %-13s %8s %8s %8s %9s %11s\n' era conc path p50_us p95_us p99_us calls/s cpu_us/call
+line() { printf '%-7s %-4s %-13s %8s %8s %8s %9s %11s\n' "$@"; }
+SUMMARY=()
 for era in legacy modern; do
   mode=$([ "$era" = legacy ] && echo ok || echo modern)
   for c in 1 64; do
-    read -r d50 d95 d99 dtp < <(row "$BASE/$mode/mcp" "$era" alpha "$c")
-    read -r s50 s95 s99 stp < <(row "http://127.0.0.1:$PORT/mcp" "$era" "${era}__alpha" "$c")
-    read -r v50 v95 v99 vtp < <(row "http://127.0.0.1:$VPORT/mcp" "$era" "${era}__alpha" "$c")
-    printf '%-7s %-4s %-13s %8s %8s %8s %9s\n' "$era" "$c" direct "$d50" "$d95" "$d99" "$dtp"
-    printf '%-7s %-4s %-13s %8s %8s %8s %9s\n' "$era" "$c" sidecar "$s50" "$s95" "$s99" "$stp"
-    printf '%-7s %-4s %-13s %8s %8s %8s %9s\n' "$era" "$c" vmcp "$v50" "$v95" "$v99" "$vtp"
-    printf '%-7s %-4s %-13s %8s %8s %8s %8s%%\n' "$era" "$c" sidecar-added "$((s50 - d50))" "$((s95 - d95))" "$((s99 - d99))" "$((100 * stp / dtp))"
-    printf '%-7s %-4s %-13s %8s %8s %8s %8s%%\n' "$era" "$c" vmcp-added "$((v50 - d50))" "$((v95 - d95))" "$((v99 - d99))" "$((100 * vtp / dtp))"
+    read -r d50 d95 d99 dtp _ < <(row "$BASE/$mode/mcp" "$era" alpha "$c")
+    read -r s50 s95 s99 stp scpu < <(row "http://127.0.0.1:$PORT/mcp" "$era" "${era}__alpha" "$c" "$SIDECAR")
+    read -r v50 v95 v99 vtp vcpu < <(row "http://127.0.0.1:$VPORT/mcp" "$era" "${era}__alpha" "$c" "$VMCP")
+    line "$era" "$c" direct "$d50" "$d95" "$d99" "$dtp" -
+    line "$era" "$c" sidecar "$s50" "$s95" "$s99" "$stp" "$scpu"
+    line "$era" "$c" vmcp "$v50" "$v95" "$v99" "$vtp" "$vcpu"
+    line "$era" "$c" sidecar-added "$((s50 - d50))" "$((s95 - d95))" "$((s99 - d99))" "$((100 * stp / dtp))%" ""
+    line "$era" "$c" vmcp-added "$((v50 - d50))" "$((v95 - d95))" "$((v99 - d99))" "$((100 * vtp / dtp))%" ""
+    SUMMARY+=("$(printf '| %s, %s | %s µs | %s µs | %s µs | %s µs | %s µs | %s %% | %s %% |' "$era" "$c" "$d50" \
+      "$((s50 - d50))" "$((v50 - d50))" "$scpu" "$vcpu" "$((100 * stp / dtp))" "$((100 * vtp / dtp))")")
   done
 done
+# Sidecar only: a deferred server's tool through call_tool, and an approval-gated tool's
+# refusal (a legacy session that declared no elicitation: refused with a tool error), against
+# the modern direct call.
+for c in 1 64; do
+  read -r d50 d95 d99 dtp _ < <(row "$BASE/modern/mcp" modern alpha "$c")
+  read -r s50 s95 s99 stp scpu < <(row "http://127.0.0.1:$PORT/mcp" modern "call_tool:deferred/alpha" "$c" "$SIDECAR")
+  read -r g50 g95 g99 gtp gcpu < <(row "http://127.0.0.1:$PORT/mcp" legacy gated__alpha "$c" "$SIDECAR" refused)
+  line modern "$c" direct "$d50" "$d95" "$d99" "$dtp" -
+  line modern "$c" call_tool "$s50" "$s95" "$s99" "$stp" "$scpu"
+  line modern "$c" call_tool-added "$((s50 - d50))" "$((s95 - d95))" "$((s99 - d99))" "$((100 * stp / dtp))%" ""
+  line legacy "$c" gated-refusal "$g50" "$g95" "$g99" "$gtp" "$gcpu"
+  SUMMARY+=("$(printf '| call_tool (deferred), %s | %s µs | %s µs | – | %s µs | – | %s %% | – |' "$c" "$d50" "$((s50 - d50))" "$scpu" "$((100 * stp / dtp))")")
+  SUMMARY+=("$(printf '| approval refusal, %s | – | %s µs (whole call) | – | %s µs | – | %s calls/s | – |' "$c" "$g50" "$gcpu" "$gtp")")
+done
+echo
+echo "| era, clients | direct p50 | sidecar added p50 | vMCP added p50 | sidecar CPU/call | vMCP CPU/call | sidecar tput vs direct | vMCP tput vs direct |"
+echo "|---|---|---|---|---|---|---|---|"
+printf '%s\n' "${SUMMARY[@]}"
 echo "sidecar RSS: idle $IDLE_RSS, after load $(rss $SIDECAR)"
 echo "vMCP $THV_VERSION RSS: idle $IDLE_VMCP_RSS, after load $(rss $VMCP)"

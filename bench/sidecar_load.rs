@@ -1,14 +1,21 @@
 //! The load client of `bench/sidecar.sh`: one MCP agent (legacy session or modern stateless)
 //! calling one tool as fast as it can from C concurrent tasks over TCP_NODELAY connections,
-//! printing one JSON line of latency percentiles and throughput. Measures; asserts nothing.
+//! printing one JSON line of latency percentiles, throughput and how many calls it made (the
+//! warm-up included, for CPU per call). Measures; asserts nothing about time.
 //!
-//!   sidecar_load URL legacy|modern TOOL CONCURRENCY CALLS
+//!   sidecar_load URL legacy|modern TOOL CONCURRENCY CALLS [ok|refused]
+//!
+//! TOOL `call_tool:SERVER/NAME` calls NAME on a deferred SERVER through the discovery tool
+//! `call_tool`; `refused` expects every answer to be a refusal (an approval-gated tool called
+//! by an agent that cannot be asked).
 
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
 const MODERN: &str = "2026-07-28";
+/// Calls made one at a time before the measured ones.
+const WARM_UP: u64 = 200;
 
 #[derive(Clone)]
 struct Agent {
@@ -17,6 +24,9 @@ struct Agent {
     modern: bool,
     session: Option<String>,
     tool: String,
+    /// Through discovery: (server, tool on it).
+    via_call_tool: Option<(String, String)>,
+    expect_refused: bool,
 }
 
 impl Agent {
@@ -55,7 +65,11 @@ impl Agent {
     }
 
     async fn call(&self, id: u64) {
-        let mut params = json!({"name": self.tool, "arguments": {"x": "bench"}});
+        let mut params = match &self.via_call_tool {
+            None => json!({"name": self.tool, "arguments": {"x": "bench"}}),
+            Some((server, tool)) => json!({"name": "call_tool", "arguments": {
+                "server": server, "tool": tool, "arguments": {"x": "bench"}}}),
+        };
         if self.modern {
             params["_meta"] = json!({
                 "io.modelcontextprotocol/protocolVersion": MODERN,
@@ -64,13 +78,17 @@ impl Agent {
             });
         }
         let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params});
-        let (_, bytes) = self
-            .post(body, "tools/call", Some(&self.tool.clone()))
-            .await;
+        let name = match &self.via_call_tool {
+            None => self.tool.clone(),
+            Some(_) => "call_tool".to_string(),
+        };
+        let (_, bytes) = self.post(body, "tools/call", Some(&name)).await;
         let text = String::from_utf8_lossy(&bytes);
+        // A refusal is a tool error, or (a modern agent that cannot be asked) JSON-RPC -32021.
+        let refused = text.contains("\"isError\":true") || text.contains("\"code\":-32021");
         assert!(
-            text.contains("\"result\"") && !text.contains("\"isError\":true"),
-            "the call failed: {text}"
+            (text.contains("\"result\"") || refused) && refused == self.expect_refused,
+            "the call did not end as expected: {text}"
         );
     }
 }
@@ -102,12 +120,18 @@ async fn main() {
         .pool_max_idle_per_host(concurrency * 2)
         .build()
         .unwrap();
+    let via_call_tool = tool
+        .strip_prefix("call_tool:")
+        .and_then(|t| t.split_once('/'))
+        .map(|(s, t)| (s.to_string(), t.to_string()));
     let mut agent = Agent {
         http,
         url: url.clone(),
         modern: era == "modern",
         session: None,
         tool: tool.clone(),
+        via_call_tool,
+        expect_refused: args.get(5).is_some_and(|e| e == "refused"),
     };
     if !agent.modern {
         let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
@@ -125,7 +149,7 @@ async fn main() {
             )
             .await;
     }
-    for i in 0..200 {
+    for i in 0..WARM_UP {
         agent.call(i).await;
     }
     let per_task = calls / concurrency;
@@ -154,6 +178,7 @@ async fn main() {
         json!({
             "p50_us": percentile(&all, 0.50), "p95_us": percentile(&all, 0.95), "p99_us": percentile(&all, 0.99),
             "calls_per_s": all.len() as f64 / elapsed.as_secs_f64(), "calls": all.len(),
+            "calls_made": all.len() as u64 + WARM_UP,
         })
     );
 }

@@ -89,7 +89,10 @@ fn main() -> ExitCode {
         }
         Command::Sidecar(args) => {
             init_logging(cli.log_format);
-            let runtime = tokio::runtime::Builder::new_multi_thread()
+            // One thread: the sidecar serves one agent, and a call's steps (agent connection,
+            // pipeline, upstream connection) handing work between worker threads cost more CPU
+            // in wake-ups than the call itself (issue 24's profile).
+            let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
                 .expect("a tokio runtime starts");
@@ -121,8 +124,11 @@ fn main() -> ExitCode {
 fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Colours only for a person at a terminal: a log file or a container's log gets plain text
+    // (and every audit line is cheaper to write).
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Json => builder.json().init(),

@@ -12,6 +12,11 @@
 //!
 //! Over Streamable HTTP calls run concurrently (each is its own POST on a shared connection
 //! pool). The old HTTP+SSE transport has one stream per connection, so calls on it take turns.
+//!
+//! Per call, only what the call itself needs is built: the connection's headers are made once
+//! at open. With a response budget, each call's answer is charged to an allowance of its own,
+//! held until the answer has gone on: a JSON answer's result as the server's bytes
+//! ([`super::pass_through`], held once), any other answer as bytes plus its parsed copies.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -20,13 +25,17 @@ use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use serde_json::{Map, Value};
 use tokio::sync::{Mutex, mpsc};
 
+use std::sync::Arc;
+
+use super::budget::{Allowance, ResponseBudget};
 use super::connection::{ServerConnection, TransportKind};
 use super::endpoint;
 use super::error::McpError;
 use super::http::{Http, content_type};
 use super::http_sse::HttpSse;
+use super::pass_through::RawResult;
 use super::rpc::{self, Incoming, RpcReply};
-use super::session::{Era, MODERN_VERSION, Session, Wire, modern_meta};
+use super::session::{Era, MODERN_VERSION, Session, Wire, modern_meta_fields};
 use super::sse::{SseMessage, SseReader};
 use super::streamable_http::SESSION_HEADER;
 
@@ -35,6 +44,9 @@ use super::streamable_http::SESSION_HEADER;
 pub enum CallAnswer {
     /// The result object, exactly as the server sent it.
     Result(Map<String, Value>),
+    /// The result object of a JSON answer, as the server's bytes (and what they hold of the
+    /// response budget).
+    Passed(RawResult),
     /// A JSON-RPC error: its code and structured data (never the server's free text).
     Error { code: i64, data: Option<Value> },
 }
@@ -63,6 +75,10 @@ pub struct ToolSession {
     pub era: Era,
     pub protocol_version: String,
     next_id: AtomicU64,
+    /// Every call's headers but its name (version, method, session, content types).
+    call_headers: HeaderMap,
+    /// The bound on answer bytes held at once, shared by every call of the process.
+    budget: Option<ResponseBudget>,
 }
 
 enum CallWire {
@@ -118,12 +134,33 @@ impl ToolSession {
             },
             Wire::Sse(wire) => CallWire::Sse(Mutex::new(wire)),
         };
-        Ok(ToolSession {
+        let mut session = ToolSession {
             wire,
             era,
             protocol_version,
             next_id: AtomicU64::new(100),
-        })
+            call_headers: HeaderMap::new(),
+            budget: conn.budget.clone(),
+        };
+        let mut headers = session.headers("tools/call", None);
+        headers.insert(
+            ACCEPT,
+            HeaderValue::from_static("application/json, text/event-stream"),
+        );
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        if let CallWire::Streamable {
+            http,
+            session_id: Some(id),
+        } = &session.wire
+        {
+            headers.insert(SESSION_HEADER, id.clone());
+            // The handshake's bytes are read: the connection holds nothing of the budget.
+            http.allowance().release();
+        } else if let CallWire::Streamable { http, .. } = &session.wire {
+            http.allowance().release();
+        }
+        session.call_headers = headers;
+        Ok(session)
     }
 
     /// A fresh request id for [`Self::call`] (so the caller can cancel it by id).
@@ -140,25 +177,27 @@ impl ToolSession {
         mut params: Map<String, Value>,
         notifications: Option<&mpsc::UnboundedSender<Value>>,
     ) -> Result<CallAnswer, CallFailure> {
-        let tool_name = params
-            .get("name")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string();
+        let mut headers = self.call_headers.clone();
         if self.era == Era::Modern {
+            if let Some(v) = params
+                .get("name")
+                .and_then(Value::as_str)
+                .and_then(|n| HeaderValue::from_str(n).ok())
+            {
+                headers.insert(HeaderName::from_static("mcp-name"), v);
+            }
             let mut meta = match params.remove("_meta") {
                 Some(Value::Object(m)) => m,
                 _ => Map::new(),
             };
-            if let Value::Object(ours) = modern_meta() {
-                meta.extend(ours);
+            for (k, v) in modern_meta_fields() {
+                meta.insert(k.clone(), v.clone());
             }
             params.insert("_meta".into(), Value::Object(meta));
         }
         let body = rpc::request(id, "tools/call", params);
         match &self.wire {
             CallWire::Streamable { http, session_id } => {
-                let headers = self.headers("tools/call", Some(&tool_name));
                 self.call_streamable(http, session_id.as_ref(), &body, id, headers, notifications)
                     .await
             }
@@ -247,15 +286,16 @@ impl ToolSession {
         headers: HeaderMap,
         notifications: Option<&mpsc::UnboundedSender<Value>>,
     ) -> Result<CallAnswer, CallFailure> {
-        let mut request = http
+        let request = http
             .post(&http.endpoint.url)
-            .header(ACCEPT, "application/json, text/event-stream")
-            .header(CONTENT_TYPE, "application/json")
             .headers(headers)
             .body(serde_json::to_vec(body).expect("a JSON value serialises"));
-        if let Some(session) = session_id {
-            request = request.header(SESSION_HEADER, session.clone());
-        }
+        // This call's share of the response budget (the connection's is for its handshake).
+        let allowance = Arc::new(
+            self.budget
+                .as_ref()
+                .map_or_else(Allowance::unlimited, ResponseBudget::allowance),
+        );
         let response = http
             .send(request, "call the tool")
             .await
@@ -296,19 +336,35 @@ impl ToolSession {
         }
         if content_type(&response).starts_with("text/event-stream") {
             let headers = self.headers("", None);
-            return read_call_stream(http, response, id, notifications, |request_id| {
-                self.refuse_server_request(http, session_id, &headers, request_id)
-            })
+            return read_call_stream(
+                http,
+                response,
+                id,
+                &allowance,
+                notifications,
+                |request_id| self.refuse_server_request(http, session_id, &headers, request_id),
+            )
             .await;
         }
-        let body = http.read_body(response).await.map_err(after_sending)?;
+        let body = http
+            .read_body_charged(response, &allowance)
+            .await
+            .map_err(after_sending)?;
+        if let Some(raw) = RawResult::of_answer(body.clone(), id) {
+            return Ok(CallAnswer::Passed(raw.holding(allowance)));
+        }
+        // The general path parses the answer: its copies are charged too (the bytes, the
+        // values, the agent's response), and held until this call's answer is dropped.
+        charge_copies(&allowance, body.len())
+            .await
+            .map_err(after_sending)?;
         let value: Value = serde_json::from_slice(&body).map_err(|_| {
             after_sending(McpError::ProtocolError(
                 "the answer to the call is not JSON".into(),
             ))
         })?;
         match rpc::classify(&value, id) {
-            Incoming::Reply(reply) => Ok(answer_of(reply)),
+            Incoming::Reply(reply) => Ok(held_answer(reply, &allowance)),
             Incoming::Other => Err(after_sending(McpError::ProtocolError(
                 "the answer does not answer the call".into(),
             ))),
@@ -360,6 +416,7 @@ async fn read_call_stream(
     http: &Http,
     mut response: reqwest::Response,
     id: u64,
+    allowance: &Arc<Allowance>,
     notifications: Option<&mpsc::UnboundedSender<Value>>,
     refuse: impl Fn(Value),
 ) -> Result<CallAnswer, CallFailure> {
@@ -374,7 +431,10 @@ async fn read_call_stream(
                 "the server closed the call's stream without answering".into(),
             )));
         };
-        http.charge(chunk.len()).await.map_err(after_sending)?;
+        allowance
+            .take(chunk.len() as u64)
+            .await
+            .map_err(after_sending)?;
         for message in reader.feed(&chunk).map_err(after_sending)? {
             let value = match message {
                 SseMessage::Json(value) => value,
@@ -386,7 +446,14 @@ async fn read_call_stream(
                 SseMessage::Empty | SseMessage::Endpoint(_) | SseMessage::Other => continue,
             };
             match rpc::classify(&value, id) {
-                Incoming::Reply(reply) => return Ok(answer_of(reply)),
+                Incoming::Reply(reply) => {
+                    // The event's bytes were charged as they came; its values and the agent's
+                    // copy of them are what this answer holds beyond them.
+                    charge_copies(allowance, allowance.held() as usize)
+                        .await
+                        .map_err(after_sending)?;
+                    return Ok(held_answer(reply, allowance));
+                }
                 Incoming::Other => {
                     let has_method = value.get("method").is_some();
                     match value.get("id") {
@@ -412,6 +479,22 @@ async fn read_call_stream(
 fn answer_of(reply: RpcReply) -> CallAnswer {
     match reply {
         RpcReply::Result(result) => CallAnswer::Result(result),
+        RpcReply::Error { code, data } => CallAnswer::Error { code, data },
+    }
+}
+
+/// Charges the two copies a parsed answer of `bytes` has beyond its bytes (the values, and the
+/// agent's response written from them).
+async fn charge_copies(allowance: &Allowance, bytes: usize) -> Result<(), McpError> {
+    allowance.take(2 * bytes as u64).await
+}
+
+/// A parsed answer whose result goes on as bytes, holding what `allowance` took for it.
+fn held_answer(reply: RpcReply, allowance: &Arc<Allowance>) -> CallAnswer {
+    match reply {
+        RpcReply::Result(result) => {
+            CallAnswer::Passed(RawResult::of_map(&result).holding(Arc::clone(allowance)))
+        }
         RpcReply::Error { code, data } => CallAnswer::Error { code, data },
     }
 }

@@ -58,8 +58,9 @@ pub enum McpError {
     /// A response exceeded `maxResponseBytes`.
     #[error("a response exceeded the limit of {limit} bytes{}; raise spec.discovery.maxResponseBytes if the server is trusted", pages_note(*pages_read))]
     ResponseTooLarge { limit: u64, pages_read: u32 },
-    /// One read's responses would hold more than the controller's whole response budget.
-    #[error("the responses of one read of this server need more than the controller's whole response budget of {budget} bytes{}; lower spec.discovery.maxResponseBytes or maxToolPages, or raise the controller's --response-budget", pages_note(*pages_read))]
+    /// One read's responses (or one call's answer) would hold more than the whole response
+    /// budget of the controller or the sidecar.
+    #[error("the responses of one read of this server need more than the whole response budget of {budget} bytes{}; lower spec.discovery.maxResponseBytes or maxToolPages, or raise --response-budget (of the controller, or of the sidecar for calls)", pages_note(*pages_read))]
     OverResponseBudget { budget: u64, pages_read: u32 },
     /// The response budget was full with other servers' responses, all waiting for more: this
     /// read gave its share back so the others could finish. Tried again shortly.

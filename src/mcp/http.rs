@@ -41,6 +41,8 @@ impl Http {
         let mut builder = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .no_proxy()
+            // Calls are small writes on kept-alive connections: no Nagle delay on them.
+            .tcp_nodelay(true)
             .user_agent(concat!("mcp-operator/", env!("CARGO_PKG_VERSION")));
         if let Some(_domain) = endpoint.url.domain() {
             builder = builder.resolve_to_addrs(&endpoint.host, &endpoint.addrs);
@@ -120,7 +122,17 @@ impl Http {
     /// Reads a whole body, refusing it once it passes the cap (checked as it streams, so a giant
     /// body never sits in memory). A body of announced length is charged to the budget whole
     /// before it is read (and buffered without regrowing); any other as each chunk arrives.
-    pub async fn read_body(&self, mut response: Response) -> Result<Bytes, McpError> {
+    pub async fn read_body(&self, response: Response) -> Result<Bytes, McpError> {
+        self.read_body_charged(response, &self.allowance).await
+    }
+
+    /// [`Http::read_body`], charged to `allowance` (one call's own) instead of the
+    /// connection's.
+    pub async fn read_body_charged(
+        &self,
+        mut response: Response,
+        allowance: &Allowance,
+    ) -> Result<Bytes, McpError> {
         let limit = self.max_response_bytes;
         let announced = response.content_length();
         if announced.is_some_and(|n| n > limit) {
@@ -131,7 +143,7 @@ impl Http {
         }
         let mut body = Vec::new();
         if let Some(n) = announced {
-            self.allowance.take(n).await?;
+            allowance.take(n).await?;
             body.reserve_exact(n as usize);
         }
         while let Some(chunk) = response
@@ -148,7 +160,7 @@ impl Http {
             // Hyper holds a body to its announced length; only a body without one is charged
             // as it comes.
             if announced.is_none() {
-                self.allowance.take(chunk.len() as u64).await?;
+                allowance.take(chunk.len() as u64).await?;
             }
             body.extend_from_slice(&chunk);
         }

@@ -14,6 +14,7 @@
 //!        ├──► listing (every page, the rules) ──► core::catalog (pure: classify, digest)
 //!        ├──► watch (one long-lived subscription to notifications/tools/list_changed)
 //!        └──► call (the sidecar: concurrent tools/call on one negotiated connection)
+//!               └─ pass_through: a JSON answer's result handed on as the server's bytes
 //!
 //!  rpc: JSON-RPC framing, classification and the reply type every transport returns
 //!  serving: the other side — the server half of Streamable HTTP (replies, guard, era checks)
@@ -33,6 +34,7 @@ pub mod error;
 mod http;
 mod http_sse;
 pub mod listing;
+pub mod pass_through;
 mod rpc;
 pub mod serving;
 pub mod session;

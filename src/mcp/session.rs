@@ -321,10 +321,18 @@ enum Discovery {
 }
 
 pub(super) fn modern_meta() -> Value {
-    json!({
-        META_PROTOCOL_VERSION: MODERN_VERSION,
-        META_CLIENT_INFO: client_info(),
-        META_CLIENT_CAPABILITIES: client_capabilities(),
+    Value::Object(modern_meta_fields().clone())
+}
+
+/// The modern era's `_meta` of every request, built once (the sidecar adds it to every call).
+pub(super) fn modern_meta_fields() -> &'static Map<String, Value> {
+    static META: std::sync::OnceLock<Map<String, Value>> = std::sync::OnceLock::new();
+    META.get_or_init(|| {
+        let mut meta = Map::new();
+        meta.insert(META_PROTOCOL_VERSION.into(), MODERN_VERSION.into());
+        meta.insert(META_CLIENT_INFO.into(), client_info());
+        meta.insert(META_CLIENT_CAPABILITIES.into(), client_capabilities());
+        meta
     })
 }
 

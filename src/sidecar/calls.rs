@@ -23,11 +23,19 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use std::convert::Infallible;
+
+use axum::body::{Body, Bytes};
+use axum::http::header::{CONTENT_LENGTH, CONTENT_TYPE};
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::Response;
 use serde_json::{Map, Value, json};
 use tokio::sync::{mpsc, watch};
 
 use crate::grants::{self, GrantedTool};
 use crate::mcp::call::{CallAnswer, CallFailure};
+use crate::mcp::pass_through::RawResult;
+use crate::mcp::serving::{json_response, rpc_error, rpc_result, sse_event};
 use crate::mcp::{Access, EndpointPolicy};
 
 use super::approval::{self, Approvals, Requester, Target, Verdict};
@@ -44,12 +52,89 @@ pub enum Reply {
     /// A `tools/call` result (the upstream's unchanged, or ours with `isError: true`, or an
     /// `input_required` result asking for approval).
     Result(Map<String, Value>),
+    /// The upstream's result, as its bytes (passed through, never parsed into values).
+    Passed(RawResult),
     /// A JSON-RPC error (the upstream answered with one, or -32021 for a missing capability).
     Error {
         code: i64,
         message: String,
         data: Option<Value>,
     },
+}
+
+impl Reply {
+    /// The JSON-RPC response to the agent's request `id` (`modern`: a result says its
+    /// `resultType`).
+    pub fn into_message(self, id: &Value, modern: bool) -> Value {
+        match self {
+            Reply::Passed(raw) => Reply::Result(raw.to_map()).into_message(id, modern),
+            Reply::Result(mut result) => {
+                if modern && !result.contains_key("resultType") {
+                    result.insert("resultType".into(), json!("complete"));
+                }
+                rpc_result(id, result)
+            }
+            Reply::Error {
+                code,
+                message,
+                data,
+            } => rpc_error(id, code, &message, data),
+        }
+    }
+
+    /// The reply as a JSON response. A passed-through result is written from the upstream's
+    /// bytes, which (and what they hold of the response budget) are let go once the body is
+    /// sent.
+    pub fn into_json_response(self, id: &Value, modern: bool) -> Response {
+        let Reply::Passed(raw) = self else {
+            return json_response(StatusCode::OK, &self.into_message(id, modern));
+        };
+        let chunks = raw.response_chunks(id, modern);
+        let length: usize = chunks.iter().map(Bytes::len).sum();
+        let body = Body::from_stream(Holding {
+            chunks: futures::stream::iter(chunks.into_iter().map(Ok::<_, Infallible>)),
+            _held: raw,
+        });
+        let mut response = Response::new(body);
+        let headers = response.headers_mut();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        headers.insert(CONTENT_LENGTH, HeaderValue::from(length));
+        response
+    }
+
+    /// The reply as one event of an event stream.
+    pub fn into_sse_event(self, id: &Value, modern: bool) -> Bytes {
+        match self {
+            // An event's data is one line: the server's bytes go as they are unless they
+            // hold a line break (JSON allows them between tokens).
+            Reply::Passed(raw) if !raw.json().iter().any(|b| *b == b'\n' || *b == b'\r') => {
+                let mut event = b"event: message\ndata: ".to_vec();
+                for chunk in raw.response_chunks(id, modern) {
+                    event.extend_from_slice(&chunk);
+                }
+                event.extend_from_slice(b"\n\n");
+                Bytes::from(event)
+            }
+            other => sse_event(&other.into_message(id, modern)),
+        }
+    }
+}
+
+/// A response body's chunks, and what must live until they are sent.
+struct Holding<S> {
+    chunks: S,
+    _held: RawResult,
+}
+
+impl<S: futures::Stream + Unpin> futures::Stream for Holding<S> {
+    type Item = S::Item;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<S::Item>> {
+        std::pin::Pin::new(&mut self.chunks).poll_next(cx)
+    }
 }
 
 /// The shared state every call reads.
@@ -503,6 +588,24 @@ impl Calls {
                         )),
                         Outcome::Error,
                     );
+                }
+                Ok(CallAnswer::Passed(raw))
+                    if raw.result_type.as_deref() == Some("input_required") =>
+                {
+                    return (
+                        sentence(format!(
+                            "server {server} asked for more input to run {qualified} (elicitation or sampling from servers does not pass the sidecar); the call did not complete and may have done part of its work"
+                        )),
+                        Outcome::Error,
+                    );
+                }
+                Ok(CallAnswer::Passed(raw)) => {
+                    let outcome = if raw.is_error {
+                        Outcome::IsError
+                    } else {
+                        Outcome::Ok
+                    };
+                    return (Reply::Passed(raw), outcome);
                 }
                 Ok(CallAnswer::Result(result)) => {
                     let outcome = if result.get("isError").and_then(Value::as_bool) == Some(true) {

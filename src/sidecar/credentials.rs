@@ -17,7 +17,8 @@ use sha2::{Digest, Sha256};
 use crate::core::Transport;
 use crate::grants::Endpoint;
 use crate::mcp::{
-    Credentials, EndpointPolicy, Limits, SecretValue, ServerConnection, TlsSettings, TransportKind,
+    Credentials, EndpointPolicy, Limits, ResponseBudget, SecretValue, ServerConnection,
+    TlsSettings, TransportKind,
 };
 
 /// A server's connection with its credentials read, and their identity.
@@ -35,6 +36,9 @@ pub struct CredentialsDir {
     root: PathBuf,
     /// The files the pod mounts (`secrets/<name>/<key>`), when known.
     mounted: Option<BTreeSet<String>>,
+    /// The sidecar's bound on upstream answer bytes held at once (`--response-budget`),
+    /// given to every connection.
+    budget: Option<ResponseBudget>,
 }
 
 impl CredentialsDir {
@@ -42,7 +46,14 @@ impl CredentialsDir {
         CredentialsDir {
             root,
             mounted: None,
+            budget: None,
         }
+    }
+
+    /// Every connection's answers are charged to `budget`.
+    pub fn with_budget(mut self, budget: ResponseBudget) -> Self {
+        self.budget = Some(budget);
+        self
     }
 
     /// Knows which files the pod mounts: a reference to any other is a pod to restart.
@@ -174,8 +185,8 @@ impl CredentialsDir {
                     .unwrap_or(defaults.max_response_bytes),
             },
             endpoint_policy: policy,
-            // The sidecar serves one agent's calls; the per-response cap bounds each.
-            budget: None,
+            // The per-response cap bounds each answer, the budget all of them at once.
+            budget: self.budget.clone(),
         };
         Ok(Resolved {
             conn,

@@ -425,7 +425,7 @@ async fn tools_call(
     };
     gone.disarm();
     let (first, early_reply) = match first {
-        Ok(Ok(reply)) => return json_response(StatusCode::OK, &reply_message(&id, reply, modern)),
+        Ok(Ok(reply)) => return reply.into_json_response(&id, modern),
         Ok(Err(_)) => {
             return error_response(
                 StatusCode::INTERNAL_SERVER_ERROR,
@@ -471,7 +471,7 @@ async fn tools_call(
             let _ = tx.send(sse_event(&note)).await;
         }
         if let Some(reply) = reply {
-            let _ = tx.send(sse_event(&reply_message(&id, reply, modern))).await;
+            let _ = tx.send(reply.into_sse_event(&id, modern)).await;
         }
     });
     sse_response(rx, vec![])
@@ -492,22 +492,6 @@ impl Drop for CancelOnDrop {
         if let Some(cancel) = self.0.take() {
             cancel.notify_one();
         }
-    }
-}
-
-fn reply_message(id: &Value, reply: Reply, modern: bool) -> Value {
-    match reply {
-        Reply::Result(mut result) => {
-            if modern && !result.contains_key("resultType") {
-                result.insert("resultType".into(), json!("complete"));
-            }
-            rpc_result(id, result)
-        }
-        Reply::Error {
-            code,
-            message,
-            data,
-        } => rpc_error(id, code, &message, data),
     }
 }
 

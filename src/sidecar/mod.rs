@@ -93,6 +93,14 @@ pub struct SidecarArgs {
     /// Accept agents from other machines (listen on a non-loopback address, no Host check).
     #[arg(long)]
     pub allow_remote_agents: bool,
+    /// Bytes of upstream answers held at once, over every call and listing: an answer that
+    /// does not fit waits its turn (up to 30 s), one that could never fit is refused with
+    /// OverResponseBudget. A JSON answer is held once (its bytes pass through); an answer on an
+    /// event stream three times (bytes, values, the agent's copy). The default, 64 MiB, passes
+    /// one JSON answer at the CRD's maximum maxResponseBytes (64 MiB) and stays inside the
+    /// chart's 128Mi sidecar limit with the sidecar's own ~30 MB.
+    #[arg(long, default_value_t = DEFAULT_RESPONSE_BUDGET, value_parser = clap::value_parser!(u64).range(1024 * 1024..))]
+    pub response_budget: u64,
     /// Largest agent request body, in bytes.
     #[arg(long, default_value_t = 4 * 1024 * 1024)]
     pub max_request_bytes: usize,
@@ -168,6 +176,9 @@ impl SidecarArgs {
         })
     }
 }
+
+/// The default `--response-budget` (see there).
+pub const DEFAULT_RESPONSE_BUDGET: u64 = 64 * 1024 * 1024;
 
 /// Why the sidecar could not run.
 #[derive(Debug, thiserror::Error)]
@@ -249,7 +260,9 @@ pub async fn run(args: SidecarArgs) -> Result<(), SidecarError> {
     let policy = EndpointPolicy {
         allow_loopback: args.allow_loopback,
     };
-    let mut credentials = CredentialsDir::new(args.credentials_dir.clone());
+    let budget = crate::mcp::ResponseBudget::new(args.response_budget);
+    let mut credentials =
+        CredentialsDir::new(args.credentials_dir.clone()).with_budget(budget.clone());
     if let Some(mounted) = args.mounted_credentials.clone() {
         credentials = credentials.with_mounted(mounted);
     }

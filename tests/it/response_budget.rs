@@ -1,10 +1,17 @@
-//! The controller's response budget against the hostile fixture's big answers: many servers
-//! answering large bodies at once (announced JSON, chunked JSON, an event stream) through one
-//! shared budget. Every read ends — with its catalogue, or refused with a budget reason — and the
-//! budget's own high-water mark never passes its size. A read that alone needs more than the
-//! whole budget is refused at once, with the reason and the flag to change.
+//! The response budget against the hostile fixture's big answers. The controller's: many
+//! servers answering large bodies at once (announced JSON, chunked JSON, an event stream)
+//! through one shared budget. Every read ends — with its catalogue, or refused with a budget
+//! reason — and the budget's own high-water mark never passes its size. A read that alone needs
+//! more than the whole budget is refused at once, with the reason and the flag to change. The
+//! sidecar's: 64 agents' calls answered 8 MB each at once all get their whole answer, and the
+//! sidecar process stays inside the chart's memory limit; an answer larger than the whole
+//! budget is refused with the flag to change.
 
+use crate::sidecar_support;
 use crate::support;
+
+use serde_json::{Value, json};
+use sidecar_support::{Sidecar, grants_for, http};
 
 use std::time::Duration;
 
@@ -124,4 +131,151 @@ async fn a_read_larger_than_the_whole_budget_is_refused_at_once() {
     assert!(budget.in_use() > 0, "the report holds its pages");
     drop(report);
     assert_eq!(budget.in_use(), 0);
+}
+
+/// The chart's memory limit of the sidecar container (values.yaml `sidecar.resources`, and the
+/// injection's default).
+const SIDECAR_MEMORY_LIMIT: u64 = 128 * MIB;
+
+async fn big_call(url: &str, id: u64, bytes: u64) -> Value {
+    let params = json!({"name": "big__alpha", "arguments": {"bytes": bytes}, "_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {}}});
+    let response = http()
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", "big__alpha")
+        .body(
+            json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params})
+                .to_string(),
+        )
+        .send()
+        .await
+        .expect("the sidecar answers");
+    assert_eq!(response.status(), 200);
+    let body = response.bytes().await.expect("a body");
+    serde_json::from_slice(&body).expect("a JSON answer")
+}
+
+/// The peak resident memory of a process, from /proc (VmHWM).
+fn peak_rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("the process runs");
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM in /proc/<pid>/status");
+    kb * 1024
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sixty_four_big_answers_at_once_pass_the_sidecar_inside_its_memory_limit() {
+    let server = Fixtures::load().hostile_server();
+    let url = format!("{}/big-answers/mcp", server.url);
+    let grants = grants_for(
+        "big",
+        "big",
+        &url,
+        &["alpha"],
+        json!({"maxResponseBytes": 16 * MIB, "callTimeoutMs": 300_000}),
+        None,
+    )
+    .await;
+    // The default --response-budget (64 MiB): eight such answers at a time, the others wait.
+    let sidecar = Sidecar::start(Some(&grants));
+    sidecar.wait_ready().await;
+    let pid = sidecar.child.id();
+    let idle = peak_rss(pid);
+    let calls: Vec<_> = (0..64)
+        .map(|id| {
+            let url = sidecar.url.clone();
+            tokio::spawn(async move { big_call(&url, id, 8_000_000).await })
+        })
+        .collect();
+    for (id, call) in calls.into_iter().enumerate() {
+        let answer = tokio::time::timeout(Duration::from_secs(300), call)
+            .await
+            .expect("every call ends")
+            .unwrap();
+        assert_eq!(answer["id"], id as u64, "the agent's own id");
+        let result = &answer["result"];
+        assert_eq!(
+            result["resultType"],
+            "complete",
+            "{}",
+            &answer.to_string()[..200.min(answer.to_string().len())]
+        );
+        let text = result["content"][0]["text"].as_str().unwrap_or_default();
+        assert_eq!(text.len(), 8_000_000, "the whole answer");
+    }
+    let peak = peak_rss(pid);
+    eprintln!(
+        "sidecar RSS: idle {} MiB, peak {} MiB",
+        idle / MIB,
+        peak / MIB
+    );
+    // What the budget guarantees: over the sidecar's own footprint before the load, the answers
+    // held at once (the budget) plus buffers that are not answers (the HTTP connections' read
+    // and write buffers, the agents' requests, the allocator's slack).
+    let growth = peak.saturating_sub(idle);
+    let overhead = 32 * MIB;
+    assert!(
+        growth <= mcp_operator::sidecar::DEFAULT_RESPONSE_BUDGET + overhead,
+        "the sidecar grew by {} MiB under the load, more than the budget (64 MiB) and {} MiB",
+        growth / MIB,
+        overhead / MIB
+    );
+    // The chart's limit is the release image's: a debug build's own footprint is larger.
+    if !cfg!(debug_assertions) {
+        assert!(
+            peak <= SIDECAR_MEMORY_LIMIT,
+            "the sidecar's peak RSS {} MiB passed the chart's limit of {} MiB",
+            peak / MIB,
+            SIDECAR_MEMORY_LIMIT / MIB
+        );
+    }
+    let audit = sidecar.audit();
+    assert_eq!(
+        audit.iter().filter(|a| a["outcome"] == "ok").count(),
+        64,
+        "every call audited ok"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_answer_larger_than_the_sidecars_whole_budget_is_refused_with_the_flag_to_change() {
+    let server = Fixtures::load().hostile_server();
+    let url = format!("{}/big-answers/mcp", server.url);
+    let grants = grants_for(
+        "big",
+        "big",
+        &url,
+        &["alpha"],
+        json!({"maxResponseBytes": 16 * MIB}),
+        None,
+    )
+    .await;
+    let sidecar = Sidecar::start_with(Some(&grants), &["--response-budget", "2097152"]);
+    sidecar.wait_ready().await;
+    let answer = big_call(&sidecar.url, 1, 3_000_000).await;
+    let text = answer["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert_eq!(answer["result"]["isError"], true, "{answer}");
+    assert!(
+        text.contains("response budget of 2097152 bytes") && text.contains("--response-budget"),
+        "{text}"
+    );
+    // A small answer still passes.
+    let answer = big_call(&sidecar.url, 2, 1000).await;
+    assert_eq!(
+        answer["result"]["content"][0]["text"]
+            .as_str()
+            .map(str::len),
+        Some(1000),
+        "{answer}"
+    );
 }

@@ -1466,6 +1466,8 @@ async fn the_service_account_can_do_nothing_else() {
         // Secret in the release namespace; its own webhook configuration's caBundle.
         attrs(mcp, "agentspecs", "get", "tenant-a"),
         attrs(mcp, "mcpservers", "get", "tenant-a"),
+        // The exec and attach guard: the pod a request names.
+        attrs("", "pods", "get", "tenant-a"),
         // The finalizer that revokes a deleted AgentSpec's grants.
         attrs(mcp, "agentspecs", "patch", "tenant-a"),
         // The grants signing keyring in the release namespace.
@@ -1564,10 +1566,9 @@ async fn the_service_account_can_do_nothing_else() {
             "",
         ),
         attrs("", "pods", "patch", "tenant-a"),
-        // Pods are only listed and watched (a stdio server's, to say why it does not serve;
-        // opted-in agent pods, to count those out of date): never read one by one, changed or
-        // exec'd into.
-        attrs("", "pods", "get", "tenant-a"),
+        // Pods are listed and watched (a stdio server's, to say why it does not serve;
+        // opted-in agent pods, to count those out of date) and read one by one by the webhook
+        // (the pod an exec names): never changed or exec'd into.
         attrs("", "pods", "delete", "tenant-a"),
         attrs("", "pods/exec", "create", "tenant-a"),
         // It asks about others' rights; it holds none of them: no pin approval of its own.

@@ -372,10 +372,25 @@ pub fn decide(
     // sidecar is the one the injection builds: a pod that brings its own would otherwise run
     // without the operator's.
     if let Some(own) = spec_init_container(pod, SIDECAR_CONTAINER) {
-        return match validate::sidecar_difference(
-            own,
-            &sidecar_container(agent, refs, trust, settings),
-        ) {
+        let expected = sidecar_container(agent, refs, trust, settings);
+        return match validate::sidecar_difference(own, &expected) {
+            // Published since it was set (or lowered by hand): raised to what is published now.
+            None if validate::floor_behind(own, &expected) => {
+                let index = pod
+                    .spec
+                    .iter()
+                    .flat_map(|s| s.init_containers.iter().flatten())
+                    .position(|c| c.name == SIDECAR_CONTAINER)
+                    .expect("the sidecar found above");
+                let patch = json!([{
+                    "op": "replace",
+                    "path": format!("/spec/initContainers/{index}/args"),
+                    "value": expected.args,
+                }]);
+                Ok(Outcome::Inject(
+                    serde_json::from_value(patch).expect("a JSON patch"),
+                ))
+            }
             None => Ok(Outcome::AlreadyInjected),
             Some(field) => Err(Refusal::OwnSidecar { field }),
         };

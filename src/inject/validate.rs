@@ -72,15 +72,7 @@ pub fn sidecar_difference(actual: &Container, expected: &Container) -> Option<St
                 found.is_some_and(|f| covers(f, wanted))
             }
             "volumeMounts" => found.is_some_and(|f| same_mounts(f, wanted)),
-            "args" => match found.map(|f| same_args(f, wanted)) {
-                Some(Args::Same) => true,
-                Some(Args::OlderMinSequence) => {
-                    return Some(format!(
-                        "args: {MIN_SEQUENCE_ARG} is older than the grants the AgentSpec has published now (they changed while the pod was admitted: create it again)"
-                    ));
-                }
-                _ => false,
-            },
+            "args" => found.is_some_and(|f| same_args(f, wanted) != Args::Different),
             _ => found == Some(wanted),
         };
         if !same {
@@ -97,15 +89,25 @@ pub fn sidecar_difference(actual: &Container, expected: &Container) -> Option<St
 #[derive(Debug, PartialEq)]
 enum Args {
     Same,
-    /// Alike but for `--grants-min-sequence`, which is lower than the injection's now: the
-    /// AgentSpec's grants were published again since it was set (or it was lowered by hand).
-    OlderMinSequence,
+    /// Alike but for `--grants-min-sequence`, which is absent or lower than the injection's
+    /// now: the AgentSpec's grants were published (again) since it was set, or it was lowered
+    /// by hand. The validations admit it (a pod created with its AgentSpec races the first
+    /// publication); the injection, which every labelled pod passes first, raises it
+    /// ([`floor_behind`]).
+    FloorBehind,
     Different,
 }
 
-/// The args, alike, but `--grants-min-sequence` may be higher than the injection's (a pod
-/// admitted a moment ago, reinvoked since, keeps what it was given; a higher floor only ever
-/// refuses more), never lower and never absent where the injection sets it.
+/// Whether a sidecar that [`sidecar_difference`] finds alike carries a lower (or no)
+/// `--grants-min-sequence` than the injection would set now.
+pub fn floor_behind(actual: &Container, expected: &Container) -> bool {
+    let args = |c: &Container| serde_json::to_value(&c.args).unwrap_or(Value::Null);
+    same_args(&args(actual), &args(expected)) == Args::FloorBehind
+}
+
+/// The args, alike but for `--grants-min-sequence`: higher than the injection's or equal is
+/// [`Args::Same`] (a higher floor only ever refuses more), lower or absent
+/// [`Args::FloorBehind`].
 fn same_args(found: &Value, wanted: &Value) -> Args {
     let parse = |v: &Value| serde_json::from_value::<Vec<String>>(v.clone()).ok();
     let (Some(found), Some(wanted)) = (parse(found), parse(wanted)) else {
@@ -129,7 +131,7 @@ fn same_args(found: &Value, wanted: &Value) -> Args {
     match (found_floor, wanted_floor) {
         (None, None) => Args::Same,
         (Some(Some(f)), Some(Some(w))) if f >= w => Args::Same,
-        (Some(Some(_)), Some(Some(_))) => Args::OlderMinSequence,
+        (Some(Some(_)) | None, Some(Some(_))) => Args::FloorBehind,
         (Some(Some(_)), None) => Args::Same,
         _ => Args::Different,
     }

@@ -1185,6 +1185,25 @@ async fn a_labelled_pod_gets_its_sidecar_and_calls_exactly_its_granted_tools() {
     // --- the host-side official Python SDK client, through `kubectl port-forward` to the
     // first agent pod's sidecar: what a long-lived agent sees as the cluster changes under it.
     let forward = PortForward::start(&cluster_dir, ns.name(), "agent", 9500);
+    // The kubelet updates each pod's ConfigMap volume on that pod's own sync: this pod's
+    // sidecar obeys the narrowed grants once its volume has them.
+    eventually(
+        Duration::from_secs(150),
+        "the first agent pod narrowed too",
+        || async {
+            let out =
+                sidecar_support::agent(&forward.url, "auto", serde_json::json!([{"op": "list"}]))
+                    .await;
+            let mut listed = sidecar_support::names(&out["steps"][0]);
+            listed.sort();
+            if listed == narrowed {
+                Ok(())
+            } else {
+                Err(format!("{listed:?}"))
+            }
+        },
+    )
+    .await;
 
     // --- the grants ConfigMap deleted by hand: the running agent keeps its last good grants
     // (the kubelet leaves the volume as it was) and the operator writes the ConfigMap again.

@@ -293,21 +293,41 @@ fn the_sidecar_of_other_grants_is_not_the_one_for_these() {
 }
 
 #[test]
-fn the_min_sequence_may_be_higher_than_the_injections_never_lower_or_absent() {
+fn the_min_sequence_behind_is_raised_by_the_injection_and_admitted_by_the_validations() {
     let with = |min: Option<u64>| {
         let mut t = trust();
         t.min_sequence = min;
         expected_sidecar("bot", &refs(), &t, &settings())
     };
-    // Published again since the pod was admitted (or lowered by hand): refused, saying so.
-    let older = sidecar_difference(&with(Some(999)), &expected()).expect("refused");
-    assert!(older.contains("--grants-min-sequence= is older"), "{older}");
-    assert_eq!(
-        sidecar_difference(&with(None), &expected()),
-        Some("args".into())
-    );
+    // Published (again) since the pod was admitted, or lowered by hand: alike for the
+    // validations (a pod created with its AgentSpec races the first publication), behind for
+    // the injection, which every labelled pod passes first and which raises it.
+    for behind in [with(Some(999)), with(None)] {
+        assert_eq!(sidecar_difference(&behind, &expected()), None);
+        assert!(floor_behind(&behind, &expected()));
+        let mut pod = plain_agent();
+        pod.spec.as_mut().unwrap().init_containers.as_mut().unwrap()[0] = behind.clone();
+        let Outcome::Inject(patch) = decide(
+            &pod,
+            "bot",
+            "bot-mcp-grants",
+            &refs(),
+            &trust(),
+            &settings(),
+        )
+        .unwrap() else {
+            panic!("the injection raises a floor that is behind");
+        };
+        let mut doc = serde_json::to_value(&pod).unwrap();
+        json_patch::patch(&mut doc, &patch).unwrap();
+        let raised: Pod = serde_json::from_value(doc).unwrap();
+        let sidecar = &raised.spec.unwrap().init_containers.unwrap()[0];
+        assert_eq!(sidecar_difference(sidecar, &expected()), None);
+        assert!(!floor_behind(sidecar, &expected()));
+    }
     // Higher only ever refuses more: a pod admitted a moment before a reinvocation keeps it.
     assert_eq!(sidecar_difference(&with(Some(1001)), &expected()), None);
+    assert!(!floor_behind(&with(Some(1001)), &expected()));
     // Before the status names a sequence, the injection sets none; a pod with one is alike.
     assert_eq!(sidecar_difference(&with(Some(5)), &with(None)), None);
     assert_eq!(sidecar_difference(&with(None), &with(None)), None);

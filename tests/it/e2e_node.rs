@@ -2109,6 +2109,36 @@ async fn a_tenant_cannot_get_around_the_sidecar() {
             "exec into the container \"server\" is refused: it holds the Secret \"memory-key\", the credential of the McpServer \"memory\"",
         )],
     );
+    // The other doors to the same container: no container named (the only one is judged), and
+    // attach.
+    refused(
+        "kubectl exec into a stdio server's pod, no container named",
+        kubectl_as(
+            &cluster_dir,
+            tenant,
+            &["exec", &stdio_pod, "-n", namespace, "--", "/pause", "-v"],
+            None,
+        ),
+        &[(CONNECT, "exec into the container \"server\" is refused")],
+    );
+    refused(
+        "kubectl attach to a stdio server's container",
+        kubectl_as(
+            &cluster_dir,
+            tenant,
+            &[
+                "attach",
+                &stdio_pod,
+                "-n",
+                namespace,
+                "-c",
+                "server",
+                "--pod-running-timeout=10s",
+            ],
+            None,
+        ),
+        &[(CONNECT, "attach to the container \"server\" is refused")],
+    );
 
     let names: Vec<String> = pods
         .list(&ListParams::default().labels(mcp_operator::inject::AGENT_LABEL))
@@ -2119,6 +2149,59 @@ async fn a_tenant_cannot_get_around_the_sidecar() {
         .map(|p| p.name_any())
         .collect();
     assert_eq!(names, ["agent"], "no refused agent pod was stored");
+
+    // --- the agent pod copied whole, its sidecar's --grants-min-sequence lowered to 0 (the
+    // door to obeying an older signed document in a new pod): the injection raises it back.
+    let mut copied = serde_json::to_value(pods.get("agent").await.expect("the agent pod")).unwrap();
+    let spec = copied["spec"].as_object_mut().expect("a spec");
+    for field in ["nodeName", "ephemeralContainers", "priority"] {
+        spec.remove(field);
+    }
+    for c in spec["initContainers"]
+        .as_array_mut()
+        .expect("init containers")
+    {
+        if c["name"] == "mcp-sidecar" {
+            for a in c["args"].as_array_mut().expect("args") {
+                if a.as_str()
+                    .is_some_and(|a| a.starts_with("--grants-min-sequence="))
+                {
+                    *a = "--grants-min-sequence=0".into();
+                }
+            }
+        }
+    }
+    let copy = serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "copied", "namespace": namespace,
+                     "labels": {mcp_operator::inject::AGENT_LABEL: "bot"}},
+        "spec": copied["spec"],
+    });
+    let (ok, said) = create(&copy);
+    assert!(
+        ok,
+        "the copied pod is admitted, with its floor raised: {said}"
+    );
+    let floor: u64 = pods
+        .get("copied")
+        .await
+        .expect("the copied pod")
+        .spec
+        .and_then(|s| s.init_containers)
+        .into_iter()
+        .flatten()
+        .find(|c| c.name == "mcp-sidecar")
+        .and_then(|c| c.args)
+        .into_iter()
+        .flatten()
+        .find_map(|a| a.strip_prefix("--grants-min-sequence=").map(str::to_owned))
+        .expect("the copied sidecar has --grants-min-sequence")
+        .parse()
+        .expect("a number");
+    assert!(
+        floor >= published,
+        "the copied sidecar's floor {floor} was raised to the published sequence ({published})"
+    );
 }
 
 /// The tenant policy as a control, told once on the real node against the chart's in-cluster
@@ -2175,7 +2258,7 @@ async fn a_tenant_cannot_widen_what_its_running_agent_may_call() {
                 "spec": {"namespaceSelector": {"matchLabels": {TENANT_LABEL: namespace}},
                          "rules": [{"servers": {"names": ["files"]}, "maxAccess": "read"},
                                    {"servers": {"selector": {"matchLabels": {"tier": "admin"}}},
-                                    "deny": ["delete_*"]}]},
+                                    "deny": ["delete_*"], "requireApprovalFor": "read"}]},
             }),
             None,
         ),
@@ -2312,7 +2395,28 @@ async fn a_tenant_cannot_widen_what_its_running_agent_may_call() {
 
     // --- 2. the label that picks the permissive rule: rules bound, they do not add up.
     tenant(&["label", "mcpserver", "files", "tier=admin"], None);
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // The rule the label picks is seen (it adds its approval to read_file) and adds no tool.
+    let grants_name = grants_config_map_name("bot");
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    eventually(SOON, "the labelled rule bounding files too", || async {
+        let cm = config_maps
+            .get(&grants_name)
+            .await
+            .map_err(|e| e.to_string())?;
+        let doc: Value = serde_json::from_str(&cm.data.unwrap_or_default()["grants.json"])
+            .map_err(|e| e.to_string())?;
+        let tools = doc["servers"][0]["tools"].clone();
+        match tools.as_array().map(Vec::as_slice) {
+            Some([only])
+                if only["qualifiedName"] == "files__read_file"
+                    && only["requiresApproval"] == true =>
+            {
+                Ok(())
+            }
+            _ => Err(format!("{tools}")),
+        }
+    })
+    .await;
     assert_eq!(
         granted_tools(&specs.get("bot").await.unwrap()),
         Some(1),
@@ -2322,8 +2426,6 @@ async fn a_tenant_cannot_widen_what_its_running_agent_may_call() {
 
     // --- 3. the grants ConfigMap edited by hand: write_file added as the tenant would. The
     // sidecar never obeys it (not signed), the operator puts it back and says so.
-    let grants_name = grants_config_map_name("bot");
-    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
     let cm = config_maps
         .get(&grants_name)
         .await

@@ -278,16 +278,22 @@ fn parse<K: kube::Resource + serde::de::DeserializeOwned>(
     s: &Shared,
     body: &Bytes,
     what: &str,
-) -> Result<AdmissionReview<K>, Box<Response>> {
-    serde_json::from_slice(body).map_err(|e| {
+) -> Result<AdmissionRequest<K>, Box<Response>> {
+    let review: AdmissionReview<K> = serde_json::from_slice(body).map_err(|e| {
         s.metrics.admission("Invalid");
-        (
-            StatusCode::BAD_REQUEST,
-            [(header::CONTENT_TYPE, "text/plain")],
-            format!("not an AdmissionReview of {what}: {e}").into_bytes(),
+        Box::new(
+            (
+                StatusCode::BAD_REQUEST,
+                [(header::CONTENT_TYPE, "text/plain")],
+                format!("not an AdmissionReview of {what}: {e}").into_bytes(),
+            )
+                .into_response(),
         )
-            .into_response()
-            .into()
+    })?;
+    // A review without a request (or of another version) is answered as the library says.
+    review.try_into().map_err(|e| {
+        s.metrics.admission("Invalid");
+        Box::new(reply(AdmissionResponse::invalid(e).into_review()))
     })
 }
 
@@ -303,19 +309,12 @@ fn reply(review: AdmissionReview<DynamicObject>) -> Response {
 
 async fn inject_handler(State(s): State<Shared>, body: Bytes) -> Response {
     match parse::<Pod>(&s, &body, "a Pod") {
-        Ok(review) => reply(review_for(&s, review).await),
+        Ok(request) => reply(review_for(&s, request).await),
         Err(refused) => *refused,
     }
 }
 
-async fn review_for(s: &Shared, review: AdmissionReview<Pod>) -> AdmissionReview<DynamicObject> {
-    let request: AdmissionRequest<Pod> = match review.try_into() {
-        Ok(r) => r,
-        Err(e) => {
-            s.metrics.admission("Invalid");
-            return AdmissionResponse::invalid(e).into_review();
-        }
-    };
+async fn review_for(s: &Shared, request: AdmissionRequest<Pod>) -> AdmissionReview<DynamicObject> {
     let response = AdmissionResponse::from(&request);
     let namespace = request.namespace.clone().unwrap_or_default();
     let pod_name = request
@@ -494,23 +493,16 @@ impl Check {
 
 async fn validate_handler(State(s): State<Shared>, body: Bytes, check: Check) -> Response {
     match parse::<Pod>(&s, &body, "a Pod") {
-        Ok(review) => reply(validation_for(&s, review, check).await),
+        Ok(request) => reply(validation_for(&s, request, check).await),
         Err(refused) => *refused,
     }
 }
 
 async fn validation_for(
     s: &Shared,
-    review: AdmissionReview<Pod>,
+    request: AdmissionRequest<Pod>,
     check: Check,
 ) -> AdmissionReview<DynamicObject> {
-    let request: AdmissionRequest<Pod> = match review.try_into() {
-        Ok(r) => r,
-        Err(e) => {
-            s.metrics.admission("Invalid");
-            return AdmissionResponse::invalid(e).into_review();
-        }
-    };
     let response = AdmissionResponse::from(&request);
     let namespace = request.namespace.clone().unwrap_or_default();
     let pod_name = if request.name.is_empty() {
@@ -583,22 +575,15 @@ async fn validate(
 
 async fn validate_connect_handler(State(s): State<Shared>, body: Bytes) -> Response {
     match parse::<DynamicObject>(&s, &body, "pod exec or attach options") {
-        Ok(review) => reply(connect_validation_for(&s, review).await),
+        Ok(request) => reply(connect_validation_for(&s, request).await),
         Err(refused) => *refused,
     }
 }
 
 async fn connect_validation_for(
     s: &Shared,
-    review: AdmissionReview<DynamicObject>,
+    request: AdmissionRequest<DynamicObject>,
 ) -> AdmissionReview<DynamicObject> {
-    let request: AdmissionRequest<DynamicObject> = match review.try_into() {
-        Ok(r) => r,
-        Err(e) => {
-            s.metrics.admission("Invalid");
-            return AdmissionResponse::invalid(e).into_review();
-        }
-    };
     let response = AdmissionResponse::from(&request);
     let namespace = request.namespace.clone().unwrap_or_default();
     let user = request.user_info.username.clone().unwrap_or_default();
@@ -635,22 +620,15 @@ async fn connect_validation_for(
 
 async fn validate_mcp_servers_handler(State(s): State<Shared>, body: Bytes) -> Response {
     match parse::<McpServer>(&s, &body, "an McpServer") {
-        Ok(review) => reply(mcp_server_validation_for(&s, review).await),
+        Ok(request) => reply(mcp_server_validation_for(&s, request).await),
         Err(refused) => *refused,
     }
 }
 
 async fn mcp_server_validation_for(
     s: &Shared,
-    review: AdmissionReview<McpServer>,
+    request: AdmissionRequest<McpServer>,
 ) -> AdmissionReview<DynamicObject> {
-    let request: AdmissionRequest<McpServer> = match review.try_into() {
-        Ok(r) => r,
-        Err(e) => {
-            s.metrics.admission("Invalid");
-            return AdmissionResponse::invalid(e).into_review();
-        }
-    };
     let response = AdmissionResponse::from(&request);
     let namespace = request.namespace.clone().unwrap_or_default();
     let user = request.user_info.username.clone().unwrap_or_default();

@@ -619,6 +619,10 @@ async fn webhook_replicas_killed_during_a_burst_never_let_a_pod_in_without_its_s
     }
     done.store(true, std::sync::atomic::Ordering::Relaxed);
     let kills = killer.await.expect("the killer");
+    assert!(
+        kills > 0,
+        "no webhook replica was killed during the burst: nothing was tried"
+    );
     let burst = started.elapsed();
     // What the apiserver holds, read back: no labelled pod without the sidecar.
     let stored = pods

@@ -291,10 +291,7 @@ pub async fn run(args: ControllerArgs) -> Result<(), StartError> {
         api: Api::namespaced(lease_client, &namespace),
         name: args.lease_name.clone(),
         identity: identity.clone(),
-        timing: leader::Timing {
-            duration: args.lease_duration,
-            ..leader::Timing::default()
-        },
+        timing: leader::Timing::for_duration(args.lease_duration),
         fence,
     };
     let election = tokio::spawn(elector.run(leading_tx, may_lead_rx, stop_rx.clone()));

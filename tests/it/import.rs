@@ -248,16 +248,23 @@ const FIXTURE_SECRETS: [&str; 6] = [
     "demo-key-0000000000",
 ];
 
-#[test]
-fn a_vscode_mcp_json_becomes_manifests_with_its_inputs_as_secret_keys() {
-    let (stdout, stderr) = import(&fixture("vscode-mcp.json"));
+/// Imports a fixture file, asserting first that none of its credentials is printed, and
+/// returns the manifests, standard output and standard error.
+fn import_fixture(name: &str) -> (Vec<Value>, String, String) {
+    let (stdout, stderr) = import(&fixture(name));
     for secret in FIXTURE_SECRETS {
         assert!(
             !stdout.contains(secret) && !stderr.contains(secret),
-            "{secret}"
+            "{name} printed {secret}"
         );
     }
-    let docs: Vec<Value> = serde_saphyr::from_multiple(&stdout).unwrap();
+    let docs = serde_saphyr::from_multiple(&stdout).unwrap();
+    (docs, stdout, stderr)
+}
+
+#[test]
+fn a_vscode_mcp_json_becomes_manifests_with_its_inputs_as_secret_keys() {
+    let (docs, stdout, stderr) = import_fixture("vscode-mcp.json");
     assert_eq!(
         names(&docs, "McpServer"),
         [
@@ -288,14 +295,7 @@ fn a_vscode_mcp_json_becomes_manifests_with_its_inputs_as_secret_keys() {
 
 #[test]
 fn a_claude_code_mcp_json_expands_what_it_may_and_keeps_the_rest_in_secrets() {
-    let (stdout, stderr) = import(&fixture("claude-code.mcp.json"));
-    for secret in FIXTURE_SECRETS {
-        assert!(
-            !stdout.contains(secret) && !stderr.contains(secret),
-            "{secret}"
-        );
-    }
-    let docs: Vec<Value> = serde_saphyr::from_multiple(&stdout).unwrap();
+    let (docs, stdout, stderr) = import_fixture("claude-code.mcp.json");
     assert_eq!(
         names(&docs, "McpServer"),
         ["airtable", "api-server", "asana", "db", "sentry"]
@@ -313,14 +313,7 @@ fn a_claude_code_mcp_json_expands_what_it_may_and_keeps_the_rest_in_secrets() {
 
 #[test]
 fn a_registry_server_json_becomes_one_pinned_server_per_way_to_run_it() {
-    let (stdout, stderr) = import(&fixture("registry-server.json"));
-    for secret in FIXTURE_SECRETS {
-        assert!(
-            !stdout.contains(secret) && !stderr.contains(secret),
-            "{secret}"
-        );
-    }
-    let docs: Vec<Value> = serde_saphyr::from_multiple(&stdout).unwrap();
+    let (docs, stdout, stderr) = import_fixture("registry-server.json");
     assert_eq!(
         names(&docs, "McpServer"),
         [

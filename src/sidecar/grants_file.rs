@@ -27,6 +27,7 @@ use std::time::{Duration, SystemTime};
 
 use tokio::sync::watch;
 
+use super::resources_prompts::Narrowing;
 use crate::grants::signature::{self, Binding, SIGNATURE_KEY, VerifyingKeys};
 use crate::grants::{GrantsDocument, READABLE_SCHEMA_VERSIONS, SCHEMA_VERSION};
 
@@ -47,6 +48,20 @@ pub struct Loaded {
     pub doc: GrantsDocument,
     /// The document's digest (the controller's canonical function).
     pub digest: String,
+    /// Its resource and prompt grants, compiled once for this generation of the grants.
+    pub narrowing: Narrowing,
+}
+
+impl Loaded {
+    /// A loaded document, its resource and prompt bounds compiled.
+    pub fn new(doc: GrantsDocument, digest: String) -> Self {
+        let narrowing = Narrowing::new(&doc);
+        Loaded {
+            doc,
+            digest,
+            narrowing,
+        }
+    }
 }
 
 /// What the sidecar knows of its grants: the document it obeys, or why nothing is granted, and,
@@ -399,7 +414,7 @@ fn apply(path: &Path, trust: &Trust, state: &mut GrantsState, metrics: &Metrics)
                 sequence,
                 "grants loaded"
             );
-            state.current = Some(Arc::new(Loaded { doc, digest }));
+            state.current = Some(Arc::new(Loaded::new(doc, digest)));
             true
         }
         Read::NothingGranted {

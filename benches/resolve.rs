@@ -69,6 +69,8 @@ fn main() {
                     allow: patterns(shape, e),
                     deny: patterns(shape, e + 7),
                     require_approval: Vec::new(),
+                    resources: Default::default(),
+                    prompts: Default::default(),
                     server: Some(McpServerInput {
                         ready: true,
                         not_ready_reason: None,

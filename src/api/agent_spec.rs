@@ -158,6 +158,20 @@ pub struct AgentServer {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "super::common::tool_name_list_schema")]
     pub require_approval: Vec<String>,
+
+    /// The server's resources and resource templates the agent may list, read and subscribe
+    /// to, by URI. Default: none (least privilege; resources were not granted before this
+    /// field existed, and a server's resources are often its files): name allow patterns to
+    /// grant some. Where a McpTenantPolicy selects the namespace, a resource must also be
+    /// allowed by every rule that picks the server. The agent sees them as
+    /// `<prefix>+<uri>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<super::common::ResourcePatterns>,
+
+    /// The server's prompts the agent may list and get, by name. Default: none (as for
+    /// resources). The agent sees them as `<prefix>__<name>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompts: Option<super::common::PromptPatterns>,
 }
 
 /// What the operator granted the agent. Written by the controller only.

@@ -1,5 +1,6 @@
-//! Schema fragments the three CRDs share: the patterns and length bounds that tool names and
-//! tool-name patterns must satisfy. The field types they share (Secret and ConfigMap key
+//! Schema fragments the three CRDs share: the patterns and length bounds that tool names,
+//! tool-name patterns and resource and prompt patterns must satisfy, and the resource and
+//! prompt pattern lists of AgentSpec entries and policy rules. The field types they share (Secret and ConfigMap key
 //! references, duration strings) are vocabulary and live in [`crate::core`]; they are
 //! re-exported here so CRD code reads them where it always did.
 //!
@@ -23,6 +24,17 @@ pub const TOOL_NAME_PATTERN: &str = r"^[A-Za-z0-9_.-]+$";
 /// A tool-name pattern: the tool-name charset plus the wildcards `*` (any run) and `?` (one
 /// character).
 pub const TOOL_PATTERN_PATTERN: &str = r"^[A-Za-z0-9_.*?-]+$";
+
+/// A resource pattern (matched against a resource URI or URI template) or a prompt-name
+/// pattern: visible ASCII, no space (URIs are ASCII per RFC 3986); `*` and `?` are the
+/// wildcards, and in a resource pattern a URI-template expression `{…}` counts as `*`.
+pub const RESOURCE_PATTERN_PATTERN: &str = r"^[!-~]+$";
+
+/// Longest resource pattern: the length the CRDs allow an McpServer URL.
+pub const RESOURCE_PATTERN_MAX_LENGTH: u32 = 2048;
+
+/// Longest prompt-name pattern.
+pub const PROMPT_PATTERN_MAX_LENGTH: u32 = 256;
 
 /// Most entries in one allow, deny or requireApproval list. Bounds the cost of CEL rules and the
 /// size of the object.
@@ -78,4 +90,69 @@ pub(crate) fn tool_pattern_list_schema(_: &mut SchemaGenerator) -> Schema {
             "pattern": TOOL_PATTERN_PATTERN,
         },
     })
+}
+
+/// The schema of a list of resource patterns.
+pub(crate) fn resource_pattern_list_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "array",
+        "maxItems": TOOL_LIST_MAX_ITEMS,
+        "items": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": RESOURCE_PATTERN_MAX_LENGTH,
+            "pattern": RESOURCE_PATTERN_PATTERN,
+        },
+    })
+}
+
+/// The schema of a list of prompt-name patterns.
+pub(crate) fn prompt_pattern_list_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "array",
+        "maxItems": TOOL_LIST_MAX_ITEMS,
+        "items": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": PROMPT_PATTERN_MAX_LENGTH,
+            "pattern": RESOURCE_PATTERN_PATTERN,
+        },
+    })
+}
+
+/// Which resources (and resource templates) of a server are granted, by their URI or URI
+/// template. Unlike tools, no allow pattern grants none.
+#[derive(
+    Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, JsonSchema,
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourcePatterns {
+    /// URI patterns granted; empty grants none. `*` matches any run of characters (`/`
+    /// included), `?` one character (a literal `?` too), and a URI-template expression such
+    /// as `{id}` counts as `*`, so a template's own text grants the template and the URIs it
+    /// expands to. Example: `file:///docs/*`, `test://static/resource/{id}`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "resource_pattern_list_schema")]
+    pub allow: Vec<String>,
+    /// URI patterns never granted, whatever allow says (deny wins).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "resource_pattern_list_schema")]
+    pub deny: Vec<String>,
+}
+
+/// Which prompts of a server are granted, by name. Unlike tools, no allow pattern grants none.
+#[derive(
+    Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, JsonSchema,
+)]
+#[serde(rename_all = "camelCase")]
+pub struct PromptPatterns {
+    /// Prompt-name patterns granted; empty grants none. `*` matches any run of characters,
+    /// `?` one character.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "prompt_pattern_list_schema")]
+    pub allow: Vec<String>,
+    /// Prompt-name patterns never granted, whatever allow says (deny wins).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "prompt_pattern_list_schema")]
+    pub deny: Vec<String>,
 }

@@ -136,6 +136,17 @@ pub struct TenantRule {
         ]
     ))]
     pub overrides: BTreeMap<String, Access>,
+
+    /// Resources (by URI or URI template) permitted on the servers this rule picks. Default:
+    /// none. When several rules pick a server, a resource must match the allow list of each
+    /// of them and none of their denies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<super::common::ResourcePatterns>,
+
+    /// Prompts (by name) permitted on the servers this rule picks. Default: none; several
+    /// rules bound together, as for resources.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompts: Option<super::common::PromptPatterns>,
 }
 
 /// Which McpServers a rule picks: by name, by labels, or both (a server matching either is

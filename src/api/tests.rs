@@ -518,6 +518,26 @@ fn patterns_and_lengths_sit_where_they_belong() {
             253,
         ),
     ];
+    let resource_pattern = r"^[!-~]+$";
+    for (kind, base) in [
+        ("AgentSpec", "spec.servers[]"),
+        ("McpTenantPolicy", "spec.rules[]"),
+    ] {
+        for list in ["allow", "deny"] {
+            expected.push((
+                kind,
+                format!("{base}.resources.{list}[]"),
+                resource_pattern,
+                2048,
+            ));
+            expected.push((
+                kind,
+                format!("{base}.prompts.{list}[]"),
+                resource_pattern,
+                256,
+            ));
+        }
+    }
     for reference in secret_refs {
         expected.push((
             "McpServer",

@@ -12,20 +12,39 @@
 //! controller fills the connection details (URL, transport, era, credential *references*, TLS,
 //! timeouts, retry) before it publishes, so the digest covers them too. The sidecar calls
 //! [`permits`] at call time. Never a secret value: credentials are references to Secret keys.
+//!
+//! Versions, and who reads what. `grants/v2` is `grants/v1` plus, per server, the pattern
+//! bounds of its granted resources and prompts (`resources`, `prompts`: see
+//! [`super::resources_prompts`]). A document that grants no resource and no prompt has exactly
+//! the v1 layout and is written as `grants/v1` (see [`GrantsDocument::new`]), so a sidecar older
+//! than this operator keeps obeying it through an upgrade; only a document that grants
+//! resources or prompts says `grants/v2`, which an older sidecar refuses like any file it cannot
+//! read (it keeps its last good grants, and `/readyz` says why) instead of silently dropping
+//! what it does not understand. This sidecar reads both; a v1 document grants no resources and
+//! no prompts.
 
 use serde::{Deserialize, Serialize};
 
+use super::resources_prompts::PatternBound;
 use crate::core::catalog::{Access, definition_digest};
 use crate::core::{ConfigMapKeySelector, Era, SecretKeySelector, Transport};
 
-/// The `schemaVersion` of documents this code writes and reads.
-pub const SCHEMA_VERSION: &str = "mcp-operator.dev/grants/v1";
+/// The `schemaVersion` of documents that grant resources or prompts.
+pub const SCHEMA_VERSION: &str = "mcp-operator.dev/grants/v2";
+
+/// The `schemaVersion` of documents that grant tools only: the v1 layout, which older sidecars
+/// read too. Also read by this sidecar.
+pub const SCHEMA_VERSION_V1: &str = "mcp-operator.dev/grants/v1";
+
+/// Every `schemaVersion` this code reads.
+pub const READABLE_SCHEMA_VERSIONS: [&str; 2] = [SCHEMA_VERSION_V1, SCHEMA_VERSION];
 
 /// What one agent may call: per server, where it is and which tools are granted.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct GrantsDocument {
-    /// Always [`SCHEMA_VERSION`] for this layout.
+    /// [`SCHEMA_VERSION`] when some server grants resources or prompts, else
+    /// [`SCHEMA_VERSION_V1`] (see the module comment).
     pub schema_version: String,
     /// The AgentSpec is being deleted: nothing is granted, whatever `servers` says (it is
     /// empty). Published, signed, before the grants ConfigMap goes (see
@@ -59,6 +78,21 @@ pub struct ServerGrants {
     pub endpoint: Option<Endpoint>,
     /// The granted tools, sorted by qualified name.
     pub tools: Vec<GrantedTool>,
+    /// The bounds on the server's resources and resource templates the agent may list, read
+    /// and subscribe to (their URI or URI template matched): granted when every bound permits
+    /// it; none (absent) grants nothing. grants/v2.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resources: Vec<PatternBound>,
+    /// The bounds on the server's prompts (their names), likewise. grants/v2.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub prompts: Vec<PatternBound>,
+}
+
+impl ServerGrants {
+    /// Whether some resource or prompt may be granted (the document needs grants/v2).
+    pub fn grants_resources_or_prompts(&self) -> bool {
+        !self.resources.is_empty() || !self.prompts.is_empty()
+    }
 }
 
 /// One granted tool.
@@ -147,10 +181,19 @@ pub struct TlsReference {
 }
 
 impl GrantsDocument {
-    /// An empty document of the current schema version.
+    /// A document of these servers, of the oldest schema version that carries them: v1 unless
+    /// some server grants resources or prompts.
     pub fn new(servers: Vec<ServerGrants>) -> Self {
+        let version = if servers
+            .iter()
+            .any(ServerGrants::grants_resources_or_prompts)
+        {
+            SCHEMA_VERSION
+        } else {
+            SCHEMA_VERSION_V1
+        };
         GrantsDocument {
-            schema_version: SCHEMA_VERSION.to_string(),
+            schema_version: version.to_string(),
             revoked: false,
             servers,
         }
@@ -252,6 +295,8 @@ mod tests {
             deferred: false,
             endpoint: None,
             tools,
+            resources: vec![],
+            prompts: vec![],
         }
     }
 
@@ -294,7 +339,8 @@ mod tests {
     fn serialises_camel_case_with_schema_version_and_a_stable_digest() {
         let doc = GrantsDocument::new(vec![server("gh", "gh", &["get_issue"])]);
         let value = serde_json::to_value(&doc).unwrap();
-        assert_eq!(value["schemaVersion"], json!(SCHEMA_VERSION));
+        assert_eq!(value["schemaVersion"], json!(SCHEMA_VERSION_V1));
+        assert!(value["servers"][0].get("resources").is_none());
         assert_eq!(
             value["servers"][0]["tools"][0]["qualifiedName"],
             json!("gh__get_issue")
@@ -311,13 +357,41 @@ mod tests {
         let revoked = serde_json::to_value(GrantsDocument::revoked()).unwrap();
         assert_eq!(
             revoked,
-            json!({"schemaVersion": SCHEMA_VERSION, "revoked": true, "servers": []})
+            json!({"schemaVersion": SCHEMA_VERSION_V1, "revoked": true, "servers": []})
         );
         assert!(doc.digest().starts_with("sha256:"));
 
         let mut changed = doc.clone();
         changed.servers[0].tools[0].requires_approval = true;
         assert_ne!(changed.digest(), doc.digest());
+    }
+
+    /// Granting a resource or a prompt is what makes a document v2; a v1 document (as an older
+    /// operator wrote it) reads as granting none.
+    #[test]
+    fn resources_or_prompts_make_a_v2_document_and_v1_reads_as_none() {
+        let mut granting = server("fs", "fs", &["read_file"]);
+        granting.prompts = vec![PatternBound {
+            allow: vec!["review_*".into()],
+            deny: vec![],
+        }];
+        let doc = GrantsDocument::new(vec![server("gh", "gh", &[]), granting]);
+        let value = serde_json::to_value(&doc).unwrap();
+        assert_eq!(value["schemaVersion"], json!(SCHEMA_VERSION));
+        assert_eq!(
+            value["servers"][1]["prompts"],
+            json!([{"allow": ["review_*"]}])
+        );
+        assert!(value["servers"][1].get("resources").is_none());
+        let back: GrantsDocument = serde_json::from_value(value).unwrap();
+        assert_eq!(back, doc);
+
+        let v1 = json!({"schemaVersion": SCHEMA_VERSION_V1, "servers": [{
+            "name": "fs", "prefix": "fs", "optional": false, "available": true,
+            "deferred": false, "tools": []}]});
+        let old: GrantsDocument = serde_json::from_value(v1).unwrap();
+        assert!(old.servers[0].resources.is_empty() && old.servers[0].prompts.is_empty());
+        assert!(!old.servers[0].grants_resources_or_prompts());
     }
 
     #[test]

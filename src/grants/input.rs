@@ -15,6 +15,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+use super::resources_prompts::PatternBound;
 use crate::core::{Access, Catalog};
 
 pub use crate::core::Approval;
@@ -49,6 +50,10 @@ pub struct AgentServerInput<'a> {
     pub deny: Vec<String>,
     /// Tool names whose calls need approval for this agent.
     pub require_approval: Vec<String>,
+    /// The resources (URIs, URI templates) the agent wants; no allow pattern: none.
+    pub resources: PatternBound,
+    /// The prompts (names) the agent wants; no allow pattern: none.
+    pub prompts: PatternBound,
     /// The McpServer; None when it does not exist.
     pub server: Option<McpServerInput<'a>>,
 }
@@ -107,6 +112,10 @@ pub struct RuleInput {
     /// The platform's classification of tools (exact name → access) on the servers this rule
     /// picks: replaces what the server's annotations say, and may lower it.
     pub overrides: BTreeMap<String, Access>,
+    /// Resources permitted on the servers this rule bounds; no allow pattern: none.
+    pub resources: PatternBound,
+    /// Prompts permitted on the servers this rule bounds; no allow pattern: none.
+    pub prompts: PatternBound,
 }
 
 /// What a namespace that no McpTenantPolicy selects may be granted.

@@ -19,6 +19,8 @@
 //!   findings the AgentSpec's conditions report.
 //! - [`document`]: the grants document (ConfigMap `grants.json`), its digest, and the call-time
 //!   check the sidecar makes.
+//! - [`resources_prompts`]: the resource and prompt grants (pattern bounds, all must permit;
+//!   none without an allow pattern) and the names the agent sees them by (`<prefix>+<uri>`).
 //! - [`signature`]: `grants.sig`: the operator's Ed25519 signature binding the document's bytes
 //!   to its AgentSpec and a sequence; the keyring; what a sidecar refuses and why.
 
@@ -26,14 +28,16 @@ pub mod document;
 pub mod input;
 pub mod pattern;
 pub mod resolve;
+pub mod resources_prompts;
 pub mod signature;
 
 pub use document::{
-    Endpoint, GrantedTool, GrantsDocument, HeaderReference, SCHEMA_VERSION, ServerGrants,
-    TlsReference, permits, qualified_name,
+    Endpoint, GrantedTool, GrantsDocument, HeaderReference, READABLE_SCHEMA_VERSIONS,
+    SCHEMA_VERSION, SCHEMA_VERSION_V1, ServerGrants, TlsReference, permits, qualified_name,
 };
 pub use input::{
     AgentServerInput, Approval, McpServerInput, PolicyInput, ResolveInput, RuleInput, TenantDefault,
 };
 pub use pattern::{Pattern, PatternSet};
 pub use resolve::{Collision, Finding, Reason, Resolution, ServerOutcome, ToolRef, resolve};
+pub use resources_prompts::{Bounds, PatternBound, qualified_uri, split_qualified_uri};

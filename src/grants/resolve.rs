@@ -45,6 +45,12 @@
 //!   entry of their servers) and the rest is published, so a collision never keeps older grants
 //!   in service; the `NameCollision` finding names both and keeps the AgentSpec from being
 //!   ready. One pass decides this: the published document never holds a name twice.
+//! - Resources and prompts follow the same planes with one difference: no allow pattern grants
+//!   none (see [`super::resources_prompts`]). The document carries the bounds, not names (the
+//!   sidecar matches the live URIs and names against them): the AgentSpec entry's, then, where
+//!   policies select the tenant, those of every rule bounding the server, all of which must
+//!   permit. A policy with no rule picking the server, a rule without allow patterns, the tenant
+//!   default deny, or an unavailable server grants none.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -56,6 +62,7 @@ use super::input::{
     AgentServerInput, Approval, McpServerInput, PolicyInput, ResolveInput, TenantDefault,
 };
 use super::pattern::PatternSet;
+use super::resources_prompts::PatternBound;
 use crate::core::{Access, Catalog, CatalogTool};
 
 /// The outcome of one resolution.
@@ -293,6 +300,8 @@ fn resolve_server(
         deferred: false,
         endpoint: None,
         tools: Vec::new(),
+        resources: Vec::new(),
+        prompts: Vec::new(),
     };
 
     let (server, catalog) = match &entry.server {
@@ -319,6 +328,9 @@ fn resolve_server(
 
     outcome.available = true;
     grants.available = true;
+    let rules = policies.for_server(name);
+    grants.resources = rules.bounds_of(&entry.resources, |r| &r.resources);
+    grants.prompts = rules.bounds_of(&entry.prompts, |r| &r.prompts);
     let server_plane = PatternSet::new(&server.allow, &server.deny);
     let spec_plane = PatternSet::new(&entry.allow, &entry.deny);
     let asked_by_name: BTreeSet<&str> = spec_plane
@@ -327,7 +339,6 @@ fn resolve_server(
         .filter(|p| p.is_literal())
         .map(|p| p.as_str())
         .collect();
-    let rules = policies.for_server(name);
     let approval_names: BTreeSet<&str> = server
         .require_approval
         .iter()
@@ -519,6 +530,8 @@ struct CompiledRule {
     max_access: Access,
     require_approval_for: Option<Access>,
     overrides: BTreeMap<String, Access>,
+    resources: PatternBound,
+    prompts: PatternBound,
 }
 
 impl CompiledRule {
@@ -583,6 +596,8 @@ impl PolicyPlane {
                             max_access: r.max_access.unwrap_or(Access::Destructive),
                             require_approval_for: r.require_approval_for,
                             overrides: r.overrides.clone(),
+                            resources: r.resources.normalized(),
+                            prompts: r.prompts.normalized(),
                         }
                     })
                     .collect();
@@ -762,6 +777,39 @@ impl<'p> ServerRules<'p> {
         } else {
             Denial::Policies(refusals)
         }
+    }
+
+    /// The resource or prompt bounds (`of` picks which) granted on this server: the
+    /// AgentSpec's `wanted`, then every bounding rule's, sorted and deduplicated; none at all
+    /// when one of them (or the tenant default, or a policy without a picking rule) grants
+    /// nothing.
+    fn bounds_of(
+        &self,
+        wanted: &PatternBound,
+        of: impl Fn(&CompiledRule) -> &PatternBound,
+    ) -> Vec<PatternBound> {
+        if wanted.grants_nothing() {
+            return Vec::new();
+        }
+        if self.policies.is_empty() && self.tenant_default == TenantDefault::Deny {
+            return Vec::new();
+        }
+        let mut bounds = vec![wanted.normalized()];
+        for policy in &self.policies {
+            if !policy.picked {
+                return Vec::new();
+            }
+            for rule in &policy.rules {
+                let bound = of(rule);
+                if bound.grants_nothing() {
+                    return Vec::new();
+                }
+                bounds.push(bound.clone());
+            }
+        }
+        bounds.sort();
+        bounds.dedup();
+        bounds
     }
 
     fn require_approval(&self, access: Access) -> bool {

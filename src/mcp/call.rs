@@ -174,13 +174,37 @@ impl ToolSession {
     pub async fn call(
         &self,
         id: u64,
+        params: Map<String, Value>,
+        notifications: Option<&mpsc::UnboundedSender<Value>>,
+    ) -> Result<CallAnswer, CallFailure> {
+        self.request(id, "tools/call", params, notifications).await
+    }
+
+    /// Sends any request the sidecar passes on (`tools/call`, `resources/read`,
+    /// `prompts/get`, the list methods…) the way [`Self::call`] sends a call: the same headers
+    /// (`Mcp-Method` this method; `Mcp-Name` the params' `name`, or `uri` for the resource
+    /// methods), the same answer and failure taxonomy.
+    pub async fn request(
+        &self,
+        id: u64,
+        method: &str,
         mut params: Map<String, Value>,
         notifications: Option<&mpsc::UnboundedSender<Value>>,
     ) -> Result<CallAnswer, CallFailure> {
         let mut headers = self.call_headers.clone();
         if self.era == Era::Modern {
+            if method != "tools/call"
+                && let Ok(v) = HeaderValue::from_str(method)
+            {
+                headers.insert(HeaderName::from_static("mcp-method"), v);
+            }
+            let name_param = if method.starts_with("resources/") {
+                "uri"
+            } else {
+                "name"
+            };
             if let Some(v) = params
-                .get("name")
+                .get(name_param)
                 .and_then(Value::as_str)
                 .and_then(|n| HeaderValue::from_str(n).ok())
             {
@@ -195,7 +219,7 @@ impl ToolSession {
             }
             params.insert("_meta".into(), Value::Object(meta));
         }
-        let body = rpc::request(id, "tools/call", params);
+        let body = rpc::request(id, method, params);
         match &self.wire {
             CallWire::Streamable { http, session_id } => {
                 self.call_streamable(http, session_id.as_ref(), &body, id, headers, notifications)
@@ -203,7 +227,7 @@ impl ToolSession {
             }
             CallWire::Sse(wire) => {
                 let mut wire = wire.lock().await;
-                wire.request(&body, id, "call the tool")
+                wire.request(&body, id, "send the request")
                     .await
                     .map(answer_of)
                     .map_err(after_sending)

@@ -1,5 +1,5 @@
-//! The audit line: one structured log line per tool call (target `mcp_sidecar::audit`), with
-//! who called what, what was decided, how it ended, how long it took and how many times it was
+//! The audit line: one structured log line per tool call, resource read and prompt get (target
+//! `mcp_sidecar::audit`), with who called what, what was decided, how it ended, how long it took and how many times it was
 //! sent. Never the arguments, the result or a credential: none of them is passed in.
 
 use std::time::Duration;
@@ -138,5 +138,45 @@ pub fn write(record: &CallRecord<'_>) {
         attempts = record.attempts,
         via = record.via.as_str(),
         "tool call"
+    );
+}
+
+/// One resource read or prompt get, as audited.
+#[derive(Debug, Clone)]
+pub struct AccessRecord<'a> {
+    pub agent: &'a str,
+    /// `resources/read` or `prompts/get`.
+    pub method: &'a str,
+    pub server: Option<&'a str>,
+    /// What the agent asked for: `<prefix>+<uri>` or `<prefix>__<prompt>`.
+    pub name: &'a str,
+    /// The URI or prompt name sent upstream, when granted.
+    pub raw: Option<&'a str>,
+    pub decision: Decision,
+    pub outcome: Outcome,
+    pub duration: Duration,
+    pub attempts: u32,
+}
+
+pub fn write_access(record: &AccessRecord<'_>) {
+    let what = if record.method == "prompts/get" {
+        "prompt get"
+    } else {
+        "resource read"
+    };
+    // A URI the agent sent is bounded like a tool name, so a hostile agent cannot fill the log.
+    let bounded = |s: &str| s.chars().take(512).collect::<String>();
+    tracing::info!(
+        target: "mcp_sidecar::audit",
+        agent = record.agent,
+        method = record.method,
+        server = record.server.unwrap_or(""),
+        name = %bounded(record.name),
+        raw = %bounded(record.raw.unwrap_or("")),
+        decision = record.decision.as_str(),
+        outcome = record.outcome.as_str(),
+        duration_ms = record.duration.as_secs_f64() * 1000.0,
+        attempts = record.attempts,
+        "{what}"
     );
 }

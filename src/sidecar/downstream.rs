@@ -11,6 +11,7 @@
 //!     ├ tools/call  → discovery::call → calls::Calls::call: JSON, or SSE as soon as the call has something to
 //!     │               stream first (the upstream's progress or log lines, a legacy approval
 //!     │               request); the agent's POSTed answer to that request → approval::PendingAnswers
+//!     ├ resources/*, prompts/*, completion/complete → resources_prompts (granted ones only)
 //!     ├ server/discover, ping, notifications (cancelled)
 //!     └ subscriptions/listen (modern) → SSE: acknowledged, then tools/list_changed
 //! GET /mcp (legacy session) → SSE: tools/list_changed (resuming a call's stream, Last-Event-ID:
@@ -39,6 +40,7 @@ use super::calls::{Caller, CallerEra, Calls, LOG_LEVELS, Reply, ToolCall};
 use super::discovery;
 use super::listing::View;
 use super::metrics::Metrics;
+use super::resources_prompts::ListKind;
 use super::sessions::{Session, SessionError, Sessions};
 
 const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
@@ -144,6 +146,36 @@ async fn post(State(d): State<Arc<Downstream>>, headers: HeaderMap, body: Body) 
             settled(&d).await;
             tools_call(d, era, id, params, &headers).await
         }
+        "resources/list" | "resources/templates/list" | "prompts/list" => {
+            settled(&d).await;
+            let kind = match method.as_str() {
+                "resources/list" => ListKind::Resources,
+                "resources/templates/list" => ListKind::Templates,
+                _ => ListKind::Prompts,
+            };
+            granted_list(d.calls.list_granted(kind).await, &era, &id)
+        }
+        "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
+            settled(&d).await;
+            d.calls
+                .resource_request(&method, params)
+                .await
+                .into_json_response(&id, matches!(era, Era::Modern))
+        }
+        "prompts/get" => {
+            settled(&d).await;
+            d.calls
+                .prompt_get(params)
+                .await
+                .into_json_response(&id, matches!(era, Era::Modern))
+        }
+        "completion/complete" => {
+            settled(&d).await;
+            d.calls
+                .complete(params)
+                .await
+                .into_json_response(&id, matches!(era, Era::Modern))
+        }
         "logging/setLevel" if matches!(era, Era::Legacy(_)) => set_level(&d, &era, &id, &params),
         "subscriptions/listen" if matches!(era, Era::Modern) => listen(&d, id, &params),
         _ => json_response(
@@ -214,13 +246,49 @@ fn server_info() -> Value {
     json!({"name": "mcp-operator-sidecar", "version": env!("CARGO_PKG_VERSION")})
 }
 
-fn capabilities() -> Value {
-    json!({"tools": {"listChanged": true}})
+/// What the sidecar serves: tools always; resources, prompts and completions only while the
+/// grants grant some (an agent is not told of a capability it could not use). Upstream
+/// list_changed and resource updates are not relayed, so neither is advertised for them.
+fn capabilities(view: &View) -> Value {
+    let mut capabilities = json!({"tools": {"listChanged": true}});
+    if let Some(grants) = &view.grants {
+        let (resources, prompts) = (
+            grants.narrowing.grants_resources(),
+            grants.narrowing.grants_prompts(),
+        );
+        if resources {
+            capabilities["resources"] = json!({});
+        }
+        if prompts {
+            capabilities["prompts"] = json!({});
+        }
+        if resources || prompts {
+            capabilities["completions"] = json!({});
+        }
+    }
+    capabilities
 }
 
 /// Legacy sessions also hear the upstreams' log lines of their calls (`notifications/message`).
-fn legacy_capabilities() -> Value {
-    json!({"tools": {"listChanged": true}, "logging": {}})
+fn legacy_capabilities(view: &View) -> Value {
+    let mut capabilities = capabilities(view);
+    capabilities["logging"] = json!({});
+    capabilities
+}
+
+/// A resource, template or prompt list as the agent gets it: one page; in the modern era not
+/// to be cached (it follows the grants) and the agent's own.
+fn granted_list(reply: Reply, era: &Era, id: &Value) -> Response {
+    let modern = matches!(era, Era::Modern);
+    let reply = match reply {
+        Reply::Result(mut result) if modern => {
+            result.insert("ttlMs".into(), json!(0));
+            result.insert("cacheScope".into(), json!("private"));
+            Reply::Result(result)
+        }
+        other => other,
+    };
+    reply.into_json_response(id, modern)
 }
 
 fn initialize(d: &Downstream, id: &Value, params: &Map<String, Value>) -> Response {
@@ -230,7 +298,7 @@ fn initialize(d: &Downstream, id: &Value, params: &Map<String, Value>) -> Respon
     let view = Arc::clone(&d.view.borrow());
     let result = json!({
         "protocolVersion": version,
-        "capabilities": legacy_capabilities(),
+        "capabilities": legacy_capabilities(&view),
         "serverInfo": server_info(),
         "instructions": view.instructions(),
     });
@@ -252,7 +320,7 @@ fn discover(d: &Downstream) -> Map<String, Value> {
     json!({
         "resultType": "complete",
         "supportedVersions": supported_versions(),
-        "capabilities": capabilities(),
+        "capabilities": capabilities(&view),
         "instructions": view.instructions(),
         "ttlMs": 0,
         "cacheScope": "private",

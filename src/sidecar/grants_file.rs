@@ -27,8 +27,9 @@ use std::time::{Duration, SystemTime};
 
 use tokio::sync::watch;
 
+use super::resources_prompts::Narrowing;
 use crate::grants::signature::{self, Binding, SIGNATURE_KEY, VerifyingKeys};
-use crate::grants::{GrantsDocument, SCHEMA_VERSION};
+use crate::grants::{GrantsDocument, READABLE_SCHEMA_VERSIONS, SCHEMA_VERSION};
 
 use super::metrics::Metrics;
 
@@ -47,6 +48,20 @@ pub struct Loaded {
     pub doc: GrantsDocument,
     /// The document's digest (the controller's canonical function).
     pub digest: String,
+    /// Its resource and prompt grants, compiled once for this generation of the grants.
+    pub narrowing: Narrowing,
+}
+
+impl Loaded {
+    /// A loaded document, its resource and prompt bounds compiled.
+    pub fn new(doc: GrantsDocument, digest: String) -> Self {
+        let narrowing = Narrowing::new(&doc);
+        Loaded {
+            doc,
+            digest,
+            narrowing,
+        }
+    }
 }
 
 /// What the sidecar knows of its grants: the document it obeys, or why nothing is granted, and,
@@ -266,12 +281,14 @@ fn parse(bytes: &[u8], path: &Path) -> Result<GrantsDocument, String> {
     let shown = path.display();
     let value: serde_json::Value = serde_json::from_slice(bytes)
         .map_err(|e| format!("the grants file {shown} is not JSON ({e})"))?;
+    // v1 is v2 without resources and prompts: a v1 document read as v2 grants none of them.
     match value.get("schemaVersion").and_then(|v| v.as_str()) {
-        Some(SCHEMA_VERSION) => {}
+        Some(version) if READABLE_SCHEMA_VERSIONS.contains(&version) => {}
         Some(other) => {
             return Err(format!(
-                "the grants file {shown} has schemaVersion {:?}; this sidecar reads {SCHEMA_VERSION} (is the sidecar older than the operator?)",
-                other.chars().take(80).collect::<String>()
+                "the grants file {shown} has schemaVersion {:?}; this sidecar reads {} (is the sidecar older than the operator?)",
+                other.chars().take(80).collect::<String>(),
+                READABLE_SCHEMA_VERSIONS.join(" and ")
             ));
         }
         None => return Err(format!("the grants file {shown} has no schemaVersion")),
@@ -397,7 +414,7 @@ fn apply(path: &Path, trust: &Trust, state: &mut GrantsState, metrics: &Metrics)
                 sequence,
                 "grants loaded"
             );
-            state.current = Some(Arc::new(Loaded { doc, digest }));
+            state.current = Some(Arc::new(Loaded::new(doc, digest)));
             true
         }
         Read::NothingGranted {
@@ -508,6 +525,26 @@ mod tests {
         let doc = unsigned(&path).unwrap();
         assert_eq!(doc.servers[0].tools[0].qualified_name, "fs__read");
         assert!(crate::grants::permits(&doc, "fs__write").is_some());
+    }
+
+    /// This sidecar reads both versions: v1 (an older operator's, or one granting tools only)
+    /// grants no resource and no prompt; v2 carries the bounds.
+    #[test]
+    fn reads_v1_and_v2_documents() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("grants.json");
+        std::fs::write(&path, GOOD).unwrap();
+        let v1 = unsigned(&path).unwrap();
+        assert!(v1.servers[0].resources.is_empty() && v1.servers[0].prompts.is_empty());
+        let v2 = GOOD.replace("grants/v1", "grants/v2").replace(
+            r#""deferred":false,"#,
+            r#""deferred":false,"resources":[{"allow":["file:///docs/*"]}],"prompts":[{"allow":["*"]}],"#,
+        );
+        std::fs::write(&path, v2).unwrap();
+        let doc = unsigned(&path).unwrap();
+        assert_eq!(doc.servers[0].resources[0].allow, vec!["file:///docs/*"]);
+        assert_eq!(doc.servers[0].prompts[0].allow, vec!["*"]);
+        assert!(crate::grants::permits(&doc, "fs__read").is_some());
     }
 
     #[test]

@@ -306,7 +306,7 @@ mod tests {
         }))
         .unwrap();
         let digest = doc.digest();
-        Arc::new(Loaded { doc, digest })
+        Arc::new(Loaded::new(doc, digest))
     }
 
     fn live(defs: &[Map<String, Value>]) -> Live {
@@ -388,7 +388,7 @@ mod tests {
         }
         doc.servers.insert(0, big);
         let digest = doc.digest();
-        Arc::new(Loaded { doc, digest })
+        Arc::new(Loaded::new(doc, digest))
     }
 
     #[test]
@@ -437,7 +437,7 @@ mod tests {
         only_big.servers.retain(|s| s.deferred);
         let loaded = |doc: GrantsDocument| {
             let digest = doc.digest();
-            Some(Arc::new(Loaded { doc, digest }))
+            Some(Arc::new(Loaded::new(doc, digest)))
         };
         let a = build(loaded(only_big.clone()), &|_| upstream.clone());
         let b = build(loaded(only_big), &|_| other.clone());
@@ -465,7 +465,7 @@ mod tests {
         doc.servers[1].tools[1].qualified_name = "list_tools".into();
         let digest = doc.digest();
         let upstream = live(&[def("read", "Read."), def("stat", "Stat.")]);
-        let view = build(Some(Arc::new(Loaded { doc, digest })), &|_| {
+        let view = build(Some(Arc::new(Loaded::new(doc, digest))), &|_| {
             upstream.clone()
         });
         let lists: Vec<_> = view

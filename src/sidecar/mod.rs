@@ -23,6 +23,8 @@
 //! - [`listing`]: pure: the grants and the live definitions → what the agent sees.
 //! - [`discovery`]: deferred servers' discovery tools (list_tools, get_tool_info, call_tool).
 //! - [`calls`]: the call pipeline and the resend rules.
+//! - [`resources_prompts`]: resources and prompts, narrowed by the grants' bounds (lists, read,
+//!   get, complete, subscribe), named `<prefix>+<uri>` and `<prefix>__<prompt>`.
 //! - [`approval`]: asking the agent's client before a gated call (elicitation, both eras).
 //! - [`upstream`]: the connection pool.
 //! - [`downstream`]: the agent-facing `/mcp` handler, both protocol eras.
@@ -40,6 +42,7 @@ pub mod grants_file;
 pub mod listing;
 pub mod metrics;
 pub mod ops;
+pub mod resources_prompts;
 pub mod sessions;
 pub mod upstream;
 

@@ -173,7 +173,7 @@ mod tests {
     fn loaded() -> Arc<Loaded> {
         let doc = crate::grants::GrantsDocument::new(vec![]);
         let digest = doc.digest();
-        Arc::new(Loaded { doc, digest })
+        Arc::new(Loaded::new(doc, digest))
     }
 
     #[test]

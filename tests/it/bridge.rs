@@ -1,7 +1,7 @@
 //! `mcp-operator bridge` in front of real stdio servers nobody here wrote
 //! (`@modelcontextprotocol/server-memory`, `server-filesystem`, pinned in
-//! tests/fixtures/node-stdio), spoken to by the official Python SDK client in both eras and by
-//! our own probe.
+//! tests/fixtures/node-stdio) and server-everything over stdio, spoken to by the official Python
+//! SDK client in both eras (directly and through the sidecar) and by our own probe.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::sidecar_support::{agent, names};
+use crate::sidecar_support::{Sidecar, agent, grants_for, names};
 use crate::support::{Fixtures, StdioServer, free_port, probe};
 
 fn stdio_server(server: StdioServer) -> (String, String) {
@@ -201,6 +201,87 @@ async fn server_filesystem_reads_a_file_in_both_eras() {
             out["steps"][2]["isError"], true,
             "{mode}: {}",
             out["steps"][2]
+        );
+    }
+}
+
+/// The bridge passes every MCP request through, not only tools: server-everything over stdio
+/// lists and reads its resources, templates and prompts behind it in both eras, and behind a
+/// sidecar in front of the bridge the agent gets exactly the granted ones.
+#[tokio::test(flavor = "multi_thread")]
+async fn resources_and_prompts_of_a_stdio_server_pass_the_bridge_and_the_sidecar() {
+    let (node, everything) = stdio_server(StdioServer::Everything);
+    let bridge = Bridge::start(&[], &[&node, &everything, "stdio"]);
+    let steps = json!([
+        {"op": "resources"},
+        {"op": "read", "uri": "demo://resource/static/document/architecture.md"},
+        {"op": "prompts"},
+        {"op": "get_prompt", "name": "simple-prompt"},
+    ]);
+    for mode in ["legacy", "auto"] {
+        let out = agent(&bridge.url, mode, steps.clone()).await;
+        let s = &out["steps"];
+        let resources: Vec<String> = serde_json::from_value(s[0]["resources"].clone()).unwrap();
+        assert!(
+            resources.contains(&"demo://resource/static/document/architecture.md".to_string()),
+            "{mode}: {out}"
+        );
+        assert!(
+            s[0]["templates"].as_array().is_some_and(|t| !t.is_empty()),
+            "{mode}: {out}"
+        );
+        assert_eq!(
+            s[1]["contents"][0]["uri"], "demo://resource/static/document/architecture.md",
+            "{mode}: {out}"
+        );
+        let prompts: Vec<String> = serde_json::from_value(s[2]["prompts"].clone()).unwrap();
+        assert!(
+            prompts.contains(&"simple-prompt".to_string()),
+            "{mode}: {out}"
+        );
+        assert!(
+            s[3]["messages"].as_array().is_some_and(|m| !m.is_empty()),
+            "{mode}: {out}"
+        );
+    }
+
+    let mut grants = grants_for("everything", "ev", &bridge.url, &["echo"], json!({}), None).await;
+    grants["schemaVersion"] = json!("mcp-operator.dev/grants/v2");
+    grants["servers"][0]["resources"] =
+        json!([{"allow": ["demo://resource/static/document/architecture.md"]}]);
+    grants["servers"][0]["prompts"] = json!([{"allow": ["simple-prompt"]}]);
+    let sidecar = Sidecar::start(Some(&grants));
+    sidecar.wait_ready().await;
+    for mode in ["legacy", "auto"] {
+        let out = agent(
+            &sidecar.url,
+            mode,
+            json!([
+                {"op": "resources"},
+                {"op": "read", "uri": "ev+demo://resource/static/document/architecture.md"},
+                {"op": "read", "uri": "ev+demo://resource/static/document/features.md"},
+                {"op": "prompts"},
+            ]),
+        )
+        .await;
+        let s = &out["steps"];
+        assert_eq!(
+            s[0]["resources"],
+            json!(["ev+demo://resource/static/document/architecture.md"]),
+            "{mode}: {out}"
+        );
+        assert_eq!(s[0]["templates"], json!([]), "{mode}: {out}");
+        assert!(
+            s[1]["contents"][0]["text"]
+                .as_str()
+                .is_some_and(|t| !t.is_empty()),
+            "{mode}: {out}"
+        );
+        assert_eq!(s[2]["error"]["code"], -32002, "{mode}: {out}");
+        assert_eq!(
+            s[3]["prompts"],
+            json!(["ev__simple-prompt"]),
+            "{mode}: {out}"
         );
     }
 }
@@ -435,7 +516,11 @@ async fn sigterm_stops_the_bridge_and_its_child() {
 fn fixtures_name_the_stdio_servers() {
     // The stdio servers come from the same installer, and the same installed.env, as every
     // other fixture.
-    for server in [StdioServer::Memory, StdioServer::Filesystem] {
+    for server in [
+        StdioServer::Memory,
+        StdioServer::Filesystem,
+        StdioServer::Everything,
+    ] {
         let (node, path) = stdio_server(server);
         assert!(PathBuf::from(&path).is_file(), "{server:?}: {path}");
         assert!(!node.is_empty(), "{server:?}: no node");

@@ -1200,6 +1200,50 @@ fn refused_cases() -> Vec<Refused> {
             ],
         );
     }
+    // Resource and prompt patterns: visible ASCII, bounded, on AgentSpec entries and rules.
+    for (what, list) in [
+        ("resources", "allow"),
+        ("resources", "deny"),
+        ("prompts", "allow"),
+        ("prompts", "deny"),
+    ] {
+        c.agent(
+            &format!("agent-{what}-{list}-space"),
+            json!({"servers": [{"name": "files", what: {list: ["file:///my docs/*"]}}]}),
+            &[
+                &format!("spec.servers[0].{what}.{list}[0]"),
+                SHOULD_MATCH,
+                "^[!-~]+$",
+            ],
+        );
+        c.agent(
+            &format!("agent-{what}-{list}-empty"),
+            json!({"servers": [{"name": "files", what: {list: [""]}}]}),
+            &[
+                &format!("spec.servers[0].{what}.{list}[0]"),
+                "should be at least 1 chars long",
+            ],
+        );
+        c.policy(
+            &format!("rule-{what}-{list}-space"),
+            json!({"rules": [{"servers": {"names": ["files"]}, what: {list: ["a b"]}}]}),
+            &[
+                &format!("spec.rules[0].{what}.{list}[0]"),
+                SHOULD_MATCH,
+                "^[!-~]+$",
+            ],
+        );
+    }
+    c.agent(
+        "agent-resource-pattern-too-long",
+        json!({"servers": [{"name": "files", "resources": {"allow": [long("file:///", 2049)]}}]}),
+        &["spec.servers[0].resources.allow[0]", "Too long", "2048"],
+    );
+    c.agent(
+        "agent-prompt-pattern-too-long",
+        json!({"servers": [{"name": "files", "prompts": {"allow": [long("p", 257)]}}]}),
+        &["spec.servers[0].prompts.allow[0]", "Too long", "256"],
+    );
     for (field, value) in [("maxAccess", "admin"), ("requireApprovalFor", "everything")] {
         c.policy(
             &format!("rule-{}-enum", field.to_ascii_lowercase()),
@@ -1429,6 +1473,8 @@ fn accepted_cases() -> Vec<(&'static str, Value)> {
                         {"name": "files.v2", "prefix": "files_v2"},
                         {"name": "other", "prefix": "files-2"},
                         {"name": "x", "prefix": long("P", 64), "allow": ["*"], "deny": ["a?"], "requireApproval": [tool_128.as_str()]},
+                        {"name": "y", "resources": {"allow": [long("demo://resource/{id}/", 2048)], "deny": ["*secret*"]},
+                         "prompts": {"allow": [long("p", 256), "simple-prompt"]}},
                     ],
                     "approval": "all",
                 }),

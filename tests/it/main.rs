@@ -44,5 +44,6 @@ mod probe_hostile_servers;
 mod probe_real_servers;
 mod response_budget;
 mod sidecar;
+mod sidecar_resources;
 mod sidecar_restarts;
 mod watch_tool_changes;

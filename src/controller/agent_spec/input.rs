@@ -19,13 +19,15 @@ use std::collections::{BTreeMap, BTreeSet};
 use kube::ResourceExt;
 
 use crate::api::agent_spec::AgentSpec;
+use crate::api::common::PromptPatterns;
+use crate::api::common::ResourcePatterns;
 use crate::api::conditions::{READY, TRUE, find};
 use crate::api::mcp_server::McpServer;
 use crate::api::tenant_policy::McpTenantPolicy;
 use crate::core::catalog::Catalog;
 use crate::grants::{
-    AgentServerInput, GrantsDocument, McpServerInput, PolicyInput, Resolution, ResolveInput,
-    RuleInput, TenantDefault, resolve,
+    AgentServerInput, GrantsDocument, McpServerInput, PatternBound, PolicyInput, Resolution,
+    ResolveInput, RuleInput, TenantDefault, resolve,
 };
 
 pub use crate::controller::shared::endpoint::endpoint;
@@ -65,6 +67,8 @@ pub fn policy_input(
                 max_access: rule.max_access,
                 require_approval_for: rule.require_approval_for,
                 overrides: rule.overrides.clone(),
+                resources: resource_bound(rule.resources.as_ref()),
+                prompts: prompt_bound(rule.prompts.as_ref()),
             }
         })
         .collect();
@@ -125,6 +129,8 @@ pub fn resolve_input<'a>(
                 allow: s.allow.clone(),
                 deny: s.deny.clone(),
                 require_approval: s.require_approval.clone(),
+                resources: resource_bound(s.resources.as_ref()),
+                prompts: prompt_bound(s.prompts.as_ref()),
                 server: servers
                     .get(&s.name)
                     .map(|(server, catalog)| server_input(server, *catalog)),
@@ -155,6 +161,23 @@ pub fn decide_grants(input: &ResolveInput<'_>, servers: &BTreeMap<String, &McpSe
         resolution,
         document,
     }
+}
+
+/// The resource patterns of an AgentSpec entry or a policy rule, as the core reads them
+/// (absent: none granted).
+fn resource_bound(patterns: Option<&ResourcePatterns>) -> PatternBound {
+    patterns.map_or_else(PatternBound::default, |p| PatternBound {
+        allow: p.allow.clone(),
+        deny: p.deny.clone(),
+    })
+}
+
+/// The prompt patterns likewise.
+fn prompt_bound(patterns: Option<&PromptPatterns>) -> PatternBound {
+    patterns.map_or_else(PatternBound::default, |p| PatternBound {
+        allow: p.allow.clone(),
+        deny: p.deny.clone(),
+    })
 }
 
 #[cfg(test)]

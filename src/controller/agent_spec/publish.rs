@@ -57,12 +57,17 @@ pub fn publishable(doc: &GrantsDocument) -> (std::borrow::Cow<'_, GrantsDocument
     if size <= MAX_GRANTS_BYTES {
         return (std::borrow::Cow::Borrowed(doc), None);
     }
-    let mut empty = doc.clone();
-    for server in &mut empty.servers {
+    let mut servers = doc.servers.clone();
+    for server in &mut servers {
         server.tools.clear();
+        server.resources.clear();
+        server.prompts.clear();
         server.deferred = false;
     }
-    (std::borrow::Cow::Owned(empty), Some(size))
+    (
+        std::borrow::Cow::Owned(GrantsDocument::new(servers)),
+        Some(size),
+    )
 }
 
 /// Whose grants: the AgentSpec's namespace, name and uid.
@@ -462,14 +467,21 @@ mod tests {
     use crate::controller::fixtures::{agent, catalog, full_server, ready_status, server};
     use crate::controller::shared::endpoint::fill_endpoints;
     use crate::grants::signature::Keyring;
-    use crate::grants::{SCHEMA_VERSION, ServerGrants, TenantDefault, resolve};
+    use crate::grants::{SCHEMA_VERSION, SCHEMA_VERSION_V1, ServerGrants, TenantDefault, resolve};
     use serde_json::{Value, json};
 
-    /// The grants schema every published document must satisfy.
-    const SCHEMA: &str = include_str!("../../../schemas/grants.v1.json");
+    /// The grants schemas every published document must satisfy, by schemaVersion.
+    const SCHEMA_V1: &str = include_str!("../../../schemas/grants.v1.json");
+    const SCHEMA_V2: &str = include_str!("../../../schemas/grants.v2.json");
 
+    /// The errors of `doc` against the schema of the version it says it is.
     fn schema_errors(doc: &Value) -> Vec<String> {
-        let schema: Value = serde_json::from_str(SCHEMA).unwrap();
+        let text = match doc["schemaVersion"].as_str() {
+            Some(SCHEMA_VERSION_V1) => SCHEMA_V1,
+            Some(SCHEMA_VERSION) => SCHEMA_V2,
+            other => return vec![format!("schemaVersion {other:?} has no schema")],
+        };
+        let schema: Value = serde_json::from_str(text).unwrap();
         let validator = jsonschema::draft202012::new(&schema).unwrap();
         validator
             .iter_errors(doc)
@@ -478,13 +490,45 @@ mod tests {
     }
 
     #[test]
-    fn the_schema_is_a_valid_draft_2020_12_schema_of_this_version() {
-        let schema: Value = serde_json::from_str(SCHEMA).unwrap();
-        assert!(jsonschema::meta::is_valid(&schema));
+    fn the_schemas_are_valid_draft_2020_12_schemas_of_their_versions() {
+        for (text, version) in [(SCHEMA_V1, SCHEMA_VERSION_V1), (SCHEMA_V2, SCHEMA_VERSION)] {
+            let schema: Value = serde_json::from_str(text).unwrap();
+            assert!(jsonschema::meta::is_valid(&schema));
+            assert_eq!(
+                schema["properties"]["schemaVersion"]["const"],
+                json!(version)
+            );
+        }
+    }
+
+    /// An AgentSpec entry granting resources and prompts publishes a v2 document that
+    /// grants/v2's schema accepts, and v1's refuses (an older reader must not half-read it).
+    #[test]
+    fn a_document_granting_resources_and_prompts_is_v2_and_matches_its_schema() {
+        let cat = catalog();
+        let gh = full_server();
+        let a = agent(json!({"servers": [
+            {"name": "gh", "resources": {"allow": ["repo://docs/*", "repo://{owner}/readme"],
+                                          "deny": ["repo://docs/secret*"]},
+             "prompts": {"allow": ["triage_*"]}},
+        ]}));
+        let servers = BTreeMap::from([("gh".to_string(), (&gh, Some(&cat)))]);
+        let input = resolve_input(&a, &servers, vec![], TenantDefault::Allow, u64::MAX);
+        let mut doc = resolve(&input).document;
+        fill_endpoints(&mut doc, &BTreeMap::from([("gh".to_string(), &gh)]));
+        let value = serde_json::to_value(&doc).unwrap();
+        assert_eq!(value["schemaVersion"], json!(SCHEMA_VERSION));
+        assert_eq!(schema_errors(&value), Vec::<String>::new(), "{value:#}");
         assert_eq!(
-            schema["properties"]["schemaVersion"]["const"],
-            json!(SCHEMA_VERSION)
+            value["servers"][0]["prompts"],
+            json!([{"allow": ["triage_*"]}])
         );
+        let mut as_v1 = value.clone();
+        as_v1["schemaVersion"] = json!(SCHEMA_VERSION_V1);
+        assert!(!schema_errors(&as_v1).is_empty());
+        // Too large to publish: nothing at all is granted, resources and prompts included.
+        let (published, _) = publishable(&doc);
+        assert_eq!(*published, doc, "it fits");
     }
 
     /// A document exercising every field: an available server with a bearer token, a header,
@@ -579,9 +623,8 @@ mod tests {
         );
         value["schemaVersion"] = json!("mcp-operator.dev/grants/v2");
         assert!(
-            schema_errors(&value)
-                .iter()
-                .any(|e| e.contains("schemaVersion"))
+            !schema_errors(&value).is_empty(),
+            "a value next to a reference, in v2 too"
         );
     }
 
@@ -607,6 +650,11 @@ mod tests {
                     }
                 })
                 .collect(),
+            resources: vec![crate::grants::PatternBound {
+                allow: vec!["*".into()],
+                deny: vec![],
+            }],
+            prompts: vec![],
         }])
     }
 
@@ -641,6 +689,8 @@ mod tests {
         assert_eq!(published.servers.len(), 1);
         assert_eq!(published.servers[0].name, "big");
         assert!(published.servers[0].tools.is_empty());
+        assert!(published.servers[0].resources.is_empty());
+        assert_eq!(published.schema_version, SCHEMA_VERSION_V1);
         assert!(!published.servers[0].deferred);
         assert_eq!(published.tool_count(), 0);
         assert_ne!(published.digest(), doc.digest());
@@ -659,6 +709,8 @@ mod tests {
             deferred: false,
             endpoint: None,
             tools: vec![],
+            resources: vec![],
+            prompts: vec![],
         }]);
         let keyring = Keyring::generate();
         let intent = Intent::new(&doc, true);
@@ -685,7 +737,7 @@ mod tests {
         let back: GrantsDocument =
             serde_json::from_str(&cm.data.as_ref().unwrap()[GRANTS_KEY]).unwrap();
         assert_eq!(back, doc);
-        assert_eq!(back.schema_version, SCHEMA_VERSION);
+        assert_eq!(back.schema_version, SCHEMA_VERSION_V1);
         let data = cm.data.as_ref().unwrap();
         assert_eq!(data[SIGNATURE_KEY], sig.to_json());
         assert!(
@@ -739,6 +791,8 @@ mod tests {
             deferred: false,
             endpoint: None,
             tools: granted,
+            resources: vec![],
+            prompts: vec![],
         }]);
         (a, doc, Keyring::generate())
     }

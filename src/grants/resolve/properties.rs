@@ -50,6 +50,8 @@ impl Case {
                     allow: s.allow.clone(),
                     deny: s.deny.clone(),
                     require_approval: s.require_approval.clone(),
+                    resources: Default::default(),
+                    prompts: Default::default(),
                     server: s.exists.then(|| McpServerInput {
                         ready: s.ready,
                         not_ready_reason: None,
@@ -256,6 +258,7 @@ fn rule() -> impl Strategy<Value = RuleInput> {
                     max_access,
                     require_approval_for,
                     overrides,
+                    ..Default::default()
                 }
             },
         )

@@ -6,6 +6,7 @@ use super::*;
 use crate::core::{Access, Catalog, CatalogTool};
 use crate::grants::document::permits;
 use crate::grants::input::{RuleInput, TenantDefault};
+use crate::grants::resources_prompts::PatternBound;
 
 use Access::{Destructive, Read, Write};
 
@@ -66,6 +67,8 @@ fn entry<'a>(name: &str, catalog: &'a Catalog) -> AgentServerInput<'a> {
         allow: vec![],
         deny: vec![],
         require_approval: vec![],
+        resources: Default::default(),
+        prompts: Default::default(),
         server: Some(mcp_server(catalog)),
     }
 }
@@ -934,5 +937,104 @@ fn a_denied_tool_hears_which_rule_refuses_it() {
             "tool update_issue of McpServer github is asked for by name, but McpTenantPolicy p \
              does not permit it: its rules[1] allows only get_*, list_*",
         ]
+    );
+}
+
+// ─── resources and prompts ──────────────────────────────────────────────────────────────
+
+fn bound(allow: &[&str], deny: &[&str]) -> PatternBound {
+    PatternBound {
+        allow: strings(allow),
+        deny: strings(deny),
+    }
+}
+
+/// The AgentSpec's own default is least privilege: an entry that names no resource or prompt
+/// pattern gets none, whatever the tenant plane would permit.
+#[test]
+fn an_agentspec_entry_without_patterns_gets_no_resources_or_prompts() {
+    let gh = github();
+    let resolution = resolve(&input(vec![entry("gh", &gh)]));
+    let server = &resolution.document.servers[0];
+    assert!(server.resources.is_empty() && server.prompts.is_empty());
+    assert_eq!(
+        resolution.document.schema_version,
+        crate::grants::SCHEMA_VERSION_V1
+    );
+
+    let mut wanting = entry("gh", &gh);
+    wanting.resources = bound(&["repo://*"], &["repo://*/secrets"]);
+    wanting.prompts = bound(&["triage"], &[]);
+    let resolution = resolve(&input(vec![wanting]));
+    let server = &resolution.document.servers[0];
+    assert_eq!(
+        server.resources,
+        vec![bound(&["repo://*"], &["repo://*/secrets"])]
+    );
+    assert_eq!(server.prompts, vec![bound(&["triage"], &[])]);
+    assert_eq!(
+        resolution.document.schema_version,
+        crate::grants::SCHEMA_VERSION
+    );
+}
+
+/// Where a policy picks the server, none is granted unless the rule allows some; every picking
+/// rule bounds (they do not add up).
+#[test]
+fn policy_rules_bound_resources_and_prompts_and_grant_none_by_default() {
+    let gh = github();
+    let mut wanting = entry("gh", &gh);
+    wanting.resources = bound(&["*"], &[]);
+    wanting.prompts = bound(&["*"], &[]);
+    let with = |rules: Vec<RuleInput>| {
+        let mut input = input(vec![wanting.clone()]);
+        input.policies = vec![policy("platform", rules)];
+        resolve(&input).document.servers[0].clone()
+    };
+
+    let silent = with(vec![rule(&["gh"])]);
+    assert!(
+        silent.resources.is_empty() && silent.prompts.is_empty(),
+        "{silent:?}"
+    );
+
+    let mut docs = rule(&["gh"]);
+    docs.resources = bound(&["repo://docs/*"], &[]);
+    let server = with(vec![docs.clone()]);
+    assert_eq!(
+        server.resources,
+        vec![bound(&["*"], &[]), bound(&["repo://docs/*"], &[])]
+    );
+    assert!(server.prompts.is_empty(), "the rule names no prompt");
+
+    // A second picking rule without resource patterns bounds too: nothing.
+    assert!(with(vec![docs.clone(), rule(&["gh"])]).resources.is_empty());
+    // A rule picking another server does not bound this one.
+    assert_eq!(
+        with(vec![docs.clone(), rule(&["other"])]).resources.len(),
+        2
+    );
+    // A rule that only might pick the server (selector unknown) bounds it.
+    let mut unknown = rule(&[]);
+    unknown.bounds_only = ["gh".to_string()].into();
+    assert!(with(vec![docs.clone(), unknown]).resources.is_empty());
+    // A policy with no rule for the server grants none.
+    assert!(with(vec![rule(&["other"])]).resources.is_empty());
+}
+
+#[test]
+fn tenant_default_deny_and_unavailable_servers_grant_no_resources() {
+    let gh = github();
+    let mut wanting = entry("gh", &gh);
+    wanting.resources = bound(&["*"], &[]);
+    let mut denied = input(vec![wanting.clone()]);
+    denied.tenant_default = TenantDefault::Deny;
+    assert!(resolve(&denied).document.servers[0].resources.is_empty());
+
+    wanting.server.as_mut().unwrap().ready = false;
+    assert!(
+        resolve(&input(vec![wanting])).document.servers[0]
+            .resources
+            .is_empty()
     );
 }

@@ -71,6 +71,7 @@ impl Fixtures {
         let key = match server {
             StdioServer::Memory => "MCP_FIXTURES_MEMORY",
             StdioServer::Filesystem => "MCP_FIXTURES_FILESYSTEM",
+            StdioServer::Everything => "MCP_FIXTURES_EVERYTHING",
         };
         (
             self.var("MCP_FIXTURES_NODE").to_string(),
@@ -144,6 +145,9 @@ pub enum StdioServer {
     Memory,
     /// `@modelcontextprotocol/server-filesystem`.
     Filesystem,
+    /// `@modelcontextprotocol/server-everything` (the npm fixture; run it with the argument
+    /// `stdio`): resources, resource templates and prompts.
+    Everything,
 }
 
 /// A running fixture process, killed when dropped.

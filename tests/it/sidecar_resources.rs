@@ -1,0 +1,336 @@
+//! Resources and prompts through the sidecar, narrowed by the grants: the official Python SDK
+//! client (both eras) talks to `mcp-operator sidecar`, which talks to the Python SDK fixture
+//! server and server-everything on loopback. What the agent sees is asserted, and, from the
+//! fixture server's own record, that a refused read or get never reached it.
+
+use crate::sidecar_support;
+use crate::support;
+
+use serde_json::{Value, json};
+
+use sidecar_support::{RawLegacyAgent, Sidecar, agent, grants_for, http, json_of};
+use support::Fixtures;
+
+const MODES: [&str; 2] = ["legacy", "auto"];
+
+/// `grants` (one server, from [`grants_for`]) with resource and prompt bounds (null: none):
+/// grants/v2.
+fn with_bounds(mut grants: Value, resources: Value, prompts: Value) -> Value {
+    grants["schemaVersion"] = json!("mcp-operator.dev/grants/v2");
+    let server = grants["servers"][0].as_object_mut().unwrap();
+    for (key, bounds) in [("resources", resources), ("prompts", prompts)] {
+        if !bounds.is_null() {
+            server.insert(key.into(), bounds);
+        }
+    }
+    grants
+}
+
+async fn upstream_reads(url: &str) -> Vec<String> {
+    let mut u = url::Url::parse(url).unwrap();
+    u.set_path("/control/reads");
+    let v = json_of(http().get(u).send().await.unwrap()).await;
+    serde_json::from_value(v["reads"].clone()).unwrap()
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    serde_json::from_value(v.clone()).unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_agent_reads_exactly_its_granted_resources_and_prompts_of_the_sdk_server() {
+    let server = Fixtures::load().sdk_server(&[]);
+    let grants = with_bounds(
+        grants_for("files", "fs", &server.url, &["read_file"], json!({}), None).await,
+        json!([{"allow": ["file:///docs/{name}"]}]),
+        json!([{"allow": ["review"]}]),
+    );
+    let sidecar = Sidecar::start(Some(&grants));
+    sidecar.wait_ready().await;
+    for mode in MODES {
+        let out = agent(
+            &sidecar.url,
+            mode,
+            json!([
+                {"op": "resources"},
+                {"op": "read", "uri": "fs+file:///docs/readme.md"},
+                {"op": "read", "uri": "fs+file:///private/keys.txt"},
+                {"op": "read", "uri": "file:///docs/readme.md"},
+                {"op": "prompts"},
+                {"op": "get_prompt", "name": "fs__review", "arguments": {"path": "a.md"}},
+                {"op": "get_prompt", "name": "fs__exfiltrate"},
+                {"op": "complete", "ref": {"type": "ref/prompt", "name": "fs__review"},
+                 "argument": {"name": "path", "value": "r"}},
+                {"op": "complete", "ref": {"type": "ref/prompt", "name": "fs__exfiltrate"},
+                 "argument": {"name": "path", "value": "r"}},
+                {"op": "complete", "ref": {"type": "ref/resource", "uri": "fs+file:///docs/{name}"},
+                 "argument": {"name": "name", "value": "r"}},
+                {"op": "list"},
+            ]),
+        )
+        .await;
+        let steps = &out["steps"];
+        // Only the granted ones are listed, every page read (the server lists one per page),
+        // under the server's prefix.
+        assert_eq!(
+            strings(&steps[0]["resources"]),
+            ["fs+file:///docs/guide.md", "fs+file:///docs/readme.md"],
+            "{mode}: {out}"
+        );
+        assert_eq!(
+            strings(&steps[0]["templates"]),
+            ["fs+file:///docs/{name}"],
+            "{mode}: {out}"
+        );
+        assert_eq!(
+            steps[1]["contents"],
+            json!([{"uri": "fs+file:///docs/readme.md", "text": "# Read me"}]),
+            "{mode}: {out}"
+        );
+        for refused in [&steps[2], &steps[3]] {
+            let message = refused["error"]["message"].as_str().unwrap_or("");
+            assert!(
+                message.contains("is not granted to this agent"),
+                "{mode}: {out}"
+            );
+            assert_eq!(refused["error"]["code"], -32002, "{mode}: {out}");
+        }
+        assert_eq!(
+            strings(&steps[4]["prompts"]),
+            ["fs__review"],
+            "{mode}: {out}"
+        );
+        let messages = &steps[5]["messages"];
+        assert_eq!(
+            messages[0]["content"]["text"], "review a.md",
+            "{mode}: {out}"
+        );
+        // An embedded resource comes back under the name the agent can ask for.
+        assert_eq!(
+            messages[1]["content"]["resource"]["uri"], "fs+file:///docs/guide.md",
+            "{mode}: {out}"
+        );
+        assert!(
+            steps[6]["error"]["message"]
+                .as_str()
+                .unwrap_or("")
+                .contains("the prompt \"fs__exfiltrate\" is not granted"),
+            "{mode}: {out}"
+        );
+        assert_eq!(
+            steps[7]["values"],
+            json!(["readme.md", "guide.md"]),
+            "{mode}: {out}"
+        );
+        assert!(steps[8]["error"].is_object(), "{mode}: {out}");
+        assert_eq!(
+            steps[9]["values"],
+            json!(["readme.md", "guide.md"]),
+            "{mode}: {out}"
+        );
+        assert_eq!(
+            strings(&steps[10]["names"]),
+            ["fs__read_file"],
+            "{mode}: {out}"
+        );
+    }
+    // The server heard only what was granted: never the private file, never the other prompt.
+    let reads = upstream_reads(&server.url).await;
+    let expected: Vec<String> = [
+        "resources/read file:///docs/readme.md",
+        "prompts/get review",
+    ]
+    .iter()
+    .chain(&[
+        "completion/complete review",
+        "completion/complete file:///docs/{name}",
+    ])
+    .map(|s| s.to_string())
+    .collect();
+    assert_eq!(reads.len(), 2 * expected.len(), "{reads:?}");
+    for r in &reads {
+        assert!(
+            expected.contains(r),
+            "the upstream was asked for {r}: {reads:?}"
+        );
+    }
+    // One audit line per read and get, refused ones too.
+    let audit = sidecar.audit();
+    let reads_audited: Vec<&Value> = audit
+        .iter()
+        .filter(|a| a["method"] == "resources/read")
+        .collect();
+    assert_eq!(reads_audited.len(), 6, "{audit:?}");
+    assert_eq!(
+        reads_audited
+            .iter()
+            .filter(|a| a["decision"] == "not_granted")
+            .count(),
+        4,
+        "{audit:?}"
+    );
+    assert!(
+        audit
+            .iter()
+            .any(|a| a["method"] == "prompts/get" && a["raw"] == "review" && a["outcome"] == "ok"),
+        "{audit:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn server_everythings_resources_and_prompts_are_narrowed_through_the_sidecar() {
+    let server = Fixtures::load().everything_server();
+    let grants = with_bounds(
+        grants_for("everything", "ev", &server.url, &["echo"], json!({}), None).await,
+        json!([{"allow": ["demo://resource/static/document/*", "demo://resource/dynamic/text/{resourceId}"],
+                "deny": ["*instructions*"]}]),
+        json!([{"allow": ["simple-prompt", "completable-prompt"]}]),
+    );
+    let sidecar = Sidecar::start(Some(&grants));
+    sidecar.wait_ready().await;
+    for mode in MODES {
+        let out = agent(
+            &sidecar.url,
+            mode,
+            json!([
+                {"op": "resources"},
+                {"op": "read", "uri": "ev+demo://resource/static/document/architecture.md"},
+                {"op": "read", "uri": "ev+demo://resource/static/document/instructions.md"},
+                {"op": "read", "uri": "ev+demo://resource/dynamic/text/1"},
+                {"op": "read", "uri": "ev+demo://resource/dynamic/blob/1"},
+                {"op": "prompts"},
+                {"op": "get_prompt", "name": "ev__simple-prompt"},
+                {"op": "get_prompt", "name": "ev__args-prompt", "arguments": {"city": "Paris"}},
+                {"op": "complete", "ref": {"type": "ref/prompt", "name": "ev__completable-prompt"},
+                 "argument": {"name": "department", "value": "E"}},
+            ]),
+        )
+        .await;
+        let steps = &out["steps"];
+        let resources = strings(&steps[0]["resources"]);
+        assert!(
+            resources.contains(&"ev+demo://resource/static/document/architecture.md".to_string()),
+            "{mode}: {out}"
+        );
+        assert!(
+            resources
+                .iter()
+                .all(|r| r.starts_with("ev+demo://resource/static/document/")
+                    && !r.contains("instructions")),
+            "{mode}: only granted documents: {out}"
+        );
+        assert_eq!(
+            strings(&steps[0]["templates"]),
+            ["ev+demo://resource/dynamic/text/{resourceId}"],
+            "{mode}: {out}"
+        );
+        assert_eq!(
+            steps[1]["contents"][0]["uri"], "ev+demo://resource/static/document/architecture.md",
+            "{mode}: {out}"
+        );
+        assert!(
+            steps[1]["contents"][0]["text"]
+                .as_str()
+                .is_some_and(|t| !t.is_empty()),
+            "{mode}: {out}"
+        );
+        assert_eq!(steps[2]["error"]["code"], -32002, "{mode}: denied: {out}");
+        assert_eq!(
+            steps[3]["contents"][0]["uri"], "ev+demo://resource/dynamic/text/1",
+            "{mode}: a granted template's URI: {out}"
+        );
+        assert_eq!(steps[4]["error"]["code"], -32002, "{mode}: {out}");
+        let mut prompts = strings(&steps[5]["prompts"]);
+        prompts.sort();
+        assert_eq!(
+            prompts,
+            ["ev__completable-prompt", "ev__simple-prompt"],
+            "{mode}: {out}"
+        );
+        assert!(
+            steps[6]["messages"]
+                .as_array()
+                .is_some_and(|m| !m.is_empty()),
+            "{mode}: {out}"
+        );
+        assert!(
+            steps[7]["error"]["message"]
+                .as_str()
+                .unwrap_or("")
+                .contains("not granted"),
+            "{mode}: {out}"
+        );
+        assert!(
+            strings(&steps[8]["values"])
+                .iter()
+                .any(|v| v == "Engineering"),
+            "{mode}: {out}"
+        );
+    }
+}
+
+/// Initialize (legacy) and server/discover (modern) advertise resources and prompts only when
+/// the grants grant some; a v1 document (tools only) reads as granting none.
+#[tokio::test(flavor = "multi_thread")]
+async fn capabilities_follow_what_is_granted() {
+    let server = Fixtures::load().sdk_server(&[]);
+    let tools_only = grants_for("files", "fs", &server.url, &["read_file"], json!({}), None).await;
+    assert_eq!(tools_only["schemaVersion"], "mcp-operator.dev/grants/v1");
+    let mut sidecar = Sidecar::start(Some(&tools_only));
+    sidecar.wait_ready().await;
+    let capabilities = |answer: &Value| answer["result"]["capabilities"].clone();
+    let (raw, answer) = RawLegacyAgent::initialize(&sidecar.url, "2025-11-25", json!({})).await;
+    assert!(capabilities(&answer).get("resources").is_none(), "{answer}");
+    assert!(capabilities(&answer).get("prompts").is_none(), "{answer}");
+    // Asked anyway: an empty list, and a read refused without reaching the server.
+    let listed = json_of(
+        raw.post(json!({"jsonrpc": "2.0", "id": 2, "method": "resources/list", "params": {}}))
+            .await,
+    )
+    .await;
+    assert_eq!(listed["result"]["resources"], json!([]), "{listed}");
+    let read = json_of(
+        raw.post(
+            json!({"jsonrpc": "2.0", "id": 3, "method": "resources/read",
+                        "params": {"uri": "fs+file:///docs/readme.md"}}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(read["error"]["code"], -32002, "{read}");
+    assert!(upstream_reads(&server.url).await.is_empty());
+
+    let granting = with_bounds(tools_only, json!([{"allow": ["*"]}]), Value::Null);
+    sidecar.swap_grants(granting.to_string().as_bytes());
+    let discovered = async || {
+        let response = http()
+            .post(&sidecar.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", "server/discover")
+            .body(
+                json!({"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {"_meta": {
+                    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                    "io.modelcontextprotocol/clientCapabilities": {},
+                    "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"}}}})
+                .to_string(),
+            )
+            .send()
+            .await
+            .unwrap();
+        json_of(response).await
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let answer = loop {
+        let answer = discovered().await;
+        if capabilities(&answer).get("resources").is_some() || std::time::Instant::now() > deadline
+        {
+            break answer;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    assert_eq!(capabilities(&answer)["resources"], json!({}), "{answer}");
+    assert!(capabilities(&answer).get("prompts").is_none(), "{answer}");
+    assert_eq!(capabilities(&answer)["completions"], json!({}), "{answer}");
+}

@@ -559,9 +559,12 @@ async fn judge(bench: &Bench, pod: &str, agent: Agent, count: usize, faults: &[F
             );
             continue;
         };
+        // The first good answer after the outage began: after its first failed call (an OOM
+        // kill lands some calls after `from`, once the 4 MiB request fills the cgroup).
+        let outage = window.first().map_or(f.from, |&i| t(&calls[i]));
         let first_ok_after = calls
             .iter()
-            .find(|c| c["ok"] == true && t(c) >= f.from)
+            .find(|c| c["ok"] == true && t(c) >= outage)
             .unwrap_or_else(|| panic!("{pod}: no call succeeded after {}", f.label));
         assert!(
             calls.iter().filter(|c| t(c) > served).count() >= 5,

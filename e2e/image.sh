@@ -18,6 +18,7 @@
 #         /opt/mcp/servers/node_modules/@modelcontextprotocol/server-memory/dist/index.js
 #         /opt/mcp/servers/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js
 #         /opt/mcp/agent/ts_client.mjs   (tests/fixtures/ts_client.mjs; MCP_TS_SDK is set)
+#         /opt/mcp/agent/modern_client.mjs   (tests/fixtures/modern_client.mjs: the modern era)
 #       server-memory keeps its graph in /tmp/memory.jsonl (MEMORY_FILE_PATH).
 #
 # Load it into the e2e node with `e2e/node.sh import CLUSTER_DIR OUT.tar`.
@@ -109,7 +110,8 @@ node_image() {
   local work; work="$(mktemp -d)"
   trap 'rm -rf "$work"' RETURN
   local files=(--file "$node:/nodejs/bin/node:0755" --tree "$servers_modules:/opt/mcp/servers/node_modules"
-    --file "$ROOT/tests/fixtures/ts_client.mjs:/opt/mcp/agent/ts_client.mjs:0644")
+    --file "$ROOT/tests/fixtures/ts_client.mjs:/opt/mcp/agent/ts_client.mjs:0644"
+    --file "$ROOT/tests/fixtures/modern_client.mjs:/opt/mcp/agent/modern_client.mjs:0644")
   libraries "$node"
   # Only the SDK client and what it loads: the same node_modules also holds the MCP Inspector.
   local package
@@ -126,7 +128,7 @@ node_image() {
 }
 
 case "${1:-}" in
-  operator) [[ $# -eq 2 || $# -eq 3 ]] || { sed -n '2,23p' "$0" >&2; exit 2; }; operator_image "$2" "${3:-}" ;;
-  node) [[ $# -eq 2 ]] || { sed -n '2,23p' "$0" >&2; exit 2; }; node_image "$2" ;;
-  *) sed -n '2,23p' "$0" >&2; exit 2 ;;
+  operator) [[ $# -eq 2 || $# -eq 3 ]] || { sed -n '2,24p' "$0" >&2; exit 2; }; operator_image "$2" "${3:-}" ;;
+  node) [[ $# -eq 2 ]] || { sed -n '2,24p' "$0" >&2; exit 2; }; node_image "$2" ;;
+  *) sed -n '2,24p' "$0" >&2; exit 2 ;;
 esac

@@ -691,6 +691,9 @@ impl Drop for Uninstall {
 /// TypeScript SDK client; the image's entrypoint is node.
 pub(crate) const TS_CLIENT: &str = "/opt/mcp/agent/ts_client.mjs";
 
+/// The modern-era agent in the node image: tests/fixtures/modern_client.mjs.
+pub(crate) const MODERN_CLIENT: &str = "/opt/mcp/agent/modern_client.mjs";
+
 /// What a pod's container has logged so far (empty while it has not started).
 pub(crate) fn container_log(
     cluster_dir: &Path,

@@ -351,8 +351,8 @@ pub async fn files_behind_sidecar(names: &[&str]) -> (support::Server, Sidecar) 
 }
 
 /// Runs an SDK client with `steps`: the Python one (tests/fixtures/sdk_client.py) in `mode`
-/// legacy or auto, or the TypeScript one (tests/fixtures/ts_client.mjs) for mode
-/// `typescript`. When a step
+/// legacy or auto, the TypeScript one (tests/fixtures/ts_client.mjs) for mode `typescript`, or
+/// the modern-era Node agent (tests/fixtures/modern_client.mjs) for mode `node-modern`. When a step
 /// carries `"trigger": true`, `trigger` runs once the client is listening for list_changed.
 pub async fn agent_with<F, Fut>(url: &str, mode: &str, steps: Value, trigger: F) -> Value
 where
@@ -396,7 +396,12 @@ where
     Fut: std::future::Future<Output = ()>,
 {
     let fixtures = Fixtures::load();
-    let mut command = if mode == "typescript" {
+    let mut command = if mode == "node-modern" {
+        let mut c = Command::new(fixtures.typescript_sdk().0);
+        c.arg(fixtures.fixture("modern_client.mjs"))
+            .args([url, &steps.to_string()]);
+        c
+    } else if mode == "typescript" {
         let (node, sdk) = fixtures.typescript_sdk();
         let mut c = Command::new(node);
         c.arg(fixtures.fixture("ts_client.mjs"))

@@ -370,6 +370,7 @@ fn a_request_bound_over_the_request_budget_is_refused_at_start() {
         .args([
             "sidecar",
             "--grants-file=/nonexistent/grants.json",
+            "--credentials-dir=/nonexistent",
             "--request-budget=1048576",
             "--max-request-bytes=2097152",
         ])

@@ -7,7 +7,12 @@
 #   - time from one policy change (the baseline, so every AgentSpec's grants change) until every
 #     AgentSpec shows its new grants digest,
 #   - the controller's writes (status patches + ConfigMaps, from its /metrics) per AgentSpec in
-#     each phase, and the writes and resourceVersion changes over an idle window (expected: 0).
+#     each phase, and the writes and resourceVersion changes over an idle window (expected: 0),
+#   - the CPU seconds of the controller (per AgentSpec), the MCP fixture, the apiserver and etcd
+#     over the policy change (from /proc),
+#   - then, the controller stopped, the floor: every AgentSpec's status and grants ConfigMap
+#     written again, one character changed (same size), by bench/floor.py from as many clients
+#     as the controller's --concurrency (32), and the policy change's time against it.
 # Asserts nothing about time.
 #   bash bench/grants.sh
 #   TOOLS=200 IDLE=60 bash bench/grants.sh
@@ -83,14 +88,18 @@ changed=$(diff <(echo "$before") <(echo "$after") | grep -c '^>' || true)
 printf 'idle %s s: %d writes, %d resourceVersions changed (AgentSpecs, ConfigMaps, policies)\n' "$IDLE" "$(( wi1 - wi0 ))" "$changed"
 
 old=$(digests); w2=$(writes); r2=$(reconciles)
+c2=$(cpu_seconds "$CTL"); f2=$(cpu_seconds "${FIXTURE_PIDS[@]}"); a2=$(cpu_seconds "$APISERVER_PID"); e2=$(cpu_seconds "$ETCD_PID")
 t2=$(now)
 baseline '["bulk_00000"]' | k apply --server-side -f - >/dev/null
 eventually "$LIMIT" "every AgentSpec's grants to change" changed_at_least "$TOTAL"
 t3=$(now)
+c3=$(cpu_seconds "$CTL"); f3=$(cpu_seconds "${FIXTURE_PIDS[@]}"); a3=$(cpu_seconds "$APISERVER_PID"); e3=$(cpu_seconds "$ETCD_PID")
 sleep 2
 w3=$(writes); r3=$(reconciles)
-printf 'one policy change (baseline denies one more tool; every AgentSpec affected): all %d grants updated in %.1f s; %.2f writes and %.1f reconciles per AgentSpec\n' \
-  "$TOTAL" "$(echo "$t3 - $t2" | bc)" "$(echo "($w3 - $w2) / $TOTAL" | bc -l)" "$(echo "($r3 - $r2) / $TOTAL" | bc -l)"
+CHANGE_SECONDS=$(echo "$t3 - $t2" | bc)
+printf 'one policy change (baseline denies one more tool; every AgentSpec affected): all %d grants updated in %.1f s; %.2f writes and %.1f reconciles per AgentSpec; CPU: controller %.1f s (%.2f ms per AgentSpec), MCP fixture %.1f s, apiserver %.1f s, etcd %.1f s\n' \
+  "$TOTAL" "$CHANGE_SECONDS" "$(echo "($w3 - $w2) / $TOTAL" | bc -l)" "$(echo "($r3 - $r2) / $TOTAL" | bc -l)" \
+  "$(echo "$c3 - $c2" | bc)" "$(echo "($c3 - $c2) * 1000 / $TOTAL" | bc -l)" "$(echo "$f3 - $f2" | bc)" "$(echo "$a3 - $a2" | bc)" "$(echo "$e3 - $e2" | bc)"
 
 # The agents of tenant-1 using one of s00..s04 (the servers the capped rule picks).
 AFFECTED=0
@@ -107,4 +116,14 @@ sleep 2
 w5=$(writes)
 printf 'one tenant policy change (tenant-1 capped at read; %d AgentSpecs affected): updated in %.1f s; %d writes in all\n' \
   "$AFFECTED" "$(echo "$t5 - $t4" | bc)" "$(( w5 - w4 ))"
-printf 'controller peak RSS %.0f MiB\n' "$(awk '/VmHWM/{print $2/1024}' "/proc/$CTL/status")"
+printf 'controller peak RSS %s MiB\n' "$(peak_rss_mib "$CTL")"
+
+# The floor of the policy change: its writes (every AgentSpec's status, every grants ConfigMap),
+# of the same size, with the controller stopped so that it neither competes nor writes back.
+jq -s '{items: (map(.items) | add)}' \
+  <(k get ags -A -o json) \
+  <(k get configmaps -A -l mcp-operator.dev/agentspec -o json) >"$DIR/written.json"
+stop_controller
+floor rewrite 32 "$DIR/written.json"
+printf 'one policy change over %d AgentSpecs: %.1f s against a floor of %.1f s for the same writes: %.1f x the floor (goal: at most 3 x)\n' \
+  "$TOTAL" "$CHANGE_SECONDS" "$FLOOR_SECONDS" "$(echo "$CHANGE_SECONDS / $FLOOR_SECONDS" | bc -l)"

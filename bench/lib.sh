@@ -56,3 +56,34 @@ start_controller() {
   PIDS+=("$CTL")
   eventually 60 "the controller's /readyz" curl -sf "http://127.0.0.1:$METRICS_PORT/readyz" -o /dev/null
 }
+
+# cpu_seconds PID...: the user + system CPU seconds those processes have used so far (from
+# /proc/PID/stat; a process gone counts 0).
+CLK_TCK=$(getconf CLK_TCK)
+cpu_seconds() {
+  local p total=0
+  for p in "$@"; do
+    # Fields after the command name, which ends at the last ')': utime is the 12th, stime 13th.
+    total=$(sed 's/.*) //' "/proc/$p/stat" 2>/dev/null | awk -v t="$total" -v hz="$CLK_TCK" '{print t + ($12 + $13) / hz} END {if (NR == 0) print t}')
+  done
+  echo "$total"
+}
+# The control plane's processes, for cpu_seconds.
+APISERVER_PID=$(awk '$1 == "kube-apiserver" {print $2}' "$DIR/cluster/pids")
+ETCD_PID=$(awk '$1 == "etcd" {print $2}' "$DIR/cluster/pids")
+# peak_rss_mib PID: the process's peak resident memory (VmHWM), in MiB.
+peak_rss_mib() { awk '/VmHWM/{printf "%.0f", $2 / 1024}' "/proc/$1/status"; }
+# stop_controller: stops the controller start_controller started, and waits for it.
+stop_controller() { kill "$CTL" 2>/dev/null || true; wait "$CTL" 2>/dev/null || true; }
+# floor MODE CLIENTS OBJECTS.json [NAMESPACE]: bench/floor.py against this control plane; prints
+# its line and leaves its seconds in FLOOR_SECONDS and the apiserver's and etcd's CPU seconds
+# over it in FLOOR_APISERVER_CPU and FLOOR_ETCD_CPU.
+floor() {
+  local a0 e0 line
+  a0=$(cpu_seconds "$APISERVER_PID"); e0=$(cpu_seconds "$ETCD_PID")
+  line=$("$MCP_FIXTURES_PYTHON" "$ROOT/bench/floor.py" "$1" "$DIR/cluster" "$2" "$3" ${4:+"$4"})
+  FLOOR_APISERVER_CPU=$(echo "$(cpu_seconds "$APISERVER_PID") - $a0" | bc)
+  FLOOR_ETCD_CPU=$(echo "$(cpu_seconds "$ETCD_PID") - $e0" | bc)
+  FLOOR_SECONDS=$(echo "$line" | sed -n 's/.* clients: \([0-9.]*\) s,.*/\1/p')
+  echo "floor: $line; apiserver CPU $FLOOR_APISERVER_CPU s, etcd $FLOOR_ETCD_CPU s"
+}

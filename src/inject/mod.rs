@@ -116,6 +116,10 @@ pub struct SidecarSettings {
     pub startup_period_seconds: i32,
     #[serde(default = "default_startup_failures")]
     pub startup_failure_threshold: i32,
+    /// The sidecar's `--response-budget` (bytes of upstream answers held at once); absent:
+    /// the sidecar's default. The chart sets it with the sidecar's memory limit in mind.
+    #[serde(default)]
+    pub response_budget: Option<u64>,
     /// Extra `mcp-operator sidecar` arguments.
     #[serde(default)]
     pub extra_args: Vec<String>,
@@ -600,6 +604,11 @@ fn sidecar_container(
         format!("--metrics-addr=0.0.0.0:{}", settings.health_port),
         "--log-format=json".to_string(),
     ]);
+    args.extend(
+        settings
+            .response_budget
+            .map(|n| format!("--response-budget={n}")),
+    );
     args.extend(settings.extra_args.iter().cloned());
     let probe = |path: &str, period: i32, failures: i32| Probe {
         http_get: Some(HTTPGetAction {

@@ -411,6 +411,40 @@ fn chart_values_deserialise_and_unknown_ones_are_refused() {
     assert!(serde_json::from_value::<SidecarSettings>(json!({"image": "x", "prot": 1})).is_err());
 }
 
+#[test]
+fn the_charts_response_budget_reaches_the_injected_sidecar() {
+    let injected_args = |s: &SidecarSettings| {
+        let outcome = decide(
+            &agent_pod(),
+            "bot",
+            "bot-mcp-grants",
+            &References::default(),
+            &trust(),
+            s,
+        )
+        .unwrap();
+        sidecar(&admitted(&agent_pod(), &outcome))
+            .args
+            .clone()
+            .unwrap()
+    };
+    let budgeted: SidecarSettings =
+        serde_json::from_value(json!({"image": "img:1", "responseBudget": 33554432})).unwrap();
+    let args = injected_args(&budgeted);
+    assert_eq!(
+        args.iter()
+            .filter(|a| a.starts_with("--response-budget="))
+            .collect::<Vec<_>>(),
+        ["--response-budget=33554432"]
+    );
+    // Unset: the sidecar's own default, no flag.
+    let args = injected_args(&settings());
+    assert!(
+        !args.iter().any(|a| a.starts_with("--response-budget")),
+        "{args:?}"
+    );
+}
+
 fn name() -> impl Strategy<Value = String> {
     "[a-z][a-z0-9-]{0,6}"
 }

@@ -4,7 +4,7 @@
 //! the response budget as it arrives.
 
 use std::error::Error as _;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -29,6 +29,32 @@ pub struct Http {
     allowance: Arc<Allowance>,
 }
 
+/// The TLS settings of every server verified against the system's root certificates, built
+/// once: reqwest reads and parses every system root each time it builds such a client, and the
+/// controller builds one per probe (up to --probe-concurrency at once), each holding its own
+/// copy of the roots for the probe's life. What reqwest would build: the platform verifier,
+/// every TLS version, ALPN h2 then http/1.1.
+fn system_roots_tls() -> Result<rustls::ClientConfig, String> {
+    static CONFIG: OnceLock<Result<rustls::ClientConfig, String>> = OnceLock::new();
+    CONFIG
+        .get_or_init(|| {
+            let provider = rustls::crypto::CryptoProvider::get_default()
+                .cloned()
+                .unwrap_or_else(|| Arc::new(rustls::crypto::ring::default_provider()));
+            let verifier = rustls_platform_verifier::Verifier::new(provider.clone())
+                .map_err(|e| e.to_string())?;
+            let mut config = rustls::ClientConfig::builder_with_provider(provider)
+                .with_protocol_versions(rustls::ALL_VERSIONS)
+                .map_err(|e| e.to_string())?
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(verifier))
+                .with_no_client_auth();
+            config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+            Ok(config)
+        })
+        .clone()
+}
+
 impl Http {
     pub fn new(
         endpoint: CheckedEndpoint,
@@ -46,6 +72,13 @@ impl Http {
             .user_agent(concat!("mcp-operator/", env!("CARGO_PKG_VERSION")));
         if let Some(_domain) = endpoint.url.domain() {
             builder = builder.resolve_to_addrs(&endpoint.host, &endpoint.addrs);
+        }
+        if tls.ca_pem.is_none() && !tls.insecure_skip_verify {
+            let config = system_roots_tls().map_err(|detail| McpError::ConnectionFailed {
+                addr: endpoint.display_addr(),
+                detail: format!("the HTTP client could not be built ({detail})"),
+            })?;
+            builder = builder.tls_backend_preconfigured(config);
         }
         if let Some(pem) = &tls.ca_pem {
             let certs =

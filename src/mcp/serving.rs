@@ -15,6 +15,8 @@ use rmcp::model::ErrorCode;
 use serde_json::{Map, Value, json};
 use tokio::sync::{mpsc, watch};
 
+use super::budget::Allowance;
+use super::error::McpError;
 use super::session::{LEGACY_VERSIONS, MODERN_VERSION};
 
 pub const SESSION_HEADER: &str = "mcp-session-id";
@@ -292,9 +294,45 @@ pub struct Incoming {
 /// error, so a moderately oversized body is drained first; beyond this the connection is cut.
 const DRAIN_FACTOR: usize = 16;
 
+/// The refusal of a body the budget had no room for: other requests held it all for as long as
+/// a wait may last (or, with a budget smaller than the body bound, it could never fit).
+fn over_budget(error: &McpError, flag: &str) -> Response {
+    let budget = match error {
+        McpError::ResponseBudgetBusy { budget } | McpError::OverResponseBudget { budget, .. } => {
+            *budget
+        }
+        _ => 0,
+    };
+    let mut response = error_response(
+        StatusCode::SERVICE_UNAVAILABLE,
+        &Value::Null,
+        ErrorCode::INTERNAL_ERROR,
+        &format!(
+            "other requests' bodies hold all {budget} bytes of {flag} at once; send this request again shortly"
+        ),
+    );
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    response
+}
+
 /// Reads and parses one POST body of at most `max_bytes`: a single JSON-RPC message object.
 #[allow(clippy::result_large_err)]
 pub async fn read_message(body: Body, max_bytes: usize) -> Result<Incoming, Response> {
+    read_message_charged(body, max_bytes, &Allowance::unlimited(), "").await
+}
+
+/// [`read_message`], the bytes kept charged to `allowance` as they arrive (what it took is held
+/// until the caller drops it): a body that does not fit waits for others to finish, and one
+/// that waited too long is refused with 503, naming `flag` (the budget's own).
+#[allow(clippy::result_large_err)]
+pub async fn read_message_charged(
+    body: Body,
+    max_bytes: usize,
+    allowance: &Allowance,
+    flag: &str,
+) -> Result<Incoming, Response> {
     use futures::StreamExt as _;
     let mut stream = body.into_data_stream();
     let mut bytes = Vec::new();
@@ -305,6 +343,9 @@ pub async fn read_message(body: Body, max_bytes: usize) -> Result<Incoming, Resp
         };
         total = total.saturating_add(chunk.len());
         if total <= max_bytes {
+            if let Err(e) = allowance.take(chunk.len() as u64).await {
+                return Err(over_budget(&e, flag));
+            }
             bytes.extend_from_slice(&chunk);
         } else if total > max_bytes.saturating_mul(DRAIN_FACTOR) {
             break;

@@ -46,13 +46,20 @@ use super::sessions::{Session, SessionError, Sessions};
 const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
 const META_LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
 
+/// How agent request bodies are bounded: each by `max_bytes`, all held at once by `budget`
+/// (`--max-request-bytes`, `--request-budget`).
+pub struct RequestBodies {
+    pub max_bytes: usize,
+    pub budget: crate::mcp::ResponseBudget,
+}
+
 /// The agent-facing handler's state.
 pub struct Downstream {
     pub calls: Arc<Calls>,
     pub view: watch::Receiver<Arc<View>>,
     pub metrics: Arc<Metrics>,
-    /// Largest request body accepted.
-    pub max_body_bytes: usize,
+    /// The bound on each request body and on those held at once.
+    pub bodies: RequestBodies,
     /// Check Host against loopback names (on when listening on loopback).
     pub check_host: bool,
     /// Set to true at shutdown: event streams end.
@@ -69,7 +76,7 @@ impl Downstream {
         view: watch::Receiver<Arc<View>>,
         sessions: Arc<Sessions>,
         metrics: Arc<Metrics>,
-        max_body_bytes: usize,
+        bodies: RequestBodies,
         check_host: bool,
         shutdown: watch::Receiver<bool>,
     ) -> Arc<Self> {
@@ -77,7 +84,7 @@ impl Downstream {
             calls,
             view,
             metrics,
-            max_body_bytes,
+            bodies,
             check_host,
             shutdown,
             sessions,
@@ -103,10 +110,35 @@ async fn post(State(d): State<Arc<Downstream>>, headers: HeaderMap, body: Body) 
     if let Err(refused) = crate::mcp::serving::guard(d.check_host, &headers) {
         return refused;
     }
-    let incoming = match crate::mcp::serving::read_message(body, d.max_body_bytes).await {
+    // Held until this request is answered: its body, then its parsed message, live that long.
+    let held = d.bodies.budget.allowance();
+    let incoming = match crate::mcp::serving::read_message_charged(
+        body,
+        d.bodies.max_bytes,
+        &held,
+        "--request-budget",
+    )
+    .await
+    {
         Ok(m) => m,
-        Err(refused) => return refused,
+        Err(refused) => {
+            let reason = match refused.status() {
+                StatusCode::PAYLOAD_TOO_LARGE => Some("too_large"),
+                StatusCode::SERVICE_UNAVAILABLE => Some("budget_busy"),
+                _ => None,
+            };
+            if let Some(reason) = reason {
+                d.metrics
+                    .requests_refused
+                    .get_or_create(&vec![("reason".to_string(), reason.to_string())])
+                    .inc();
+            }
+            return refused;
+        }
     };
+    d.metrics
+        .request_bytes_high_water
+        .set(d.bodies.budget.high_water() as i64);
     let (id, params) = (incoming.id, incoming.params);
     let Some(method) = incoming.method else {
         // A response from the agent: to an approval request sent on one of its session's call

@@ -35,6 +35,11 @@ pub struct Metrics {
     pub definitions_withheld: Family<ServerLabels, Gauge>,
     pub catalog_reads: Family<Vec<(String, String)>, Counter>,
     pub agent_sessions: Gauge,
+    /// Agent requests refused before they were read whole: their body was over
+    /// --max-request-bytes, or found no room in --request-budget.
+    pub requests_refused: Family<Vec<(String, String)>, Counter>,
+    /// The most bytes of agent request bodies held at once so far.
+    pub request_bytes_high_water: Gauge,
 }
 
 impl Metrics {
@@ -96,6 +101,18 @@ impl Metrics {
             "Open legacy-era agent sessions",
             agent_sessions.clone(),
         );
+        let requests_refused = Family::<Vec<(String, String)>, Counter>::default();
+        registry.register(
+            "agent_requests_refused",
+            "Agent requests refused while their body was read, by reason (too_large: over --max-request-bytes; budget_busy: no room in --request-budget)",
+            requests_refused.clone(),
+        );
+        let request_bytes_high_water = Gauge::default();
+        registry.register(
+            "request_budget_high_water_bytes",
+            "The most bytes of agent request bodies held at once (bounded by --request-budget)",
+            request_bytes_high_water.clone(),
+        );
         Metrics {
             registry,
             calls,
@@ -107,6 +124,8 @@ impl Metrics {
             definitions_withheld,
             catalog_reads,
             agent_sessions,
+            requests_refused,
+            request_bytes_high_water,
         }
     }
 

@@ -104,9 +104,16 @@ pub struct SidecarArgs {
     /// chart's 128Mi sidecar limit with the sidecar's own ~30 MB.
     #[arg(long, default_value_t = DEFAULT_RESPONSE_BUDGET, value_parser = clap::value_parser!(u64).range(1024 * 1024..))]
     pub response_budget: u64,
-    /// Largest agent request body, in bytes.
+    /// Largest agent request body, in bytes (at most --request-budget).
     #[arg(long, default_value_t = 4 * 1024 * 1024)]
     pub max_request_bytes: usize,
+    /// Bytes of agent request bodies held at once, over every request being read or served:
+    /// a body that does not fit waits for others to finish (up to 30 s), then is refused with
+    /// 503 and Retry-After. The default, 8 MiB, holds two bodies at the default
+    /// --max-request-bytes, and with --response-budget keeps the sidecar inside the chart's
+    /// 128Mi limit.
+    #[arg(long, default_value_t = DEFAULT_REQUEST_BUDGET, value_parser = clap::value_parser!(u64).range(1024..))]
+    pub request_budget: u64,
     /// How often a server that gives no ttlMs and pushes no list_changed is read again.
     #[arg(long, default_value = "60s", value_parser = crate::core::duration::parse_duration)]
     pub refresh_interval: Duration,
@@ -183,6 +190,9 @@ impl SidecarArgs {
 /// The default `--response-budget` (see there).
 pub const DEFAULT_RESPONSE_BUDGET: u64 = 64 * 1024 * 1024;
 
+/// The default `--request-budget` (see there).
+pub const DEFAULT_REQUEST_BUDGET: u64 = 8 * 1024 * 1024;
+
 /// Why the sidecar could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum SidecarError {
@@ -201,6 +211,10 @@ pub enum SidecarError {
     ApprovalKey { path: PathBuf, reason: String },
     #[error("cannot check the grants' signatures: {0}")]
     GrantsTrust(String),
+    #[error(
+        "--max-request-bytes={max} is over --request-budget={budget}: such a request could never be read; raise the budget or lower the bound"
+    )]
+    RequestOverBudget { max: usize, budget: u64 },
 }
 
 impl SidecarError {
@@ -211,6 +225,7 @@ impl SidecarError {
             SidecarError::Serve(_) => "ServeFailed",
             SidecarError::ApprovalKey { .. } => "ApprovalKeyInvalid",
             SidecarError::GrantsTrust(_) => "GrantsVerifyKeysInvalid",
+            SidecarError::RequestOverBudget { .. } => "RequestOverBudget",
         }
     }
 }
@@ -219,6 +234,12 @@ impl SidecarError {
 pub async fn run(args: SidecarArgs) -> Result<(), SidecarError> {
     if !args.listen.ip().is_loopback() && !args.allow_remote_agents {
         return Err(SidecarError::NotLoopback(args.listen));
+    }
+    if args.max_request_bytes as u64 > args.request_budget {
+        return Err(SidecarError::RequestOverBudget {
+            max: args.max_request_bytes,
+            budget: args.request_budget,
+        });
     }
     let key = match (&args.approval_key_file, &args.state_dir) {
         (Some(path), _) => std::fs::read(path)
@@ -304,7 +325,10 @@ pub async fn run(args: SidecarArgs) -> Result<(), SidecarError> {
         view_rx,
         sessions,
         Arc::clone(&metrics),
-        args.max_request_bytes,
+        downstream::RequestBodies {
+            max_bytes: args.max_request_bytes,
+            budget: crate::mcp::ResponseBudget::new(args.request_budget),
+        },
         !args.allow_remote_agents,
         shutdown_rx.clone(),
     );

@@ -552,6 +552,8 @@ fn the_chart_lints_and_renders_its_options() {
     let sidecar: mcp_operator::inject::SidecarSettings =
         serde_json::from_value(sidecar).expect("--sidecar is what the controller reads");
     assert_eq!(sidecar.image, "ghcr.io/mcp-operator/mcp-operator:0.1.0");
+    // The injected sidecar's --response-budget: 64 MiB inside its 128Mi limit.
+    assert_eq!(sidecar.response_budget, Some(64 * 1024 * 1024));
     assert_eq!(
         sidecar.security_context.as_ref().unwrap().run_as_non_root,
         Some(true)
@@ -573,6 +575,7 @@ fn the_chart_lints_and_renders_its_options() {
             "replicaCount=1",
             "injection.sidecar.image.repository=sidecar.example/mcp",
             "injection.sidecar.port=9600",
+            "injection.sidecar.responseBudget=33554432",
         ],
     );
     let sidecar: mcp_operator::inject::SidecarSettings = serde_json::from_str(
@@ -584,6 +587,7 @@ fn the_chart_lints_and_renders_its_options() {
     .expect("--sidecar is what the controller reads");
     assert_eq!(sidecar.image, "sidecar.example/mcp:v9");
     assert_eq!(sidecar.server_url(), "http://127.0.0.1:9600/mcp");
+    assert_eq!(sidecar.response_budget, Some(32 * 1024 * 1024));
     assert!(of_kind(&defaults, "PrometheusRule").is_empty());
     let monitored = render(
         "mcp-operator",

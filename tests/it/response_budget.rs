@@ -279,3 +279,107 @@ async fn an_answer_larger_than_the_sidecars_whole_budget_is_refused_with_the_fla
         "{answer}"
     );
 }
+
+/// An agent request in a legacy-era initialize: answered by the sidecar itself.
+async fn initialize(url: &str) -> reqwest::Response {
+    http()
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(
+            json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": "2025-06-18", "capabilities": {},
+                "clientInfo": {"name": "t", "version": "1"}}})
+            .to_string(),
+        )
+        .send()
+        .await
+        .expect("the sidecar answers")
+}
+
+/// A client on loopback that announces a body of `announced` bytes and sends all but the last
+/// ten: the sidecar holds what arrived while it waits for the rest.
+async fn stalled_body(url: &str, announced: usize) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt as _;
+    let addr = url
+        .trim_start_matches("http://")
+        .trim_end_matches("/mcp")
+        .to_string();
+    let mut socket = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\naccept: application/json, text/event-stream\r\ncontent-length: {announced}\r\n\r\n"
+    );
+    socket.write_all(head.as_bytes()).await.unwrap();
+    socket.write_all(&vec![b' '; announced - 10]).await.unwrap();
+    socket.flush().await.unwrap();
+    socket
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn agent_request_bodies_held_at_once_stay_within_the_request_budget() {
+    const BUDGET: u64 = 2 * MIB;
+    let sidecar = Sidecar::start_with(
+        None,
+        &["--request-budget=2097152", "--max-request-bytes=1048576"],
+    );
+    // Two agents' bodies at the bound, their last bytes not sent: they fill the budget.
+    let stalled = vec![
+        stalled_body(&sidecar.url, MIB as usize).await,
+        stalled_body(&sidecar.url, MIB as usize).await,
+    ];
+    // A third request finds no room: it waits its turn, then (no room came within the wait) is
+    // refused with what to do, naming the flag.
+    let refused = initialize(&sidecar.url).await;
+    assert_eq!(refused.status(), 503);
+    assert_eq!(
+        refused
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok()),
+        Some("1")
+    );
+    let body: Value = serde_json::from_slice(&refused.bytes().await.unwrap()).unwrap();
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("2097152 bytes of --request-budget"),
+        "{body}"
+    );
+    // The agents that stalled go away: what they held is given back, and requests pass again.
+    drop(stalled);
+    let answered = initialize(&sidecar.url).await;
+    assert_eq!(answered.status(), 200);
+    let metrics = sidecar.metrics().await;
+    assert!(
+        metrics.contains("mcp_sidecar_agent_requests_refused_total{reason=\"budget_busy\"} 1"),
+        "{metrics}"
+    );
+    let high: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("mcp_sidecar_request_budget_high_water_bytes "))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("the high-water metric");
+    assert!(
+        (2 * (MIB - 10)..=BUDGET).contains(&high),
+        "held at most the budget, and both stalled bodies: {high}"
+    );
+}
+
+#[test]
+fn a_request_bound_over_the_request_budget_is_refused_at_start() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mcp-operator"))
+        .args([
+            "sidecar",
+            "--grants-file=/nonexistent/grants.json",
+            "--credentials-dir=/nonexistent",
+            "--request-budget=1048576",
+            "--max-request-bytes=2097152",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--max-request-bytes=2097152 is over --request-budget=1048576"),
+        "{stderr}"
+    );
+}

@@ -61,7 +61,7 @@ app.kubernetes.io/component: controller
 {{- $s := .Values.injection.sidecar }}
 {{- $repository := default .Values.image.repository $s.image.repository }}
 {{- $tag := default (default .Chart.AppVersion .Values.image.tag) $s.image.tag }}
-{{- dict
+{{- $settings := dict
   "image" (printf "%s:%s" $repository $tag)
   "imagePullPolicy" (default .Values.image.pullPolicy $s.image.pullPolicy)
   "port" (int $s.port)
@@ -71,6 +71,8 @@ app.kubernetes.io/component: controller
   "startupFailureThreshold" (int $s.startupFailureThreshold)
   "resources" $s.resources
   "securityContext" $s.securityContext
-  "extraArgs" $s.extraArgs
-  | toJson }}
+  "extraArgs" $s.extraArgs }}
+{{- /* Unset (null): the sidecar's own default. */}}
+{{- with $s.responseBudget }}{{ $_ := set $settings "responseBudget" (int64 .) }}{{ end }}
+{{- $settings | toJson }}
 {{- end }}

@@ -14,6 +14,8 @@
 //! [`super::readiness`]), and the controller's runner already polls its main store; `listed` is
 //! a `tokio::sync::watch`, which wakes every waiter.
 //!
+//! The store keeps objects without their managedFields' field sets ([`drop_field_sets`]).
+//!
 //! The store is written before a change is broadcast, so a reconcile triggered by a change
 //! reads a store that already shows it: each reconciler reads only stores fed by the watches
 //! that trigger it. A consumer that falls more than [`BUFFER`] changes behind is not left with
@@ -34,6 +36,16 @@ use tokio::sync::{broadcast, watch};
 
 /// Changes a consumer may fall behind by before it is resynced from the store.
 pub const BUFFER: usize = 1024;
+
+/// What the store keeps of an object's managedFields: who wrote it and when (a restarted
+/// controller reads the times), not which fields each wrote: `fieldsV1` is about as large as
+/// what it describes (an McpServer's status catalogue, tool by tool), nothing here reads it, and
+/// every write is a server-side apply of its own.
+fn drop_field_sets<K: kube::Resource>(object: &mut K) {
+    for entry in object.meta_mut().managed_fields.iter_mut().flatten() {
+        entry.fields_v1 = None;
+    }
+}
 
 /// What a consumer hears.
 #[derive(Debug, Clone)]
@@ -84,7 +96,11 @@ where
         config: watcher::Config,
         backoff: impl Backoff + 'static,
     ) -> (Self, BoxFuture<'static, ()>) {
-        Self::from_events(watcher(api, config).backoff(backoff))
+        Self::from_events(
+            watcher(api, config)
+                .modify(drop_field_sets)
+                .backoff(backoff),
+        )
     }
 
     /// The same over any stream of watcher events (the tests feed their own).

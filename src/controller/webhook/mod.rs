@@ -108,8 +108,21 @@ pub fn settings(args: &WebhookArgs) -> Result<SidecarSettings, String> {
         .sidecar
         .as_deref()
         .ok_or("--webhook-addr needs --sidecar (or MCP_OPERATOR_SIDECAR): the injected sidecar's image and settings")?;
-    serde_json::from_str(text).map_err(|e| format!("--sidecar is not valid sidecar settings: {e}"))
+    let settings: SidecarSettings = serde_json::from_str(text)
+        .map_err(|e| format!("--sidecar is not valid sidecar settings: {e}"))?;
+    // Refused here, not by every injected sidecar at its start (a pod that never runs).
+    if let Some(n) = settings.response_budget
+        && n < MIN_SIDECAR_RESPONSE_BUDGET
+    {
+        return Err(format!(
+            "--sidecar: responseBudget must be at least {MIN_SIDECAR_RESPONSE_BUDGET} bytes (1 MiB, the sidecar's own minimum), not {n}"
+        ));
+    }
+    Ok(settings)
 }
+
+/// The smallest `--response-budget` the sidecar accepts.
+const MIN_SIDECAR_RESPONSE_BUDGET: u64 = 1024 * 1024;
 
 #[derive(Clone)]
 struct Shared {

@@ -24,6 +24,7 @@ claimed() {
     bash "$ROOT/e2e/node.sh" paths
     bash "$ROOT/e2e/helm.sh" paths
     bash "$ROOT/e2e/promtool.sh" paths
+    bash "$ROOT/tests/fixtures/otelcol.sh" paths
     bash "$ROOT/tests/fixtures/install.sh" --paths
   } | sed 's/^[A-Z_]*=//'
   # Not read by any test, kept for their owners: the demo's state (e2e/demo.sh, which may be

@@ -30,12 +30,13 @@ bash scripts/cache.sh set-aside >&2
 say "installing the test MCP servers (cached in $CACHE)"
 bash tests/fixtures/install.sh >/dev/null
 
-say "building the control plane, the node, helm and promtool (cached in $CACHE/bin)"
+say "building the control plane, the node, helm, promtool and the OTel collector (cached in $CACHE/bin)"
 bash e2e/cluster.sh build >/dev/null
 node_unavailable="$(bash e2e/node.sh check)" && node_unavailable="" || true
 [[ -n $node_unavailable ]] || bash e2e/node.sh build >/dev/null
 bash e2e/helm.sh build >/dev/null
 bash e2e/promtool.sh build >/dev/null
+bash tests/fixtures/otelcol.sh build >/dev/null
 if [[ -z $node_unavailable ]]; then
   say "building the operator image from the release binary"
   OPERATOR_IMAGE="$(mktemp -d "${TMPDIR:-/tmp}/mcp-operator-image.XXXXXX")"

@@ -9,9 +9,10 @@ use std::path::Path;
 const LAYERS: &[(&str, &[&str])] = &[
     ("core", &[]),
     ("grants", &["core"]),
-    ("mcp", &["core"]),
+    ("telemetry", &["core"]),
+    ("mcp", &["core", "telemetry"]),
     ("api", &["core"]),
-    ("sidecar", &["core", "grants", "mcp"]),
+    ("sidecar", &["core", "grants", "mcp", "telemetry"]),
     ("inject", &["core", "grants"]),
     ("bridge", &["core", "mcp"]),
     ("import", &["core"]),
@@ -30,6 +31,7 @@ const TOP: &[&str] = &[
     "mcp",
     "probe",
     "sidecar",
+    "telemetry",
     "install_crypto_provider",
 ];
 
@@ -127,7 +129,7 @@ fn imports(text: &str) -> Vec<(usize, String)> {
 }
 
 /// The layers that must stay pure: no Kubernetes crate, so their tests need no cluster.
-const PURE: &[&str] = &["core", "grants", "mcp"];
+const PURE: &[&str] = &["core", "grants", "mcp", "telemetry"];
 
 /// The Kubernetes crates a pure layer may not name.
 const KUBERNETES: &[&str] = &[

@@ -53,6 +53,7 @@ pub mod inject;
 pub mod mcp;
 pub mod probe;
 pub mod sidecar;
+pub mod telemetry;
 
 #[cfg(test)]
 mod layering;

@@ -110,7 +110,14 @@ fn main() -> ExitCode {
                 .enable_all()
                 .build()
                 .expect("a tokio runtime starts");
-            match runtime.block_on(mcp_operator::controller::run(args)) {
+            // Probe spans, exported only when OTEL_EXPORTER_OTLP_ENDPOINT is set.
+            let run = async {
+                let traces = mcp_operator::telemetry::init("mcp-operator-controller");
+                let result = mcp_operator::controller::run(args).await;
+                traces.shutdown().await;
+                result
+            };
+            match runtime.block_on(run) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!(reason = e.reason(), "{e}");

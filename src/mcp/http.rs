@@ -128,11 +128,14 @@ impl Http {
         request: reqwest::RequestBuilder,
         step: &'static str,
     ) -> Result<Response, McpError> {
-        let response = request
-            .headers(self.credential_headers.clone())
-            .send()
-            .await
-            .map_err(|e| self.transport_error(&e))?;
+        let mut request = request.headers(self.credential_headers.clone());
+        // Inside a traced span (the sidecar's request, a probe), the server hears whose child
+        // its work is.
+        if let Some(trace) = crate::telemetry::headers() {
+            request = request.headers(trace);
+        }
+        let response = request.send().await.map_err(|e| self.transport_error(&e))?;
+        crate::telemetry::upstream_status(response.status().as_u16());
         match response.status() {
             StatusCode::UNAUTHORIZED => Err(McpError::Unauthorized { during: step }),
             StatusCode::FORBIDDEN => Err(McpError::Forbidden { during: step }),

@@ -26,7 +26,10 @@ pub enum Incoming {
     Malformed(&'static str),
 }
 
-pub fn request(id: u64, method: &str, params: Map<String, Value>) -> Value {
+/// A request to a server. Inside a traced span, a `_meta` in `params` carries that span's
+/// trace context (see [`crate::telemetry::inject_meta`]).
+pub fn request(id: u64, method: &str, mut params: Map<String, Value>) -> Value {
+    crate::telemetry::inject_meta(&mut params);
     json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
 }
 

@@ -690,7 +690,7 @@ impl Calls {
     fn finish(&self, audit: &Audit, decision: Decision, outcome: Outcome) {
         let duration = audit.started.elapsed();
         let server = audit.server.as_deref();
-        audit::write(&CallRecord {
+        let record = CallRecord {
             agent: &self.agent,
             server,
             tool: &audit.name,
@@ -701,7 +701,9 @@ impl Calls {
             outcome,
             duration,
             attempts: audit.attempts,
-        });
+        };
+        audit::write(&record);
+        super::traces::call(&record);
         let server = server.unwrap_or("").to_string();
         if decision.sent() {
             self.metrics

@@ -160,7 +160,19 @@ async fn post(State(d): State<Arc<Downstream>>, headers: HeaderMap, body: Body) 
         notification(&d, &era, &method, &params);
         return StatusCode::ACCEPTED.into_response();
     };
-    match method.as_str() {
+    let span = super::traces::request(&d.calls.agent, &method, &id, &params, &headers);
+    crate::telemetry::within(span, dispatch(d, era, &method, id, params, &headers)).await
+}
+
+async fn dispatch(
+    d: Arc<Downstream>,
+    era: Era,
+    method: &str,
+    id: Value,
+    params: Map<String, Value>,
+    headers: &HeaderMap,
+) -> Response {
+    match method {
         "initialize" => initialize(&d, &id, &params),
         "server/discover" => json_response(StatusCode::OK, &rpc_result(&id, discover(&d))),
         "ping" => {
@@ -176,7 +188,7 @@ async fn post(State(d): State<Arc<Downstream>>, headers: HeaderMap, body: Body) 
         }
         "tools/call" => {
             settled(&d).await;
-            tools_call(d, era, id, params, &headers).await
+            tools_call(d, era, id, params, headers).await
         }
         "resources/list" | "resources/templates/list" | "prompts/list" => {
             settled(&d).await;
@@ -210,18 +222,21 @@ async fn post(State(d): State<Arc<Downstream>>, headers: HeaderMap, body: Body) 
         }
         "logging/setLevel" if matches!(era, Era::Legacy(_)) => set_level(&d, &era, &id, &params),
         "subscriptions/listen" if matches!(era, Era::Modern) => listen(&d, id, &params),
-        _ => json_response(
-            StatusCode::OK,
-            &rpc_error(
-                &id,
-                ErrorCode::METHOD_NOT_FOUND.0 as i64,
-                &format!(
-                    "this endpoint does not serve {}",
-                    method.chars().take(64).collect::<String>()
+        _ => {
+            super::traces::not_served();
+            json_response(
+                StatusCode::OK,
+                &rpc_error(
+                    &id,
+                    ErrorCode::METHOD_NOT_FOUND.0 as i64,
+                    &format!(
+                        "this endpoint does not serve {}",
+                        method.chars().take(64).collect::<String>()
+                    ),
+                    None,
                 ),
-                None,
-            ),
-        ),
+            )
+        }
     }
 }
 
@@ -497,7 +512,7 @@ async fn tools_call(
     // ran inside this handler.
     let gone = CancelOnDrop(Some(Arc::clone(&cancel)));
     // The call runs on its own task: the response may turn into an event stream midway.
-    tokio::spawn(async move {
+    tokio::spawn(crate::telemetry::in_current(async move {
         let caller = Caller {
             era: match &session {
                 Some((session, protocol_version)) => CallerEra::Legacy {
@@ -513,7 +528,7 @@ async fn tools_call(
         let reply = discovery::call(&calls, call, &caller, cancel.notified()).await;
         let _ = reply_tx.send(reply);
         drop(in_flight);
-    });
+    }));
     // JSON when the answer comes first; an event stream as soon as something must go before it.
     let first = tokio::select! {
         biased;

@@ -30,6 +30,8 @@
 //! - [`downstream`]: the agent-facing `/mcp` handler, both protocol eras.
 //! - [`sessions`]: legacy sessions as sealed ids, so they outlive a restart of the sidecar.
 //! - [`audit`], [`metrics`], [`ops`]: the audit line, Prometheus metrics, health and readiness.
+//! - [`traces`]: one span per agent request (OTLP export only when `OTEL_EXPORTER_OTLP_ENDPOINT`
+//!   is set), the agent's trace context carried to the upstream.
 
 pub mod approval;
 pub mod audit;
@@ -44,6 +46,7 @@ pub mod metrics;
 pub mod ops;
 pub mod resources_prompts;
 pub mod sessions;
+pub mod traces;
 pub mod upstream;
 
 use std::net::SocketAddr;
@@ -241,6 +244,13 @@ pub async fn run(args: SidecarArgs) -> Result<(), SidecarError> {
             budget: args.request_budget,
         });
     }
+    let traces = crate::telemetry::init("mcp-operator-sidecar");
+    let result = serve(args).await;
+    traces.shutdown().await;
+    result
+}
+
+async fn serve(args: SidecarArgs) -> Result<(), SidecarError> {
     let key = match (&args.approval_key_file, &args.state_dir) {
         (Some(path), _) => std::fs::read(path)
             .map_err(|e| e.to_string())

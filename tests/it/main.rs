@@ -10,6 +10,7 @@
 //!              probe_real_servers, probe_hostile_servers, watch_tool_changes,
 //!              response_budget                                                 real servers, no cluster
 //!              sidecar, sidecar_restarts                                       real agents ⇄ sidecar ⇄ real servers
+//!              traces                                                          one trace agent → sidecar → server, in a real OTel Collector
 //!              e2e_crd_validation, e2e_rbac, e2e_mcp_server, e2e_grants,
 //!              e2e_sidecar, e2e_stdio, e2e_tenancy, e2e_mcp_admission          the real control plane
 //!              chart_alerts                                                    the chart's PrometheusRule, by promtool
@@ -46,4 +47,5 @@ mod response_budget;
 mod sidecar;
 mod sidecar_resources;
 mod sidecar_restarts;
+mod traces;
 mod watch_tool_changes;

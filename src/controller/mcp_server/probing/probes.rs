@@ -336,7 +336,7 @@ impl Prober {
             let report = {
                 let _running = GaugeGuard::new(&prober.metrics.probes_running);
                 let started = Instant::now();
-                let report = mcp::read_server(&conn).await;
+                let report = probe_traced(&key, &conn).await;
                 prober
                     .metrics
                     .probe_duration
@@ -398,6 +398,38 @@ impl Drop for GaugeGuard<'_> {
     fn drop(&mut self) {
         self.0.dec();
     }
+}
+
+/// Reads the server, inside a span of its own when tracing is on (`probe <namespace>/<name>`,
+/// with its result); the server's requests carry the span's traceparent.
+async fn probe_traced(
+    key: &ServerKey,
+    conn: &ServerConnection,
+) -> Result<ServerReport, ReadFailure> {
+    use crate::telemetry::{self, Attribute};
+    let span = telemetry::start_internal(
+        || format!("probe {}/{}", key.0, key.1),
+        || {
+            vec![
+                Attribute::new("mcp_operator.namespace", key.0.clone()),
+                Attribute::new("mcp_operator.server", key.1.clone()),
+            ]
+        },
+    );
+    let report = telemetry::within(span.clone(), mcp::read_server(conn)).await;
+    if let Some(span) = span {
+        span.set(match &report {
+            Ok(r) => vec![
+                Attribute::new("mcp_operator.probe.result", "ready"),
+                Attribute::new("mcp_operator.probe.tools", r.tools.len() as i64),
+            ],
+            Err(e) => vec![
+                Attribute::new("mcp_operator.probe.result", "failed"),
+                Attribute::new("mcp_operator.probe.reason", e.error.reason()),
+            ],
+        });
+    }
+    report
 }
 
 #[cfg(test)]

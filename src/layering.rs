@@ -275,20 +275,8 @@ fn the_reconcilers_are_peers() {
 
 /// The longest a controller function may be, in lines (its signature to its closing brace).
 /// A reconcile longer than this is a hub, not a story: split it into gather, decide, apply.
+/// No exception: the admission webhook, `controller/webhook/`, is checked like the rest.
 const CONTROLLER_FUNCTION_LINES: usize = 80;
-
-/// Controller functions still longer than that, with the length they may not outgrow: each
-/// is to be split, and the list may only shrink. (The admission webhook, `controller/webhook/`,
-/// is checked like the rest.)
-const LONG_FUNCTIONS_TO_SPLIT: &[(&str, &str, usize)] = &[
-    ("mod.rs", "run", 201),
-    ("agent_spec/status.rs", "next_agent_status", 132),
-    ("mcp_server/stdio/build.rs", "pod", 141),
-    ("health/metrics.rs", "default", 107),
-    ("mcp_server/stdio/build.rs", "pod_trouble", 94),
-    ("watches/mod.rs", "run", 83),
-    ("watches/mod.rs", "run_servers", 81),
-];
 
 /// Non-test functions of a file and their lengths in lines: a `fn` line to the line where its
 /// braces close. `#[cfg(test)]` modules (to the end of the file, where they sit) and test
@@ -365,13 +353,9 @@ fn no_controller_function_outgrows_a_page() {
             continue;
         }
         for (name, line, length) in function_lengths(&text) {
-            let allowed = LONG_FUNCTIONS_TO_SPLIT
-                .iter()
-                .find(|(f, n, _)| *f == relative && *n == name)
-                .map_or(CONTROLLER_FUNCTION_LINES, |(_, _, at_most)| *at_most);
-            if length > allowed {
+            if length > CONTROLLER_FUNCTION_LINES {
                 wrong.push(format!(
-                    "{file}:{line}: {name} is {length} lines (at most {allowed})"
+                    "{file}:{line}: {name} is {length} lines (at most {CONTROLLER_FUNCTION_LINES})"
                 ));
             }
         }

@@ -166,9 +166,75 @@ pub struct ControllerArgs {
     pub webhook: WebhookArgs,
 }
 
-/// Runs the controller until SIGTERM or SIGINT.
+/// Runs the controller until SIGTERM or SIGINT: connect, check the CRDs, serve health and the
+/// webhook on every replica, then reconcile while leading.
 pub async fn run(args: ControllerArgs) -> Result<(), StartError> {
     let identity = args.identity.clone().unwrap_or_else(default_identity);
+    // Every write of the reconcilers passes the fence: none is sent once this replica's lease
+    // may have expired. The Lease itself is written through a client without it.
+    let fence = if args.leader_election {
+        leader::Fence::closed()
+    } else {
+        leader::Fence::open()
+    };
+    let (client, lease_client) = connect(&identity, &fence).await?;
+    check_crds(&client, args.watch_namespace.as_deref()).await?;
+    let metrics = Arc::new(Metrics::default());
+    let ready = Arc::new(AtomicBool::new(false));
+    let bound = health::serve(args.metrics_addr, metrics.clone(), ready.clone()).await?;
+    info!(%identity, addr = %bound, "serving /healthz, /readyz and /metrics");
+    let namespace = args
+        .lease_namespace
+        .clone()
+        .or_else(|| args.watch_namespace.clone())
+        .unwrap_or_else(|| "default".into());
+    let signing = read_signing_keys(&args, &namespace, &lease_client);
+    // Every replica answers admissions, leader or not; its client is not fenced.
+    if let Some(addr) = args.webhook.webhook_addr {
+        let bound = webhook::start(
+            &args.webhook,
+            addr,
+            lease_client.clone(),
+            namespace.clone(),
+            metrics.clone(),
+            signing.clone(),
+        )
+        .await
+        .map_err(StartError::Webhook)?;
+        info!(addr = %bound, "serving the sidecar-injection webhook (HTTPS /inject)");
+    }
+    let stop = stop_on_signal();
+    let ctx = reconcile_context(&args, &identity, &namespace, client, metrics, signing);
+    // Kept across leadership terms: a replica that leads again remembers when it probed.
+    let servers = Arc::new(mcp_server::ServerContext::new(ctx.clone()));
+    let reconcilers = Reconcilers {
+        ctx,
+        servers,
+        args: args.clone(),
+        ready,
+    };
+    if !args.leader_election {
+        reconcilers.run(stop).await;
+        return Ok(());
+    }
+    let elector = leader::Elector {
+        api: Api::namespaced(lease_client, &namespace),
+        name: args.lease_name.clone(),
+        identity,
+        timing: leader::Timing::for_duration(args.lease_duration),
+        fence,
+    };
+    reconcilers
+        .lead_while_elected(elector, &namespace, stop)
+        .await
+}
+
+/// The reconciling client (behind the write fence) and the Lease's own client (without it),
+/// both naming this replica in their User-Agent.
+async fn connect(
+    identity: &str,
+    fence: &Arc<leader::Fence>,
+) -> Result<(Client, Client), StartError> {
     let config = kube::Config::infer()
         .await
         .map_err(kube::Error::InferConfig)?;
@@ -184,13 +250,6 @@ pub async fn run(args: ControllerArgs) -> Result<(), StartError> {
             .insert(http::header::USER_AGENT, user_agent.clone());
         request
     });
-    // Every write of the reconcilers passes the fence: none is sent once this replica's lease
-    // may have expired. The Lease itself is written through a client without it.
-    let fence = if args.leader_election {
-        leader::Fence::closed()
-    } else {
-        leader::Fence::open()
-    };
     let client = kube::client::ClientBuilder::try_from(config.clone())?
         .with_layer(&named)
         .with_layer(&leader::FenceLayer(fence.clone()))
@@ -198,65 +257,59 @@ pub async fn run(args: ControllerArgs) -> Result<(), StartError> {
     let lease_client = kube::client::ClientBuilder::try_from(config)?
         .with_layer(&named)
         .build();
-    check_crds(&client, args.watch_namespace.as_deref()).await?;
-    let metrics = Arc::new(Metrics::default());
-    let ready = Arc::new(AtomicBool::new(false));
-    let bound = health::serve(args.metrics_addr, metrics.clone(), ready.clone()).await?;
-    info!(%identity, addr = %bound, "serving /healthz, /readyz and /metrics");
-    let namespace = args
-        .lease_namespace
-        .clone()
-        .or_else(|| args.watch_namespace.clone())
-        .unwrap_or_else(|| "default".into());
-    // Every replica reads the signing keyring (the webhook injects its public keys); only the
-    // leader writes it.
-    let signing = context::Signing {
-        at: signing::KeyringSecret {
-            namespace: namespace.clone(),
-            name: args.signing_secret.clone(),
-        },
-        keys: signing::watch_keyring(
-            lease_client.clone(),
-            signing::KeyringSecret {
-                namespace: namespace.clone(),
-                name: args.signing_secret.clone(),
-            },
-        ),
-        revoke_wait: args.revoke_wait,
-    };
-    // Every replica answers admissions, leader or not; its client is not fenced.
-    if let Some(addr) = args.webhook.webhook_addr {
-        let bound = webhook::start(
-            &args.webhook,
-            addr,
-            lease_client.clone(),
-            namespace.clone(),
-            metrics.clone(),
-            signing.clone(),
-        )
-        .await
-        .map_err(StartError::Webhook)?;
-        info!(addr = %bound, "serving the sidecar-injection webhook (HTTPS /inject)");
-    }
+    Ok((client, lease_client))
+}
 
+/// Every replica reads the signing keyring (the webhook injects its public keys); only the
+/// leader writes it.
+fn read_signing_keys(
+    args: &ControllerArgs,
+    namespace: &str,
+    lease_client: &Client,
+) -> context::Signing {
+    let at = signing::KeyringSecret {
+        namespace: namespace.to_string(),
+        name: args.signing_secret.clone(),
+    };
+    context::Signing {
+        keys: signing::watch_keyring(lease_client.clone(), at.clone()),
+        at,
+        revoke_wait: args.revoke_wait,
+    }
+}
+
+/// A channel that turns true on SIGTERM or SIGINT.
+fn stop_on_signal() -> watch::Receiver<bool> {
     let (stop_tx, stop_rx) = watch::channel(false);
     tokio::spawn(async move {
         shutdown_signal().await;
         info!("shutting down");
         let _ = stop_tx.send(true);
     });
+    stop_rx
+}
 
+/// What every reconciler shares: the fenced client, the settings from the flags, the metrics
+/// and the event recorder naming this replica.
+fn reconcile_context(
+    args: &ControllerArgs,
+    identity: &str,
+    namespace: &str,
+    client: Client,
+    metrics: Arc<Metrics>,
+    signing: context::Signing,
+) -> Arc<Context> {
     let settings = Settings {
         allow_loopback: args.allow_loopback,
         max_failure_backoff: args.max_failure_backoff,
         bridge_image: args.bridge_image.clone(),
-        operator_namespace: Some(namespace.clone()),
+        operator_namespace: Some(namespace.to_string()),
         probe_concurrency: usize::from(args.probe_concurrency),
         response_budget: Some(crate::mcp::ResponseBudget::new(args.response_budget)),
         pin_store_namespace: Some(
             args.pin_store_namespace
                 .clone()
-                .unwrap_or_else(|| namespace.clone()),
+                .unwrap_or_else(|| namespace.to_string()),
         ),
         ..Settings::default()
     };
@@ -267,67 +320,94 @@ pub async fn run(args: ControllerArgs) -> Result<(), StartError> {
         client.clone(),
         Reporter {
             controller: "mcp-operator".into(),
-            instance: Some(identity.clone()),
+            instance: Some(identity.to_string()),
         },
     );
-    let ctx = Arc::new(Context::new(
-        client.clone(),
-        settings,
-        metrics,
-        recorder,
-        signing,
-    ));
-    // Kept across leadership terms: a replica that leads again remembers when it probed.
-    let servers = Arc::new(mcp_server::ServerContext::new(ctx.clone()));
+    Arc::new(Context::new(client, settings, metrics, recorder, signing))
+}
 
-    if !args.leader_election {
-        watches::run(ctx, servers, &args, ready, stop_rx).await;
-        return Ok(());
+/// The reconcilers of this replica, run for one leadership term at a time.
+struct Reconcilers {
+    ctx: Arc<Context>,
+    servers: Arc<mcp_server::ServerContext>,
+    args: ControllerArgs,
+    /// /readyz: a follower is ready; a leader once its watches have listed.
+    ready: Arc<AtomicBool>,
+}
+
+impl Reconcilers {
+    /// Runs every watch and reconciler until `stop` turns true.
+    async fn run(&self, stop: watch::Receiver<bool>) {
+        let (ctx, servers, ready) = (self.ctx.clone(), self.servers.clone(), self.ready.clone());
+        watches::run(ctx, servers, &self.args, ready, stop).await;
     }
 
-    let (leading_tx, mut leading) = watch::channel(false);
-    let (may_lead_tx, may_lead_rx) = watch::channel(true);
-    let elector = leader::Elector {
-        api: Api::namespaced(lease_client, &namespace),
-        name: args.lease_name.clone(),
-        identity: identity.clone(),
-        timing: leader::Timing::for_duration(args.lease_duration),
-        fence,
-    };
-    let election = tokio::spawn(elector.run(leading_tx, may_lead_rx, stop_rx.clone()));
-    // A follower is ready: it serves and stands by.
-    ready.store(true, Ordering::Relaxed);
-    let mut stop = stop_rx.clone();
-    loop {
-        if *stop.borrow() {
-            break;
-        }
-        if !*leading.borrow_and_update() {
-            info!(lease = %args.lease_name, %namespace, "waiting to become the leader");
-            tokio::select! {
-                changed = leading.changed() => {
-                    if changed.is_err() { return Err(StartError::LeaderElection("the lease task ended".into())); }
-                    continue;
-                }
-                _ = stop.changed() => break,
+    /// Stands by while another replica leads, reconciles while this one does, until `stop`;
+    /// then the elector closes the fence and releases the Lease.
+    async fn lead_while_elected(
+        self,
+        elector: leader::Elector,
+        namespace: &str,
+        stop_rx: watch::Receiver<bool>,
+    ) -> Result<(), StartError> {
+        let lease = self.args.lease_name.clone();
+        let (leading_tx, mut leading) = watch::channel(false);
+        let (may_lead_tx, may_lead_rx) = watch::channel(true);
+        let election = tokio::spawn(elector.run(leading_tx, may_lead_rx, stop_rx.clone()));
+        // A follower is ready: it serves and stands by.
+        self.ready.store(true, Ordering::Relaxed);
+        let mut stop = stop_rx.clone();
+        let this = Arc::new(self);
+        loop {
+            if *stop.borrow() {
+                break;
             }
+            if !*leading.borrow_and_update() {
+                info!(%lease, %namespace, "waiting to become the leader");
+                tokio::select! {
+                    changed = leading.changed() => {
+                        if changed.is_err() { return Err(StartError::LeaderElection("the lease task ended".into())); }
+                        continue;
+                    }
+                    _ = stop.changed() => break,
+                }
+            }
+            info!(%lease, %namespace, "became the leader: reconciling");
+            this.lead_one_term(&mut leading, &may_lead_tx, &stop_rx)
+                .await;
         }
-        info!(lease = %args.lease_name, %namespace, "became the leader: reconciling");
+        // The elector closes the fence, then releases the Lease.
+        if tokio::time::timeout(Duration::from_secs(5), election)
+            .await
+            .is_err()
+        {
+            warn!("releasing the lease did not finish");
+        }
+        Ok(())
+    }
+
+    /// One leadership term: reconcile until the leadership is lost or `stop`, then wait for
+    /// the term's reconcilers to finish before the elector may lead again.
+    async fn lead_one_term(
+        self: &Arc<Self>,
+        leading: &mut watch::Receiver<bool>,
+        may_lead: &watch::Sender<bool>,
+        stop_rx: &watch::Receiver<bool>,
+    ) {
         // Not ready again until this replica's watches have listed.
-        ready.store(false, Ordering::Relaxed);
+        self.ready.store(false, Ordering::Relaxed);
         let (lost_tx, lost_rx) = watch::channel(false);
         let mut term = tokio::spawn({
-            let (ctx, servers, args, ready) =
-                (ctx.clone(), servers.clone(), args.clone(), ready.clone());
+            let this = self.clone();
             let stop = merge_stops(stop_rx.clone(), lost_rx);
-            async move { watches::run(ctx, servers, &args, ready, stop).await }
+            async move { this.run(stop).await }
         });
         loop {
             tokio::select! {
                 _ = &mut term => break,
                 changed = leading.changed() => {
                     if changed.is_err() || !*leading.borrow_and_update() {
-                        if !*stop.borrow() {
+                        if !*stop_rx.borrow() {
                             warn!("lost the leadership: stopping the reconcilers");
                         }
                         let _ = lost_tx.send(true);
@@ -339,7 +419,7 @@ pub async fn run(args: ControllerArgs) -> Result<(), StartError> {
         // One term at a time: the elector neither renews nor takes the Lease until this term's
         // reconcilers are gone, and a reconciler stuck in its shutdown is cut off rather than
         // left holding the Lease without reconciling.
-        let _ = may_lead_tx.send(false);
+        let _ = may_lead.send(false);
         if !term.is_finished()
             && tokio::time::timeout(TERM_SHUTDOWN, &mut term)
                 .await
@@ -352,18 +432,10 @@ pub async fn run(args: ControllerArgs) -> Result<(), StartError> {
             term.abort();
             let _ = term.await;
         }
-        let _ = may_lead_tx.send(true);
+        let _ = may_lead.send(true);
         // Standing by again as a follower.
-        ready.store(true, Ordering::Relaxed);
+        self.ready.store(true, Ordering::Relaxed);
     }
-    // The elector closes the fence, then releases the Lease.
-    if tokio::time::timeout(Duration::from_secs(5), election)
-        .await
-        .is_err()
-    {
-        warn!("releasing the lease did not finish");
-    }
-    Ok(())
 }
 
 /// How long a term's reconcilers get to finish their in-flight work once leadership is lost.

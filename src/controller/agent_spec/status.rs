@@ -23,7 +23,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use super::publish::MAX_GRANTS_BYTES;
 use crate::api::agent_spec::{AgentPodsStatus, AgentServerStatus, AgentSpecStatus};
 use crate::api::conditions::{
-    PODS_UP_TO_DATE, READY, RESOLVED, TRUE, condition, find, set_condition,
+    Condition, PODS_UP_TO_DATE, READY, RESOLVED, TRUE, condition, find, set_condition,
 };
 use crate::controller::shared::ready::ready_change;
 use crate::grants::{Finding, Resolution, ServerOutcome};
@@ -101,81 +101,12 @@ pub fn next_agent_status(
     status.grants_sequence = published.sequence;
     status.granted_tools = Some(published.tools);
 
-    let servers = outcomes.len();
-    let summary = format!(
-        "{} granted from {servers} server{}, published in ConfigMap {}",
-        tools(published.tools),
-        if servers == 1 { "" } else { "s" },
-        published.config_map
+    let summary = published_summary(outcomes.len(), published);
+    set_condition(
+        &mut status.conditions,
+        resolved_condition(resolution, &summary, generation, now.clone()),
     );
-    let resolved = match resolution.findings.first() {
-        None => condition(
-            RESOLVED,
-            true,
-            "Resolved",
-            format!("Every server, policy and pattern resolved: {summary}."),
-            generation,
-            now.clone(),
-        ),
-        Some(first) => condition(
-            RESOLVED,
-            false,
-            first.reason.as_str(),
-            sentences(&resolution.findings),
-            generation,
-            now.clone(),
-        ),
-    };
-    set_condition(&mut status.conditions, resolved);
-
-    let blocking: Vec<Finding> = resolution.blocking().cloned().collect();
-    let ready = match blocking.first() {
-        None => {
-            let notes = resolution.findings.len();
-            let tail = if notes == 0 {
-                String::new()
-            } else {
-                format!(
-                    " {notes} note{} in the Resolved condition.",
-                    if notes == 1 { "" } else { "s" }
-                )
-            };
-            condition(
-                READY,
-                true,
-                "Ready",
-                format!("{}.{tail}", capitalise(&summary)),
-                generation,
-                now.clone(),
-            )
-        }
-        Some(first) => condition(
-            READY,
-            false,
-            first.reason.as_str(),
-            format!("{} Meanwhile {summary}.", sentences(&blocking)),
-            generation,
-            now.clone(),
-        ),
-    };
-    // Grants too large to publish outrank everything else: the agent has no tools at all.
-    let ready = match published.too_large {
-        Some(bytes) => condition(
-            READY,
-            false,
-            "GrantsTooLarge",
-            format!(
-                "The resolved grants are {bytes} bytes, more than a ConfigMap holds \
-                 ({MAX_GRANTS_BYTES} bytes for the document): ConfigMap {} grants no tools until \
-                 they fit (fail closed). Grant fewer tools: narrower allow patterns, or the \
-                 servers split across AgentSpecs.",
-                published.config_map
-            ),
-            generation,
-            now.clone(),
-        ),
-        None => ready,
-    };
+    let ready = ready_condition(resolution, published, &summary, generation, now.clone());
     let ready_now = ready.status == TRUE;
     let (reason, message) = (ready.reason.clone(), ready.message.clone());
     set_condition(&mut status.conditions, ready);
@@ -196,21 +127,126 @@ pub fn next_agent_status(
     let change = ready_change(was_ready, ready_now, &reason, &message);
     transitions.became_ready = change.came_back;
     transitions.became_unready = change.went_down;
-    if previous_digest.as_deref() != Some(published.digest.as_str()) {
-        transitions.grants_changed = Some(match previous_tools {
-            Some(before) if previous_digest.is_some() => format!(
-                "Grants changed: {} (was {before}), published in ConfigMap {}.",
-                tools(published.tools),
-                published.config_map
-            ),
-            _ => format!(
-                "Grants published: {} in ConfigMap {}.",
-                tools(published.tools),
-                published.config_map
-            ),
-        });
-    }
+    transitions.grants_changed = grants_changed(previous_digest, previous_tools, published);
     (status, transitions)
+}
+
+/// "N tools granted from M servers, published in ConfigMap C": what both conditions tell.
+fn published_summary(servers: usize, published: &Published) -> String {
+    format!(
+        "{} granted from {servers} server{}, published in ConfigMap {}",
+        tools(published.tools),
+        if servers == 1 { "" } else { "s" },
+        published.config_map
+    )
+}
+
+/// Resolved: true when every server, policy and pattern resolved; else the first finding's
+/// reason, with every finding told.
+fn resolved_condition(
+    resolution: &Resolution,
+    summary: &str,
+    generation: Option<i64>,
+    now: Time,
+) -> Condition {
+    match resolution.findings.first() {
+        None => condition(
+            RESOLVED,
+            true,
+            "Resolved",
+            format!("Every server, policy and pattern resolved: {summary}."),
+            generation,
+            now,
+        ),
+        Some(first) => condition(
+            RESOLVED,
+            false,
+            first.reason.as_str(),
+            sentences(&resolution.findings),
+            generation,
+            now,
+        ),
+    }
+}
+
+/// Ready: false on grants too large to publish (they outrank everything else: the agent has
+/// no tools at all), else on the first blocking finding; true otherwise, pointing at the notes.
+fn ready_condition(
+    resolution: &Resolution,
+    published: &Published,
+    summary: &str,
+    generation: Option<i64>,
+    now: Time,
+) -> Condition {
+    if let Some(bytes) = published.too_large {
+        return condition(
+            READY,
+            false,
+            "GrantsTooLarge",
+            format!(
+                "The resolved grants are {bytes} bytes, more than a ConfigMap holds \
+                 ({MAX_GRANTS_BYTES} bytes for the document): ConfigMap {} grants no tools until \
+                 they fit (fail closed). Grant fewer tools: narrower allow patterns, or the \
+                 servers split across AgentSpecs.",
+                published.config_map
+            ),
+            generation,
+            now,
+        );
+    }
+    let blocking: Vec<Finding> = resolution.blocking().cloned().collect();
+    match blocking.first() {
+        None => {
+            let notes = resolution.findings.len();
+            let tail = if notes == 0 {
+                String::new()
+            } else {
+                format!(
+                    " {notes} note{} in the Resolved condition.",
+                    if notes == 1 { "" } else { "s" }
+                )
+            };
+            condition(
+                READY,
+                true,
+                "Ready",
+                format!("{}.{tail}", capitalise(summary)),
+                generation,
+                now,
+            )
+        }
+        Some(first) => condition(
+            READY,
+            false,
+            first.reason.as_str(),
+            format!("{} Meanwhile {summary}.", sentences(&blocking)),
+            generation,
+            now,
+        ),
+    }
+}
+
+/// The Event's sentence when the published digest changed (a first publication says so).
+fn grants_changed(
+    previous_digest: Option<String>,
+    previous_tools: Option<u32>,
+    published: &Published,
+) -> Option<String> {
+    if previous_digest.as_deref() == Some(published.digest.as_str()) {
+        return None;
+    }
+    Some(match previous_tools {
+        Some(before) if previous_digest.is_some() => format!(
+            "Grants changed: {} (was {before}), published in ConfigMap {}.",
+            tools(published.tools),
+            published.config_map
+        ),
+        _ => format!(
+            "Grants published: {} in ConfigMap {}.",
+            tools(published.tools),
+            published.config_map
+        ),
+    })
 }
 
 /// PodsUpToDate: which injected pods lack a key the grants reference, and what to do.

@@ -63,95 +63,106 @@ pub struct Metrics {
     reasons: Mutex<HashMap<(String, String), String>>,
 }
 
+/// A metric's name (under the `mcp_operator_` prefix) and its help text.
+type Help = (&'static str, &'static str);
+
+/// `mcp_operator_reconciles`.
+const RECONCILES: Help = (
+    "reconciles",
+    "Reconciles by kind and result (ok or the error reason)",
+);
+/// `mcp_operator_reconcile_duration_seconds`.
+const RECONCILE_DURATION: Help = ("reconcile_duration_seconds", "Time spent in one reconcile");
+/// `mcp_operator_probe_duration_seconds`.
+const PROBE_DURATION: Help = (
+    "probe_duration_seconds",
+    "Time to connect to an MCP server and list its whole catalogue",
+);
+/// `mcp_operator_probes`.
+const PROBES: Help = (
+    "probes",
+    "Probes of MCP servers by outcome (Ready or the failure reason)",
+);
+/// `mcp_operator_writes`.
+const STATUS_WRITES: Help = (
+    "writes",
+    "Writes to the apiserver (status patches, ConfigMaps) by kind",
+);
+/// `mcp_operator_mcpservers`.
+const SERVERS_BY_REASON: Help = (
+    "mcpservers",
+    "McpServers by the reason of their Ready condition",
+);
+/// `mcp_operator_mcpserver_tools`.
+const TOOLS: Help = ("mcpserver_tools", "Tools in each McpServer's catalogue");
+/// `mcp_operator_mcpserver_tools_awaiting_approval`.
+const AWAITING_APPROVAL: Help = (
+    "mcpserver_tools_awaiting_approval",
+    "Tools of each pinned McpServer withheld from every agent until a person approves them",
+);
+/// `mcp_operator_subscriptions_open`.
+const SUBSCRIPTIONS_OPEN: Help = (
+    "subscriptions_open",
+    "Open tools/list_changed subscriptions to MCP servers",
+);
+/// `mcp_operator_probes_running`.
+const PROBES_RUNNING: Help = (
+    "probes_running",
+    "Probes contacting their MCP server now (each its own task, outside the reconcile slots)",
+);
+/// `mcp_operator_probes_waiting`.
+const PROBES_WAITING: Help = (
+    "probes_waiting",
+    "Probes waiting for a probe slot (first reads start before retries)",
+);
+/// `mcp_operator_response_budget_bytes`.
+const RESPONSE_BUDGET_BYTES: Help = (
+    "response_budget_bytes",
+    "Bytes of MCP response bodies the controller may hold at once (--response-budget)",
+);
+/// `mcp_operator_response_budget_high_water_bytes`.
+const RESPONSE_BUDGET_HIGH_WATER_BYTES: Help = (
+    "response_budget_high_water_bytes",
+    "The most bytes of MCP response bodies held at once since the controller started",
+);
+/// `mcp_operator_admissions`.
+const ADMISSIONS: Help = (
+    "admissions",
+    "Pods the webhook answered, by result (injection: Injected, AlreadyInjected, NotLabelled; validation: Valid; both: Refused, ApiError, Invalid, Error)",
+);
+
 impl Default for Metrics {
     fn default() -> Self {
         let mut registry = Registry::with_prefix("mcp_operator");
-        let reconciles = Family::<ReconcileLabels, Counter>::default();
-        registry.register(
-            "reconciles",
-            "Reconciles by kind and result (ok or the error reason)",
-            reconciles.clone(),
+        let reconciles = register(&mut registry, RECONCILES, Family::default());
+        let reconcile_duration = register(
+            &mut registry,
+            RECONCILE_DURATION,
+            Family::<KindLabels, Histogram>::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.005, 2.0, 14))
+            }),
         );
-        let reconcile_duration = Family::<KindLabels, Histogram>::new_with_constructor(|| {
-            Histogram::new(exponential_buckets(0.005, 2.0, 14))
-        });
-        registry.register(
-            "reconcile_duration_seconds",
-            "Time spent in one reconcile",
-            reconcile_duration.clone(),
+        let probe_duration = register(
+            &mut registry,
+            PROBE_DURATION,
+            Histogram::new(exponential_buckets(0.005, 2.0, 14)),
         );
-        let probe_duration = Histogram::new(exponential_buckets(0.005, 2.0, 14));
-        registry.register(
-            "probe_duration_seconds",
-            "Time to connect to an MCP server and list its whole catalogue",
-            probe_duration.clone(),
+        let probes = register(&mut registry, PROBES, Family::default());
+        let status_writes = register(&mut registry, STATUS_WRITES, Family::default());
+        let servers_by_reason = register(&mut registry, SERVERS_BY_REASON, Family::default());
+        let tools = register(&mut registry, TOOLS, Family::default());
+        let awaiting_approval = register(&mut registry, AWAITING_APPROVAL, Family::default());
+        let subscriptions_open = register(&mut registry, SUBSCRIPTIONS_OPEN, Gauge::default());
+        let probes_running = register(&mut registry, PROBES_RUNNING, Gauge::default());
+        let probes_waiting = register(&mut registry, PROBES_WAITING, Gauge::default());
+        let response_budget_bytes =
+            register(&mut registry, RESPONSE_BUDGET_BYTES, Gauge::default());
+        let response_budget_high_water_bytes = register(
+            &mut registry,
+            RESPONSE_BUDGET_HIGH_WATER_BYTES,
+            Gauge::default(),
         );
-        let probes = Family::<ReasonLabels, Counter>::default();
-        registry.register(
-            "probes",
-            "Probes of MCP servers by outcome (Ready or the failure reason)",
-            probes.clone(),
-        );
-        let status_writes = Family::<KindLabels, Counter>::default();
-        registry.register(
-            "writes",
-            "Writes to the apiserver (status patches, ConfigMaps) by kind",
-            status_writes.clone(),
-        );
-        let servers_by_reason = Family::<ReasonLabels, Gauge>::default();
-        registry.register(
-            "mcpservers",
-            "McpServers by the reason of their Ready condition",
-            servers_by_reason.clone(),
-        );
-        let tools = Family::<ServerLabels, Gauge>::default();
-        registry.register(
-            "mcpserver_tools",
-            "Tools in each McpServer's catalogue",
-            tools.clone(),
-        );
-        let awaiting_approval = Family::<ServerLabels, Gauge>::default();
-        registry.register(
-            "mcpserver_tools_awaiting_approval",
-            "Tools of each pinned McpServer withheld from every agent until a person approves them",
-            awaiting_approval.clone(),
-        );
-        let subscriptions_open = Gauge::default();
-        registry.register(
-            "subscriptions_open",
-            "Open tools/list_changed subscriptions to MCP servers",
-            subscriptions_open.clone(),
-        );
-        let probes_running = Gauge::default();
-        registry.register(
-            "probes_running",
-            "Probes contacting their MCP server now (each its own task, outside the reconcile slots)",
-            probes_running.clone(),
-        );
-        let probes_waiting = Gauge::default();
-        registry.register(
-            "probes_waiting",
-            "Probes waiting for a probe slot (first reads start before retries)",
-            probes_waiting.clone(),
-        );
-        let response_budget_bytes = Gauge::default();
-        registry.register(
-            "response_budget_bytes",
-            "Bytes of MCP response bodies the controller may hold at once (--response-budget)",
-            response_budget_bytes.clone(),
-        );
-        let response_budget_high_water_bytes = Gauge::default();
-        registry.register(
-            "response_budget_high_water_bytes",
-            "The most bytes of MCP response bodies held at once since the controller started",
-            response_budget_high_water_bytes.clone(),
-        );
-        let admissions = Family::<ResultLabels, Counter>::default();
-        registry.register(
-            "admissions",
-            "Pods the webhook answered, by result (injection: Injected, AlreadyInjected, NotLabelled; validation: Valid; both: Refused, ApiError, Invalid, Error)",
-            admissions.clone(),
-        );
+        let admissions = register(&mut registry, ADMISSIONS, Family::default());
         Metrics {
             registry,
             admissions,
@@ -171,6 +182,16 @@ impl Default for Metrics {
             reasons: Mutex::new(HashMap::new()),
         }
     }
+}
+
+/// Registers a metric under its name and help, and hands it back to be kept.
+fn register<M: prometheus_client::registry::Metric + Clone>(
+    registry: &mut Registry,
+    (name, help): Help,
+    metric: M,
+) -> M {
+    registry.register(name, help, metric.clone());
+    metric
 }
 
 impl Metrics {

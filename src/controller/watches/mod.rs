@@ -61,45 +61,7 @@ pub async fn run(
     stop: watch::Receiver<bool>,
 ) {
     let client = ctx.client.clone();
-    let ns = args.watch_namespace.as_deref();
-    let any = || watcher::Config::default().any_semantic();
-    let (server_watch, d1) =
-        Watched::new(scoped::<McpServer>(&client, ns), any(), Reconnect::new());
-    let (agent_watch, d2) = Watched::new(scoped::<AgentSpec>(&client, ns), any(), Reconnect::new());
-    let (policy_watch, d3) = Watched::new(
-        Api::<McpTenantPolicy>::all(client.clone()),
-        any(),
-        Reconnect::new(),
-    );
-    // Every namespace even under --watch-namespace: policies are cluster-wide.
-    let (namespace_watch, d4) = Watched::new(
-        Api::<PartialObjectMeta<Namespace>>::all(client.clone()),
-        watcher::Config::default(),
-        Reconnect::new(),
-    );
-    // CA bundles of McpServers, and the AgentSpecs' own grants ConfigMaps.
-    let (config_map_watch, d5) = Watched::new(
-        scoped::<PartialObjectMeta<ConfigMap>>(&client, ns),
-        watcher::Config::default(),
-        Reconnect::new(),
-    );
-    // Only pods opted into injection are cached, and only until they finish (a finished pod
-    // leaves the watch): the AgentSpecs count their out-of-date pods.
-    let (pod_watch, d6) = Watched::new(
-        scoped::<PartialObjectMeta<Pod>>(&client, ns),
-        watcher::Config::default()
-            .labels(crate::inject::AGENT_LABEL)
-            .fields("status.phase!=Succeeded,status.phase!=Failed"),
-        Reconnect::new(),
-    );
-    let watches = Watches {
-        servers: server_watch,
-        agents: agent_watch,
-        policies: policy_watch,
-        namespaces: namespace_watch,
-        config_maps: config_map_watch,
-        pods: pod_watch,
-    };
+    let (watches, drivers) = Watches::open(&client, args.watch_namespace.as_deref());
     let all_listed = futures::future::join_all([
         watches.servers.listed(),
         watches.agents.listed(),
@@ -114,7 +76,7 @@ pub async fn run(
         run_agent_specs(ctx.clone(), args, &watches, stop.clone()),
         run_policies(ctx.clone(), args, &watches, stop.clone()),
     );
-    let drivers = futures::future::join_all([d1, d2, d3, d4, d5, d6]);
+    let drivers = futures::future::join_all(drivers);
     // The leader creates the signing keyring when there is none and rotates it when asked.
     let keeper = tokio::spawn(super::signing::keep(
         client.clone(),
@@ -146,6 +108,52 @@ struct Watches {
     namespaces: Watched<PartialObjectMeta<Namespace>>,
     config_maps: Watched<PartialObjectMeta<ConfigMap>>,
     pods: Watched<PartialObjectMeta<Pod>>,
+}
+
+impl Watches {
+    /// Every shared watch, and the drivers that feed them (each to be polled until the end).
+    fn open(client: &Client, ns: Option<&str>) -> (Self, [BoxFuture<'static, ()>; 6]) {
+        let any = || watcher::Config::default().any_semantic();
+        let (server_watch, d1) =
+            Watched::new(scoped::<McpServer>(client, ns), any(), Reconnect::new());
+        let (agent_watch, d2) =
+            Watched::new(scoped::<AgentSpec>(client, ns), any(), Reconnect::new());
+        let (policy_watch, d3) = Watched::new(
+            Api::<McpTenantPolicy>::all(client.clone()),
+            any(),
+            Reconnect::new(),
+        );
+        // Every namespace even under --watch-namespace: policies are cluster-wide.
+        let (namespace_watch, d4) = Watched::new(
+            Api::<PartialObjectMeta<Namespace>>::all(client.clone()),
+            watcher::Config::default(),
+            Reconnect::new(),
+        );
+        // CA bundles of McpServers, and the AgentSpecs' own grants ConfigMaps.
+        let (config_map_watch, d5) = Watched::new(
+            scoped::<PartialObjectMeta<ConfigMap>>(client, ns),
+            watcher::Config::default(),
+            Reconnect::new(),
+        );
+        // Only pods opted into injection are cached, and only until they finish (a finished pod
+        // leaves the watch): the AgentSpecs count their out-of-date pods.
+        let (pod_watch, d6) = Watched::new(
+            scoped::<PartialObjectMeta<Pod>>(client, ns),
+            watcher::Config::default()
+                .labels(crate::inject::AGENT_LABEL)
+                .fields("status.phase!=Succeeded,status.phase!=Failed"),
+            Reconnect::new(),
+        );
+        let watches = Watches {
+            servers: server_watch,
+            agents: agent_watch,
+            policies: policy_watch,
+            namespaces: namespace_watch,
+            config_maps: config_map_watch,
+            pods: pod_watch,
+        };
+        (watches, [d1, d2, d3, d4, d5, d6])
+    }
 }
 
 /// How a watch waits before trying again after an error. kube-runtime's default grows to 30 s
@@ -240,19 +248,8 @@ fn run_servers(
     )
     .backoff(Reconnect::new())
     .touched_objects();
-    // Servers that push tools/list_changed trigger their own reconcile through this channel.
-    let (trigger_tx, trigger_rx) = tokio::sync::mpsc::channel(1024);
-    ctx.attach(trigger_tx);
-    let pushed = futures::stream::unfold(trigger_rx, |mut rx| async move {
-        rx.recv().await.map(|r| (r, rx))
-    });
-    // Policies and namespace labels decide whether a policy requires pinning for a server.
-    let tenancy = Tenancy::new(
-        w.policies.store(),
-        w.namespaces.store(),
-        Readiness::all(vec![w.policies.listed(), w.namespaces.listed()]),
-    );
-    ctx.attach_tenancy(tenancy.clone());
+    let pushed = pushed_changes(&ctx);
+    let tenancy = server_tenancy(&ctx, w);
     let secret_store = store.clone();
     let cm_store = store.clone();
     let (policy_store, namespace_store) = (store.clone(), store);
@@ -289,6 +286,26 @@ fn run_servers(
         ctx.detach();
     }
     .boxed()
+}
+
+/// Servers that push tools/list_changed trigger their own reconcile through this channel.
+fn pushed_changes(ctx: &ServerContext) -> impl Stream<Item = ObjectRef<McpServer>> + use<> {
+    let (trigger_tx, trigger_rx) = tokio::sync::mpsc::channel(1024);
+    ctx.attach(trigger_tx);
+    futures::stream::unfold(trigger_rx, |mut rx| async move {
+        rx.recv().await.map(|r| (r, rx))
+    })
+}
+
+/// Policies and namespace labels decide whether a policy requires pinning for a server.
+fn server_tenancy(ctx: &ServerContext, w: &Watches) -> Tenancy {
+    let tenancy = Tenancy::new(
+        w.policies.store(),
+        w.namespaces.store(),
+        Readiness::all(vec![w.policies.listed(), w.namespaces.listed()]),
+    );
+    ctx.attach_tenancy(tenancy.clone());
+    tenancy
 }
 
 /// Forgets the schedule, subscription and metrics of every McpServer that is deleted, including

@@ -23,10 +23,10 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource,
-    HTTPGetAction, Pod, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements,
-    SeccompProfile, Secret, SecretKeySelector, SecretVolumeSource, SecurityContext, Service,
-    ServicePort, ServiceSpec, Volume, VolumeMount,
+    Capabilities, Container, ContainerPort, ContainerStatus, EmptyDirVolumeSource, EnvVar,
+    EnvVarSource, HTTPGetAction, Pod, PodSecurityContext, PodSpec, PodStatus, PodTemplateSpec,
+    Probe, ResourceRequirements, SeccompProfile, Secret, SecretKeySelector, SecretVolumeSource,
+    SecurityContext, Service, ServicePort, ServiceSpec, Volume, VolumeMount,
 };
 use k8s_openapi::api::networking::v1::{
     NetworkPolicy, NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicyPort,
@@ -271,56 +271,12 @@ pub fn digest_of(meta: &ObjectMeta) -> Option<&str> {
         .map(String::as_str)
 }
 
+/// The stdio server's pod: the bridge copied in by an init container, the server's image run
+/// under the bridge, both "restricted", with the token and a writable /tmp mounted.
 fn pod(inputs: &Inputs<'_>) -> PodSpec {
     let stdio = inputs.stdio;
-    let bridge = format!("{BRIDGE_DIR}/mcp-operator");
-    let mut args = vec![
-        "bridge".to_string(),
-        "--listen".to_string(),
-        format!("0.0.0.0:{PORT}"),
-    ];
-    if stdio.per_session {
-        args.push("--per-session".into());
-    }
-    args.push(format!("--bearer-token-file={TOKEN_DIR}/{STDIO_TOKEN_KEY}"));
-    args.push("--".into());
-    args.extend(stdio.command.iter().cloned());
-    args.extend(stdio.args.iter().cloned());
-    let mount = VolumeMount {
-        name: "bridge".into(),
-        mount_path: BRIDGE_DIR.into(),
-        ..Default::default()
-    };
-    let probe = |path: &str, period: i32| Probe {
-        http_get: Some(HTTPGetAction {
-            path: Some(path.into()),
-            port: IntOrString::String("mcp".into()),
-            ..Default::default()
-        }),
-        period_seconds: Some(period),
-        failure_threshold: Some(3),
-        ..Default::default()
-    };
-    // Pod Security "restricted": no escalation, no capabilities, non-root, RuntimeDefault.
-    let restricted = SecurityContext {
-        allow_privilege_escalation: Some(false),
-        capabilities: Some(Capabilities {
-            drop: Some(vec!["ALL".into()]),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
     let security = stdio.security_context.clone().unwrap_or_default();
     let user = security.run_as_user.unwrap_or(DEFAULT_USER);
-    let mut env: Vec<EnvVar> = stdio.env.iter().map(env_var).collect();
-    // A user the image may not know has no writable home: npx and friends cache under it.
-    if !env.iter().any(|e| e.name == "HOME") {
-        env.push(EnvVar {
-            name: "HOME".into(),
-            value: Some("/tmp".into()),
-            value_from: None,
-        });
-    }
     PodSpec {
         // The server has no business with the Kubernetes API.
         automount_service_account_token: Some(false),
@@ -334,83 +290,160 @@ fn pod(inputs: &Inputs<'_>) -> PodSpec {
             run_as_group: Some(security.run_as_group.unwrap_or(user)),
             ..Default::default()
         }),
-        init_containers: Some(vec![Container {
-            name: "bridge".into(),
-            image: Some(inputs.bridge_image.into()),
-            // The image's own entrypoint is the binary, wherever the image keeps it.
-            args: Some(vec!["copy-self".into(), bridge.clone()]),
-            volume_mounts: Some(vec![mount.clone()]),
-            security_context: Some(SecurityContext {
-                read_only_root_filesystem: Some(true),
-                ..restricted.clone()
-            }),
+        init_containers: Some(vec![bridge_container(inputs.bridge_image)]),
+        containers: vec![server_container(stdio)],
+        volumes: Some(pod_volumes(inputs.server)),
+        ..Default::default()
+    }
+}
+
+/// Where the bridge binary sits in both containers.
+fn bridge_binary() -> String {
+    format!("{BRIDGE_DIR}/mcp-operator")
+}
+
+fn bridge_mount() -> VolumeMount {
+    VolumeMount {
+        name: "bridge".into(),
+        mount_path: BRIDGE_DIR.into(),
+        ..Default::default()
+    }
+}
+
+/// Pod Security "restricted": no escalation, no capabilities, non-root, RuntimeDefault.
+fn restricted() -> SecurityContext {
+    SecurityContext {
+        allow_privilege_escalation: Some(false),
+        capabilities: Some(Capabilities {
+            drop: Some(vec!["ALL".into()]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// The init container that copies the operator's binary into the pod, to run as the bridge.
+fn bridge_container(bridge_image: &str) -> Container {
+    Container {
+        name: "bridge".into(),
+        image: Some(bridge_image.into()),
+        // The image's own entrypoint is the binary, wherever the image keeps it.
+        args: Some(vec!["copy-self".into(), bridge_binary()]),
+        volume_mounts: Some(vec![bridge_mount()]),
+        security_context: Some(SecurityContext {
+            read_only_root_filesystem: Some(true),
+            ..restricted()
+        }),
+        ..Default::default()
+    }
+}
+
+/// `mcp-operator bridge --listen … [--per-session] --bearer-token-file … -- <command> <args>`.
+fn bridge_args(stdio: &Stdio) -> Vec<String> {
+    let mut args = vec![
+        "bridge".to_string(),
+        "--listen".to_string(),
+        format!("0.0.0.0:{PORT}"),
+    ];
+    if stdio.per_session {
+        args.push("--per-session".into());
+    }
+    args.push(format!("--bearer-token-file={TOKEN_DIR}/{STDIO_TOKEN_KEY}"));
+    args.push("--".into());
+    args.extend(stdio.command.iter().cloned());
+    args.extend(stdio.args.iter().cloned());
+    args
+}
+
+/// The server's container: its image, run under the bridge, with the user's env and resources.
+fn server_container(stdio: &Stdio) -> Container {
+    let probe = |path: &str, period: i32| Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some(path.into()),
+            port: IntOrString::String("mcp".into()),
+            ..Default::default()
+        }),
+        period_seconds: Some(period),
+        failure_threshold: Some(3),
+        ..Default::default()
+    };
+    let mut env: Vec<EnvVar> = stdio.env.iter().map(env_var).collect();
+    // A user the image may not know has no writable home: npx and friends cache under it.
+    if !env.iter().any(|e| e.name == "HOME") {
+        env.push(EnvVar {
+            name: "HOME".into(),
+            value: Some("/tmp".into()),
+            value_from: None,
+        });
+    }
+    Container {
+        name: "server".into(),
+        image: Some(stdio.image.clone()),
+        image_pull_policy: stdio.image_pull_policy.clone(),
+        command: Some(vec![bridge_binary()]),
+        args: Some(bridge_args(stdio)),
+        env: Some(env),
+        ports: Some(vec![ContainerPort {
+            name: Some("mcp".into()),
+            container_port: PORT,
+            protocol: Some("TCP".into()),
             ..Default::default()
         }]),
-        containers: vec![Container {
-            name: "server".into(),
-            image: Some(stdio.image.clone()),
-            image_pull_policy: stdio.image_pull_policy.clone(),
-            command: Some(vec![bridge]),
-            args: Some(args),
-            env: Some(env),
-            ports: Some(vec![ContainerPort {
-                name: Some("mcp".into()),
-                container_port: PORT,
-                protocol: Some("TCP".into()),
-                ..Default::default()
-            }]),
-            readiness_probe: Some(probe("/readyz", 5)),
-            liveness_probe: Some(probe("/healthz", 10)),
-            resources: stdio.resources.as_ref().map(|r| ResourceRequirements {
-                requests: (!r.requests.is_empty()).then(|| r.requests.clone()),
-                limits: (!r.limits.is_empty()).then(|| r.limits.clone()),
-                ..Default::default()
-            }),
-            volume_mounts: Some(vec![
-                VolumeMount {
-                    read_only: Some(true),
-                    ..mount
-                },
-                VolumeMount {
-                    name: "token".into(),
-                    mount_path: TOKEN_DIR.into(),
-                    read_only: Some(true),
-                    ..Default::default()
-                },
-                VolumeMount {
-                    name: "tmp".into(),
-                    mount_path: "/tmp".into(),
-                    ..Default::default()
-                },
-            ]),
-            security_context: Some(restricted),
+        readiness_probe: Some(probe("/readyz", 5)),
+        liveness_probe: Some(probe("/healthz", 10)),
+        resources: stdio.resources.as_ref().map(|r| ResourceRequirements {
+            requests: (!r.requests.is_empty()).then(|| r.requests.clone()),
+            limits: (!r.limits.is_empty()).then(|| r.limits.clone()),
             ..Default::default()
-        }],
-        volumes: Some(vec![
-            Volume {
-                name: "bridge".into(),
-                empty_dir: Some(EmptyDirVolumeSource::default()),
-                ..Default::default()
+        }),
+        volume_mounts: Some(vec![
+            VolumeMount {
+                read_only: Some(true),
+                ..bridge_mount()
             },
-            Volume {
+            VolumeMount {
                 name: "token".into(),
-                secret: Some(SecretVolumeSource {
-                    secret_name: Some(stdio_token_secret_name(inputs.server)),
-                    items: None,
-                    // Readable by the server's user, whoever that is.
-                    default_mode: Some(0o444),
-                    optional: Some(false),
-                }),
+                mount_path: TOKEN_DIR.into(),
+                read_only: Some(true),
                 ..Default::default()
             },
-            Volume {
+            VolumeMount {
                 name: "tmp".into(),
-                empty_dir: Some(EmptyDirVolumeSource::default()),
+                mount_path: "/tmp".into(),
                 ..Default::default()
             },
         ]),
+        security_context: Some(restricted()),
         ..Default::default()
     }
+}
+
+/// The bridge's empty dir, the token Secret (readable by whichever user the server runs as)
+/// and /tmp.
+fn pod_volumes(server: &str) -> Vec<Volume> {
+    vec![
+        Volume {
+            name: "bridge".into(),
+            empty_dir: Some(EmptyDirVolumeSource::default()),
+            ..Default::default()
+        },
+        Volume {
+            name: "token".into(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(stdio_token_secret_name(server)),
+                items: None,
+                // Readable by the server's user, whoever that is.
+                default_mode: Some(0o444),
+                optional: Some(false),
+            }),
+            ..Default::default()
+        },
+        Volume {
+            name: "tmp".into(),
+            empty_dir: Some(EmptyDirVolumeSource::default()),
+            ..Default::default()
+        },
+    ]
 }
 
 fn env_var(env: &StdioEnv) -> EnvVar {
@@ -498,6 +531,26 @@ pub fn assess(deployment: &Deployment, pods: &[Pod]) -> Result<(), NotReady> {
 fn pod_trouble(pod: &Pod) -> Option<String> {
     let name = pod.metadata.name.as_deref().unwrap_or_default();
     let status = pod.status.as_ref()?;
+    if let Some(trouble) = scheduling_trouble(name, pod, status) {
+        return Some(trouble);
+    }
+    let mut containers = status
+        .init_container_statuses
+        .iter()
+        .flatten()
+        .map(|c| (c, true))
+        .chain(
+            status
+                .container_statuses
+                .iter()
+                .flatten()
+                .map(|c| (c, false)),
+        );
+    containers.find_map(|(container, init)| container_trouble(name, container, init))
+}
+
+/// A pod no node takes, or that no scheduler has placed yet.
+fn scheduling_trouble(name: &str, pod: &Pod, status: &PodStatus) -> Option<String> {
     if let Some(unscheduled) = status
         .conditions
         .iter()
@@ -514,80 +567,70 @@ fn pod_trouble(pod: &Pod) -> Option<String> {
         .as_ref()
         .and_then(|s| s.node_name.as_deref())
         .is_some();
-    if !on_node && status.phase.as_deref() == Some("Pending") {
-        return Some(format!(
+    (!on_node && status.phase.as_deref() == Some("Pending")).then(|| {
+        format!(
             "Pod {name} is not scheduled to a node yet (is a scheduler running, and a node Ready?)."
-        ));
-    }
-    let containers = status
-        .init_container_statuses
-        .iter()
-        .flatten()
-        .map(|c| (c, true))
-        .chain(
-            status
-                .container_statuses
-                .iter()
-                .flatten()
-                .map(|c| (c, false)),
-        );
-    for (container, init) in containers {
-        let what = if init {
-            format!("init container {} (the bridge)", container.name)
-        } else {
-            format!("container {}", container.name)
-        };
-        let state = container.state.as_ref();
-        if let Some(waiting) = state.and_then(|s| s.waiting.as_ref()) {
-            let reason = waiting.reason.as_deref().unwrap_or_default();
-            if matches!(reason, "ContainerCreating" | "PodInitializing" | "") {
-                continue;
-            }
-            let mut text = format!("Pod {name}: {what} is waiting: {reason}");
-            if let Some(message) = waiting.message.as_deref().filter(|m| !m.is_empty()) {
-                text.push_str(&format!(": {}", quote(message)));
-            }
-            if reason == "CrashLoopBackOff"
-                && let Some(last) = container
-                    .last_state
-                    .as_ref()
-                    .and_then(|s| s.terminated.as_ref())
-            {
-                text.push_str(&format!(
-                    " (last exit code {}{})",
-                    last.exit_code,
-                    last.reason
-                        .as_deref()
-                        .map(|r| format!(", {r}"))
-                        .unwrap_or_default()
-                ));
-            }
-            if !text.ends_with('.') {
-                text.push('.');
-            }
-            return Some(text);
+        )
+    })
+}
+
+/// A container (`init`: the bridge's) waiting on something other than its start, exited with
+/// an error, or restarting without getting ready.
+fn container_trouble(name: &str, container: &ContainerStatus, init: bool) -> Option<String> {
+    let what = if init {
+        format!("init container {} (the bridge)", container.name)
+    } else {
+        format!("container {}", container.name)
+    };
+    let state = container.state.as_ref();
+    if let Some(waiting) = state.and_then(|s| s.waiting.as_ref()) {
+        let reason = waiting.reason.as_deref().unwrap_or_default();
+        if matches!(reason, "ContainerCreating" | "PodInitializing" | "") {
+            return None;
         }
-        if let Some(terminated) = state.and_then(|s| s.terminated.as_ref())
-            && terminated.exit_code != 0
+        let mut text = format!("Pod {name}: {what} is waiting: {reason}");
+        if let Some(message) = waiting.message.as_deref().filter(|m| !m.is_empty()) {
+            text.push_str(&format!(": {}", quote(message)));
+        }
+        if reason == "CrashLoopBackOff"
+            && let Some(last) = container
+                .last_state
+                .as_ref()
+                .and_then(|s| s.terminated.as_ref())
         {
-            return Some(format!(
-                "Pod {name}: {what} exited with code {}{}.",
-                terminated.exit_code,
-                terminated
-                    .message
+            text.push_str(&format!(
+                " (last exit code {}{})",
+                last.exit_code,
+                last.reason
                     .as_deref()
-                    .map(|m| format!(": {}", quote(m)))
+                    .map(|r| format!(", {r}"))
                     .unwrap_or_default()
             ));
         }
-        if !init && !container.ready && container.restart_count > 0 {
-            return Some(format!(
-                "Pod {name}: {what} restarted {} times and is not ready.",
-                container.restart_count
-            ));
+        if !text.ends_with('.') {
+            text.push('.');
         }
+        return Some(text);
     }
-    None
+    if let Some(terminated) = state.and_then(|s| s.terminated.as_ref())
+        && terminated.exit_code != 0
+    {
+        return Some(format!(
+            "Pod {name}: {what} exited with code {}{}.",
+            terminated.exit_code,
+            terminated
+                .message
+                .as_deref()
+                .map(|m| format!(": {}", quote(m)))
+                .unwrap_or_default()
+        ));
+    }
+    (!init && !container.ready && container.restart_count > 0).then(|| {
+        format!(
+            "Pod {name}: {what} restarted {} times and is not ready.",
+            container.restart_count
+        )
+    })
 }
 
 /// A piece of someone else's message, on one line and bounded.

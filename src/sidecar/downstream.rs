@@ -192,7 +192,7 @@ async fn dispatch(
         }
         "resources/list" | "resources/templates/list" | "prompts/list" => {
             settled(&d).await;
-            let kind = match method.as_str() {
+            let kind = match method {
                 "resources/list" => ListKind::Resources,
                 "resources/templates/list" => ListKind::Templates,
                 _ => ListKind::Prompts,
@@ -202,7 +202,7 @@ async fn dispatch(
         "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
             settled(&d).await;
             d.calls
-                .resource_request(&method, params)
+                .resource_request(method, params)
                 .await
                 .into_json_response(&id, matches!(era, Era::Modern))
         }

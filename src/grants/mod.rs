@@ -29,8 +29,8 @@ pub mod resolve;
 pub mod signature;
 
 pub use document::{
-    Endpoint, GrantedTool, GrantsDocument, HeaderReference, SCHEMA_VERSION, ServerGrants,
-    TlsReference, permits, qualified_name,
+    Endpoint, GrantedTool, GrantsDocument, HeaderReference, OAuth2Reference, SCHEMA_VERSION,
+    ServerGrants, TlsReference, permits, qualified_name,
 };
 pub use input::{
     AgentServerInput, Approval, McpServerInput, PolicyInput, ResolveInput, RuleInput, TenantDefault,

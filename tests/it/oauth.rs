@@ -49,6 +49,8 @@ fn client_credentials(issuer: &Server, secret: &str) -> OAuthSettings {
 }
 
 fn connection(server: &Server, oauth2: Option<OAuthSettings>) -> ServerConnection {
+    // The binaries install it at start; reqwest needs one before it builds a client.
+    mcp_operator::install_crypto_provider();
     let mut conn = ServerConnection::new(&server.url);
     conn.credentials.oauth2 = oauth2;
     conn.endpoint_policy = EndpointPolicy {
@@ -66,6 +68,7 @@ fn tool_names(report: &mcp::ServerReport) -> Vec<String> {
 }
 
 fn http() -> reqwest::Client {
+    mcp_operator::install_crypto_provider();
     reqwest::Client::builder().no_proxy().build().unwrap()
 }
 

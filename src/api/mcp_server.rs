@@ -74,6 +74,7 @@ impl McpServer {
                 .as_ref()
                 .map(|c| c.headers.clone())
                 .unwrap_or_default(),
+            oauth2: None,
         })
     }
 
@@ -168,6 +169,11 @@ impl McpServer {
         "rule": "!has(self.stdio) || !has(self.credentials) || !has(self.credentials.bearerToken)",
         "message": "a stdio server's bearer token is the operator's own (the Secret <name>-mcp-token, which its bridge requires): remove credentials.bearerToken",
         "fieldPath": ".credentials.bearerToken",
+    },
+    {
+        "rule": "!has(self.stdio) || !has(self.credentials) || !has(self.credentials.oauth2)",
+        "message": "a stdio server is reached with the operator's own token: remove credentials.oauth2",
+        "fieldPath": ".credentials.oauth2",
     },
 ]))]
 pub struct McpServerSpec {
@@ -504,6 +510,16 @@ fn default_retry() -> u32 {
         "message": "credentials.headers must not set Authorization when credentials.bearerToken is set: the bearer token is sent as the Authorization header",
         "fieldPath": ".headers",
     },
+    {
+        "rule": "!has(self.oauth2) || !has(self.bearerToken)",
+        "message": "credentials.oauth2 and credentials.bearerToken both set the Authorization header: choose one",
+        "fieldPath": ".oauth2",
+    },
+    {
+        "rule": "!has(self.oauth2) || !has(self.headers) || self.headers.all(h, h.name.lowerAscii() != 'authorization')",
+        "message": "credentials.headers must not set Authorization when credentials.oauth2 is set: the access token is sent as the Authorization header",
+        "fieldPath": ".headers",
+    },
 ]))]
 pub struct Credentials {
     /// A bearer token, sent as `Authorization: Bearer <token>`.
@@ -522,6 +538,110 @@ pub struct Credentials {
         ])
     )]
     pub headers: Vec<HeaderCredential>,
+
+    /// OAuth 2.0: the operator and each sidecar obtain access tokens from the authorization
+    /// server's token endpoint (client credentials, or a refresh token), cache them until
+    /// shortly before they expire, and send them as `Authorization: Bearer`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oauth2: Option<OAuth2>,
+}
+
+/// How tokens are obtained: `grantType` picks the grant (RFC 6749 §4.4, §6).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "self.grantType != 'client_credentials' || has(self.clientSecret)",
+        "message": "the client_credentials grant needs credentials.oauth2.clientSecret",
+        "fieldPath": ".clientSecret",
+    },
+    {
+        "rule": "(self.grantType == 'refresh_token') == has(self.refreshToken)",
+        "message": "credentials.oauth2.refreshToken is set exactly when grantType is refresh_token",
+        "fieldPath": ".refreshToken",
+    },
+]))]
+pub struct OAuth2 {
+    /// The token endpoint, e.g. https://auth.example.com/oauth/token. https://, or http:// to
+    /// a loopback host (which only a controller and sidecar run with --allow-loopback reach).
+    #[schemars(
+        length(min = 1, max = 2048),
+        extend("x-kubernetes-validations" = [
+            {
+                "rule": "isURL(self) && (self.startsWith('https://') || (self.startsWith('http://') && (url(self).getHostname() == 'localhost' || url(self).getHostname() == '::1' || url(self).getHostname().startsWith('127.'))))",
+                "message": "tokenUrl must be an https:// URL (the client secret and the tokens travel on it), or http:// to a loopback host",
+            },
+            {
+                "rule": "!self.matches('^[a-zA-Z]+://[^/?#]*@')",
+                "message": "tokenUrl must not carry credentials (user:password@host): give them in clientId and clientSecret",
+            },
+        ])
+    )]
+    pub token_url: String,
+
+    /// client_credentials (the client acts for itself) or refresh_token (for a user, with the
+    /// refresh token in refreshToken).
+    pub grant_type: OAuth2GrantType,
+
+    /// The client's id at the authorization server.
+    #[schemars(length(min = 1, max = 256))]
+    pub client_id: String,
+
+    /// The Secret key holding the client secret, sent with HTTP Basic authentication. Needed
+    /// for client_credentials; without it a refresh_token client is public.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_secret: Option<FromSecret>,
+
+    /// The Secret key holding the refresh token (refresh_token grant).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refresh_token: Option<FromSecret>,
+
+    /// Scopes asked for, sent space-separated as `scope`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub scopes: Vec<OAuth2Scope>,
+
+    /// `audience`, for authorization servers that take one (Auth0, Okta and others).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 2048))]
+    pub audience: Option<String>,
+
+    /// `resource` (RFC 8707): the absolute URI of the server the token is for, usually its
+    /// URL; the MCP authorization spec asks clients to send it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 1, max = 2048),
+        extend("x-kubernetes-validations" = [
+            {
+                "rule": "isURL(self) && !self.contains('#')",
+                "message": "resource must be an absolute URI without a fragment (RFC 8707), e.g. https://mcp.example.com/mcp",
+            },
+        ])
+    )]
+    pub resource: Option<String>,
+}
+
+/// One OAuth scope (RFC 6749 §3.3: printable ASCII without space, quote or backslash).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(transparent)]
+pub struct OAuth2Scope(
+    #[schemars(length(min = 1, max = 256), regex(pattern = r"^[!#-\[\]-~]+$"))] pub String,
+);
+
+/// Which OAuth 2.0 grant obtains the tokens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum OAuth2GrantType {
+    #[serde(rename = "client_credentials")]
+    ClientCredentials,
+    #[serde(rename = "refresh_token")]
+    RefreshToken,
+}
+
+/// A value read from a Secret key.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FromSecret {
+    pub secret_key_ref: SecretKeySelector,
 }
 
 /// A bearer token read from a Secret.

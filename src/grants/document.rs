@@ -136,6 +136,9 @@ pub struct Endpoint {
     /// Extra headers whose values are read from Secret keys.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub headers: Vec<HeaderReference>,
+    /// OAuth 2.0 tokens obtained from a token endpoint, their secrets by reference.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oauth2: Option<OAuth2Reference>,
     /// TLS settings for https:// URLs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<TlsReference>,
@@ -153,6 +156,26 @@ pub struct Endpoint {
     /// `discovery.maxResponseBytes`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_response_bytes: Option<u64>,
+}
+
+/// How the sidecar obtains the server's OAuth tokens (the McpServer's
+/// `spec.credentials.oauth2`): the refresh-token grant when `refreshToken` is set, client
+/// credentials otherwise.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OAuth2Reference {
+    pub token_url: String,
+    pub client_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_secret: Option<SecretKeySelector>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refresh_token: Option<SecretKeySelector>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub scopes: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audience: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource: Option<String>,
 }
 
 /// A header whose value is read from a Secret key.
@@ -407,6 +430,7 @@ mod tests {
                 key: "token".into(),
             }),
             headers: vec![],
+            oauth2: None,
             tls: None,
             connect_timeout_ms: 10_000,
             call_timeout_ms: 30_000,

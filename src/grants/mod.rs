@@ -32,8 +32,9 @@ pub mod resources_prompts;
 pub mod signature;
 
 pub use document::{
-    Endpoint, GrantedTool, GrantsDocument, HeaderReference, READABLE_SCHEMA_VERSIONS,
-    SCHEMA_VERSION, SCHEMA_VERSION_V1, ServerGrants, TlsReference, permits, qualified_name,
+    Endpoint, GrantedTool, GrantsDocument, HeaderReference, OAuth2Reference,
+    READABLE_SCHEMA_VERSIONS, SCHEMA_VERSION, SCHEMA_VERSION_V1, ServerGrants, TlsReference,
+    permits, qualified_name,
 };
 pub use input::{
     AgentServerInput, Approval, McpServerInput, PolicyInput, ResolveInput, RuleInput, TenantDefault,

@@ -184,7 +184,8 @@ pub struct References {
 }
 
 impl References {
-    /// Every key the endpoints name: bearer tokens, header values, CA bundles.
+    /// Every key the endpoints name: bearer tokens, header values, oauth2 client secrets and
+    /// refresh tokens, CA bundles.
     pub fn of<'a>(endpoints: impl IntoIterator<Item = &'a Endpoint>) -> Self {
         let mut refs = References::default();
         let mut secret = |name: &str, key: &str| {
@@ -200,6 +201,14 @@ impl References {
             }
             for header in &endpoint.headers {
                 secret(&header.secret_key_ref.name, &header.secret_key_ref.key);
+            }
+            for r in endpoint
+                .oauth2
+                .iter()
+                .flat_map(|o| [&o.client_secret, &o.refresh_token])
+                .flatten()
+            {
+                secret(&r.name, &r.key);
             }
             if let Some(tls) = &endpoint.tls {
                 if let Some(r) = &tls.ca_bundle_secret {

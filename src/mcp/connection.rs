@@ -38,6 +38,8 @@ pub struct Credentials {
     pub bearer_token: Option<SecretValue>,
     /// Extra headers (name, value).
     pub headers: Vec<(String, SecretValue)>,
+    /// Access tokens obtained from an authorization server, sent as `Authorization: Bearer`.
+    pub oauth2: Option<super::oauth::OAuthSettings>,
 }
 
 /// How the server's certificate is checked.

@@ -41,8 +41,29 @@ pub enum McpError {
     #[error("the connection to {addr} failed: {detail}")]
     ConnectionFailed { addr: String, detail: String },
     /// HTTP 401.
-    #[error("the server answered 401 Unauthorized{}: check the bearer token or header Secret referenced by spec.credentials", step_note(.during))]
-    Unauthorized { during: &'static str },
+    #[error("the server answered 401 Unauthorized{}: check the bearer token, header or oauth2 Secrets referenced by spec.credentials", step_note(.during))]
+    Unauthorized {
+        during: &'static str,
+        /// The RFC 9728 metadata URL its `WWW-Authenticate` challenge named, if any.
+        resource_metadata: Option<String>,
+    },
+    /// The server asks for OAuth (RFC 9728): its metadata names the authorization servers.
+    #[error("the server requires an OAuth access token{}{}: configure spec.credentials.oauth2 with a client of {}", servers_note(.authorization_servers), detail_note(.detail), if .authorization_servers.len() > 1 { "one of them" } else { "its authorization server" })]
+    OAuthRequired {
+        authorization_servers: Vec<String>,
+        detail: String,
+    },
+    /// The token endpoint refused the grant; `error` is its RFC 6749 §5.2 code, nothing else of
+    /// its answer.
+    #[error("the token endpoint {endpoint} refused the {grant} grant with error {error}{}", refusal_hint(.error))]
+    OAuthTokenRefused {
+        endpoint: String,
+        grant: &'static str,
+        error: String,
+    },
+    /// No token could be had from the token endpoint (unreachable, blocked, not OAuth).
+    #[error("no access token could be obtained from the token endpoint {endpoint}: {detail}")]
+    OAuthTokenFailed { endpoint: String, detail: String },
     /// HTTP 403.
     #[error("the server answered 403 Forbidden{}: the credential is valid but not allowed to use this server", step_note(.during))]
     Forbidden { during: &'static str },
@@ -108,6 +129,9 @@ impl McpError {
             McpError::ConnectionFailed { .. } => "ConnectionFailed",
             McpError::Unauthorized { .. } => "Unauthorized",
             McpError::Forbidden { .. } => "Forbidden",
+            McpError::OAuthRequired { .. } => "OAuthRequired",
+            McpError::OAuthTokenRefused { .. } => "OAuthTokenRefused",
+            McpError::OAuthTokenFailed { .. } => "OAuthTokenFailed",
             McpError::NotMcp(_) => "NotMcp",
             McpError::UnsupportedProtocol(_) => "UnsupportedProtocol",
             McpError::ProtocolError(_) => "ProtocolError",
@@ -138,6 +162,42 @@ fn pages_note(pages_read: u32) -> String {
         String::new()
     } else {
         format!(" (pages read: {pages_read})")
+    }
+}
+
+fn servers_note(servers: &[String]) -> String {
+    match servers {
+        [] => String::new(),
+        [one] => format!(" issued by the authorization server {one}"),
+        many => format!(
+            " issued by one of the authorization servers {}",
+            many.join(", ")
+        ),
+    }
+}
+
+fn detail_note(detail: &str) -> String {
+    if detail.is_empty() {
+        String::new()
+    } else {
+        format!(" ({detail})")
+    }
+}
+
+/// What to check for each RFC 6749 §5.2 code.
+fn refusal_hint(error: &str) -> &'static str {
+    match error {
+        "invalid_client" => {
+            ": check spec.credentials.oauth2.clientId and the Secret key its clientSecret names"
+        }
+        "invalid_grant" => {
+            ": the refresh token is invalid, expired or revoked; put a new one in the Secret key refreshToken names"
+        }
+        "unauthorized_client" => ": the client may not use this grant type",
+        "invalid_scope" => ": check spec.credentials.oauth2.scopes",
+        "invalid_target" => ": check spec.credentials.oauth2.resource and audience",
+        "unsupported_grant_type" => ": the authorization server does not offer this grant",
+        _ => "",
     }
 }
 
@@ -179,6 +239,7 @@ mod tests {
     #[test]
     fn unauthorized_names_the_step_and_the_fix() {
         let e = McpError::Unauthorized {
+            resource_metadata: None,
             during: "initialize",
         };
         assert!(e.to_string().contains("401"));

@@ -13,8 +13,9 @@ use reqwest::{Response, StatusCode};
 
 use super::budget::Allowance;
 use super::connection::{Credentials, TlsSettings};
-use super::endpoint::CheckedEndpoint;
+use super::endpoint::{CheckedEndpoint, EndpointPolicy};
 use super::error::McpError;
+use super::oauth::TokenClient;
 
 /// The HTTP client for one server. Cloning shares the connection pool (the sidecar sends
 /// concurrent calls over clones).
@@ -23,6 +24,8 @@ pub struct Http {
     client: reqwest::Client,
     pub endpoint: CheckedEndpoint,
     credential_headers: HeaderMap,
+    /// The server's OAuth tokens, shared with every connection of the same settings.
+    oauth: Option<Arc<TokenClient>>,
     pub max_response_bytes: u64,
     connect_timeout: Duration,
     /// What this connection's bodies hold of the response budget (clones share it).
@@ -63,47 +66,16 @@ impl Http {
         connect_timeout: Duration,
         max_response_bytes: u64,
         allowance: Arc<Allowance>,
+        policy: EndpointPolicy,
     ) -> Result<Self, McpError> {
-        let mut builder = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .no_proxy()
-            // Calls are small writes on kept-alive connections: no Nagle delay on them.
-            .tcp_nodelay(true)
-            .user_agent(concat!("mcp-operator/", env!("CARGO_PKG_VERSION")));
-        if let Some(_domain) = endpoint.url.domain() {
-            builder = builder.resolve_to_addrs(&endpoint.host, &endpoint.addrs);
-        }
-        if tls.ca_pem.is_none() && !tls.insecure_skip_verify {
-            let config = system_roots_tls().map_err(|detail| McpError::ConnectionFailed {
-                addr: endpoint.display_addr(),
-                detail: format!("the HTTP client could not be built ({detail})"),
-            })?;
-            builder = builder.tls_backend_preconfigured(config);
-        }
-        if let Some(pem) = &tls.ca_pem {
-            let certs =
-                reqwest::Certificate::from_pem_bundle(pem).map_err(|_| McpError::TlsError {
-                    host: endpoint.host.clone(),
-                    detail: "the CA bundle is not valid PEM".into(),
-                })?;
-            if certs.is_empty() {
-                return Err(McpError::TlsError {
-                    host: endpoint.host.clone(),
-                    detail: "the CA bundle holds no certificate".into(),
-                });
-            }
-            builder = builder.tls_certs_only(certs);
-        }
-        if tls.insecure_skip_verify {
-            builder = builder.tls_danger_accept_invalid_certs(true);
-        }
-        let client = builder.build().map_err(|e| McpError::ConnectionFailed {
-            addr: endpoint.display_addr(),
-            detail: format!("the HTTP client could not be built ({})", root_cause(&e)),
-        })?;
+        let client = pinned_client(&endpoint, tls)?;
         Ok(Http {
             client,
             credential_headers: credential_headers(credentials)?,
+            oauth: credentials
+                .oauth2
+                .as_ref()
+                .map(|settings| super::oauth::client(settings, policy)),
             endpoint,
             max_response_bytes,
             connect_timeout,
@@ -123,6 +95,8 @@ impl Http {
     }
 
     /// Sends one request; 401 and 403 become errors here, every other status is the caller's.
+    /// With OAuth, the token is the cached one, and a 401 is answered once more with a renewed
+    /// token (a request that cannot be repeated, a stream, is not).
     pub async fn send(
         &self,
         request: reqwest::RequestBuilder,
@@ -134,13 +108,25 @@ impl Http {
         if let Some(trace) = crate::telemetry::headers() {
             request = request.headers(trace);
         }
+        let Some(oauth) = &self.oauth else {
+            return judge(self.dispatch(request).await?, step);
+        };
+        let token = oauth.token().await?;
+        let again = request.try_clone();
+        let response = self.dispatch(with_token(request, &token)?).await?;
+        match again {
+            Some(again) if response.status() == StatusCode::UNAUTHORIZED => {
+                let fresh = oauth.renew(&token).await?;
+                judge(self.dispatch(with_token(again, &fresh)?).await?, step)
+            }
+            _ => judge(response, step),
+        }
+    }
+
+    async fn dispatch(&self, request: reqwest::RequestBuilder) -> Result<Response, McpError> {
         let response = request.send().await.map_err(|e| self.transport_error(&e))?;
         crate::telemetry::upstream_status(response.status().as_u16());
-        match response.status() {
-            StatusCode::UNAUTHORIZED => Err(McpError::Unauthorized { during: step }),
-            StatusCode::FORBIDDEN => Err(McpError::Forbidden { during: step }),
-            _ => Ok(response),
-        }
+        Ok(response)
     }
 
     pub fn post(&self, url: &url::Url) -> reqwest::RequestBuilder {
@@ -234,6 +220,84 @@ impl Http {
             detail: root_cause(e),
         }
     }
+}
+
+/// 401 and 403 as errors; a 401's RFC 9728 challenge kept for the caller to follow.
+fn judge(response: Response, step: &'static str) -> Result<Response, McpError> {
+    match response.status() {
+        StatusCode::UNAUTHORIZED => {
+            let challenges: Vec<&str> = response
+                .headers()
+                .get_all(reqwest::header::WWW_AUTHENTICATE)
+                .iter()
+                .filter_map(|v| v.to_str().ok())
+                .collect();
+            Err(McpError::Unauthorized {
+                during: step,
+                resource_metadata: super::oauth::resource_metadata(&challenges),
+            })
+        }
+        StatusCode::FORBIDDEN => Err(McpError::Forbidden { during: step }),
+        _ => Ok(response),
+    }
+}
+
+/// `request` with `Authorization: Bearer <token>`, marked sensitive.
+fn with_token(
+    request: reqwest::RequestBuilder,
+    token: &super::connection::SecretValue,
+) -> Result<reqwest::RequestBuilder, McpError> {
+    let mut value = HeaderValue::from_str(&format!("Bearer {}", token.expose())).map_err(|_| {
+        McpError::InvalidCredential(
+            "the access token holds characters HTTP headers cannot carry".into(),
+        )
+    })?;
+    value.set_sensitive(true);
+    Ok(request.header(reqwest::header::AUTHORIZATION, value))
+}
+
+/// A client that connects only to the addresses the guard checked, refuses redirects and
+/// trusts `tls`'s CA bundle (the system's roots without one).
+pub(crate) fn pinned_client(
+    endpoint: &CheckedEndpoint,
+    tls: &TlsSettings,
+) -> Result<reqwest::Client, McpError> {
+    let mut builder = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .no_proxy()
+        // Calls are small writes on kept-alive connections: no Nagle delay on them.
+        .tcp_nodelay(true)
+        .user_agent(concat!("mcp-operator/", env!("CARGO_PKG_VERSION")));
+    if let Some(_domain) = endpoint.url.domain() {
+        builder = builder.resolve_to_addrs(&endpoint.host, &endpoint.addrs);
+    }
+    if tls.ca_pem.is_none() && !tls.insecure_skip_verify {
+        let config = system_roots_tls().map_err(|detail| McpError::ConnectionFailed {
+            addr: endpoint.display_addr(),
+            detail: format!("the HTTP client could not be built ({detail})"),
+        })?;
+        builder = builder.tls_backend_preconfigured(config);
+    }
+    if let Some(pem) = &tls.ca_pem {
+        let certs = reqwest::Certificate::from_pem_bundle(pem).map_err(|_| McpError::TlsError {
+            host: endpoint.host.clone(),
+            detail: "the CA bundle is not valid PEM".into(),
+        })?;
+        if certs.is_empty() {
+            return Err(McpError::TlsError {
+                host: endpoint.host.clone(),
+                detail: "the CA bundle holds no certificate".into(),
+            });
+        }
+        builder = builder.tls_certs_only(certs);
+    }
+    if tls.insecure_skip_verify {
+        builder = builder.tls_danger_accept_invalid_certs(true);
+    }
+    builder.build().map_err(|e| McpError::ConnectionFailed {
+        addr: endpoint.display_addr(),
+        detail: format!("the HTTP client could not be built ({})", root_cause(&e)),
+    })
 }
 
 /// Whether a status and content type say "this is a web page, not an MCP endpoint".
@@ -350,10 +414,12 @@ mod tests {
         let header = Credentials {
             bearer_token: None,
             headers: vec![("X-Api-Key".into(), SecretValue::new("s3cret\nvalue"))],
+            oauth2: None,
         };
         let token = Credentials {
             bearer_token: Some(SecretValue::new("t0ken\n")),
             headers: Vec::new(),
+            oauth2: None,
         };
         for credentials in [header, token] {
             let e = credential_headers(&credentials).unwrap_err();

@@ -34,6 +34,7 @@ pub mod error;
 mod http;
 mod http_sse;
 pub mod listing;
+pub mod oauth;
 pub mod pass_through;
 mod rpc;
 pub mod serving;
@@ -98,6 +99,18 @@ pub struct ReadFailure {
     pub error: McpError,
 }
 
+/// A 401 whose challenge names RFC 9728 metadata becomes [`McpError::OAuthRequired`] naming
+/// the authorization servers the metadata lists (read under the endpoint guard, bounded).
+async fn follow_challenge(e: McpError, url: &url::Url, conn: &ServerConnection) -> McpError {
+    match e {
+        McpError::Unauthorized {
+            resource_metadata: Some(metadata),
+            ..
+        } => oauth::required(url, &metadata, conn.endpoint_policy).await,
+        e => e,
+    }
+}
+
 /// Connects to a server and reads its whole tool list. The handshake and the listing each get
 /// `limits.connect_timeout`.
 pub async fn read_server(conn: &ServerConnection) -> Result<ServerReport, ReadFailure> {
@@ -122,15 +135,18 @@ pub async fn read_server(conn: &ServerConnection) -> Result<ServerReport, ReadFa
             .as_ref()
             .map_or_else(Allowance::unlimited, ResponseBudget::allowance),
     );
-    let mut session = budget::within(
+    let session = budget::within(
         limit,
         &allowance,
         session::open_with(conn, &url, allowance.clone()),
     )
     .await
     .ok_or_else(|| timeout("connecting and negotiating the protocol"))
-    .and_then(|opened| opened)
-    .map_err(connect_failed)?;
+    .and_then(|opened| opened);
+    let mut session = match session {
+        Ok(session) => session,
+        Err(e) => return Err(connect_failed(follow_challenge(e, &url, conn).await)),
+    };
 
     let mut pages_read = 0;
     let listed = budget::within(

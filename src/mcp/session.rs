@@ -73,6 +73,8 @@ fn truncate(s: &str, max: usize) -> String {
 }
 
 /// The transport under a session.
+// One per session, moved rarely: its size is not worth a box on every request path.
+#[allow(clippy::large_enum_variant)]
 pub(super) enum Wire {
     Streamable(StreamableHttp),
     Sse(HttpSse),
@@ -509,6 +511,7 @@ fn http_with(
         conn.limits.connect_timeout,
         conn.limits.max_response_bytes,
         allowance,
+        conn.endpoint_policy,
     )
 }
 

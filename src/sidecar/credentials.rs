@@ -1,7 +1,9 @@
 //! Credentials and CA bundles as files: the grants name Secret and ConfigMap keys, the Pod mounts
 //! them under `DIR/secrets/<secret>/<key>` and `DIR/configmaps/<configmap>/<key>`. They are read
 //! again for every connection (so a rotated Secret is used on the next connect), and the
-//! connection is keyed by a digest of what was read, never by the value.
+//! connection is keyed by a digest of what was read, never by the value. An oauth2 client
+//! secret or refresh token is read the same way; the token it obtains is the `mcp::oauth`
+//! client's, cached per process.
 //!
 //! A missing or unreadable file makes that server unavailable with a reason naming the Secret
 //! (or ConfigMap) and key, never the value. When the injection said which keys the pod mounts
@@ -14,8 +16,9 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
-use crate::core::Transport;
+use crate::core::{SecretKeySelector, Transport};
 use crate::grants::Endpoint;
+use crate::mcp::oauth::OAuthSettings;
 use crate::mcp::{
     Credentials, EndpointPolicy, Limits, ResponseBudget, SecretValue, ServerConnection,
     TlsSettings, TransportKind,
@@ -110,6 +113,9 @@ impl CredentialsDir {
                 &header.secret_key_ref.key,
             ));
         }
+        for r in oauth_refs(endpoint).into_iter().flatten() {
+            refs.push(("secrets", &r.name, &r.key));
+        }
         if let Some(tls) = &endpoint.tls {
             if let Some(r) = &tls.ca_bundle_secret {
                 refs.push(("secrets", &r.name, &r.key));
@@ -148,6 +154,29 @@ impl CredentialsDir {
             credentials
                 .headers
                 .push((header.name.clone(), SecretValue::new(value.trim())));
+        }
+        if let Some(o) = &endpoint.oauth2 {
+            let read = |r: &Option<SecretKeySelector>| {
+                r.as_ref()
+                    .map(|r| {
+                        self.secret(&r.name, &r.key)
+                            .map(|v| SecretValue::new(v.trim()))
+                    })
+                    .transpose()
+            };
+            let settings = OAuthSettings {
+                token_url: o.token_url.clone(),
+                client_id: o.client_id.clone(),
+                client_secret: read(&o.client_secret)?,
+                refresh_token: read(&o.refresh_token)?,
+                scopes: o.scopes.clone(),
+                audience: o.audience.clone(),
+                resource: o.resource.clone(),
+            };
+            // A rotated client secret is a new identity: a new connection, a new token.
+            hasher.update(b"\0oauth2\0");
+            hasher.update(settings.digest().as_bytes());
+            credentials.oauth2 = Some(settings);
         }
         let mut tls = TlsSettings::default();
         if let Some(t) = &endpoint.tls {
@@ -192,6 +221,14 @@ impl CredentialsDir {
             conn,
             identity: format!("sha256:{}", hex::encode(hasher.finalize())),
         })
+    }
+}
+
+/// The Secret keys an endpoint's oauth2 names: client secret, refresh token.
+fn oauth_refs(endpoint: &Endpoint) -> [Option<&SecretKeySelector>; 2] {
+    match &endpoint.oauth2 {
+        Some(o) => [o.client_secret.as_ref(), o.refresh_token.as_ref()],
+        None => [None, None],
     }
 }
 
@@ -277,6 +314,40 @@ mod tests {
                 .resolve(&endpoint(true), EndpointPolicy::default())
                 .is_ok()
         );
+    }
+
+    #[test]
+    fn an_oauth2_client_secret_is_read_from_its_file_and_a_rotation_is_a_new_identity() {
+        let dir = tempfile::tempdir().unwrap();
+        let creds = CredentialsDir::new(dir.path().to_path_buf());
+        let mut ep = endpoint(false);
+        ep.oauth2 = Some(
+            serde_json::from_value(serde_json::json!({
+                "tokenUrl": "https://auth.example/token",
+                "clientId": "agent",
+                "clientSecret": {"name": "oauth", "key": "client-secret"},
+                "scopes": ["mcp"],
+            }))
+            .unwrap(),
+        );
+        assert_eq!(creds.missing(&ep), ["secrets/oauth/client-secret"]);
+        std::fs::create_dir_all(dir.path().join("secrets/oauth")).unwrap();
+        std::fs::write(
+            dir.path().join("secrets/oauth/client-secret"),
+            "s3cret-one\n",
+        )
+        .unwrap();
+        let one = creds.resolve(&ep, EndpointPolicy::default()).unwrap();
+        let settings = one.conn.credentials.oauth2.as_ref().unwrap();
+        assert_eq!(
+            settings.client_secret.as_ref().unwrap().expose(),
+            "s3cret-one"
+        );
+        assert_eq!(settings.grant(), "client_credentials");
+        assert!(!format!("{:?}", one.conn).contains("s3cret"));
+        std::fs::write(dir.path().join("secrets/oauth/client-secret"), "s3cret-two").unwrap();
+        let two = creds.resolve(&ep, EndpointPolicy::default()).unwrap();
+        assert_ne!(one.identity, two.identity);
     }
 
     #[test]

@@ -41,6 +41,7 @@ mod e2e_stdio;
 mod e2e_tenancy;
 mod image_contract;
 mod import;
+mod oauth;
 mod probe_hostile_servers;
 mod probe_real_servers;
 mod response_budget;

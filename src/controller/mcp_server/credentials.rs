@@ -10,8 +10,11 @@ use sha2::{Digest, Sha256};
 
 use kube::ResourceExt;
 
-use crate::api::mcp_server::{McpServer, McpServerSpec, stdio_token_secret_name};
+use crate::api::mcp_server::{
+    FromSecret, McpServer, McpServerSpec, OAuth2GrantType, stdio_token_secret_name,
+};
 use crate::core::{ConfigMapKeySelector, SecretKeySelector};
+use crate::mcp::oauth::OAuthSettings;
 use crate::mcp::{Credentials, SecretValue, TlsSettings};
 
 /// Why the credentials could not be resolved. The reason words appear in the
@@ -136,6 +139,21 @@ pub fn secret_references(spec: &McpServerSpec) -> Vec<SecretReference<'_>> {
                 selector: &h.value_from.secret_key_ref,
             });
         }
+        if let Some(o) = &creds.oauth2 {
+            for (field, r) in [
+                ("clientSecret", &o.client_secret),
+                ("refreshToken", &o.refresh_token),
+            ] {
+                if let Some(r) = r {
+                    refs.push(SecretReference {
+                        field: format!("spec.credentials.oauth2.{field}.secretKeyRef"),
+                        // Sent to the token endpoint, and what obtains the server's tokens.
+                        used: SecretUse::Sent,
+                        selector: &r.secret_key_ref,
+                    });
+                }
+            }
+        }
     }
     if let Some(r) = spec
         .tls
@@ -237,6 +255,23 @@ pub async fn resolve(
                 .headers
                 .push((header.name.clone(), SecretValue::new(value.trim())));
         }
+        if let Some(o) = &creds.oauth2 {
+            let mut read = async |name: &str, r: &Option<FromSecret>| match r {
+                Some(r) => {
+                    let field = format!("spec.credentials.oauth2.{name}.secretKeyRef");
+                    secret_text(&secrets, namespace, &r.secret_key_ref, &field, &mut changed)
+                        .await
+                        .map(|v| Some(SecretValue::new(v.trim())))
+                }
+                None => Ok(None),
+            };
+            let client_secret = read("clientSecret", &o.client_secret).await?;
+            let refresh_token = read("refreshToken", &o.refresh_token).await?;
+            let settings = oauth_settings(o, client_secret, refresh_token);
+            hasher.update(b"oauth2\0");
+            hasher.update(settings.digest().as_bytes());
+            credentials.oauth2 = Some(settings);
+        }
     }
     let mut tls = TlsSettings::default();
     if let Some(t) = &spec.tls {
@@ -267,6 +302,26 @@ pub async fn resolve(
         digest: hex::encode(hasher.finalize()),
         references_changed: changed,
     })
+}
+
+/// The token client's settings from the spec and the values read.
+pub fn oauth_settings(
+    o: &crate::api::mcp_server::OAuth2,
+    client_secret: Option<SecretValue>,
+    refresh_token: Option<SecretValue>,
+) -> OAuthSettings {
+    OAuthSettings {
+        token_url: o.token_url.clone(),
+        client_id: o.client_id.clone(),
+        client_secret,
+        refresh_token: match o.grant_type {
+            OAuth2GrantType::RefreshToken => refresh_token,
+            OAuth2GrantType::ClientCredentials => None,
+        },
+        scopes: o.scopes.iter().map(|s| s.0.clone()).collect(),
+        audience: o.audience.clone(),
+        resource: o.resource.clone(),
+    }
 }
 
 /// The bytes of a ConfigMap key (`data` or `binaryData`), noting when the ConfigMap last

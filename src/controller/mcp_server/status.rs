@@ -130,7 +130,10 @@ pub fn decide_server(
 /// networks where anyone on the path reads the token.
 pub fn credentials_in_the_clear(spec: &McpServerSpec) -> Option<String> {
     let credentials = spec.credentials.as_ref()?;
-    if credentials.bearer_token.is_none() && credentials.headers.is_empty() {
+    if credentials.bearer_token.is_none()
+        && credentials.headers.is_empty()
+        && credentials.oauth2.is_none()
+    {
         return None;
     }
     let url = url::Url::parse(spec.url.as_deref()?).ok()?;

@@ -5,8 +5,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::api::mcp_server::McpServer;
-use crate::grants::{Endpoint, GrantsDocument, HeaderReference, TlsReference};
+use crate::api::mcp_server::{McpServer, OAuth2GrantType};
+use crate::grants::{Endpoint, GrantsDocument, HeaderReference, OAuth2Reference, TlsReference};
 
 /// How the sidecar reaches an McpServer: everything from its spec and the negotiated protocol
 /// from its status. Credentials and CA bundles are references to Secret/ConfigMap keys.
@@ -37,6 +37,22 @@ pub fn endpoint(server: &McpServer) -> Endpoint {
                     .collect()
             })
             .unwrap_or_default(),
+        oauth2: credentials
+            .and_then(|c| c.oauth2.as_ref())
+            .map(|o| OAuth2Reference {
+                token_url: o.token_url.clone(),
+                client_id: o.client_id.clone(),
+                client_secret: o.client_secret.as_ref().map(|r| r.secret_key_ref.clone()),
+                refresh_token: match o.grant_type {
+                    OAuth2GrantType::RefreshToken => {
+                        o.refresh_token.as_ref().map(|r| r.secret_key_ref.clone())
+                    }
+                    OAuth2GrantType::ClientCredentials => None,
+                },
+                scopes: o.scopes.iter().map(|s| s.0.clone()).collect(),
+                audience: o.audience.clone(),
+                resource: o.resource.clone(),
+            }),
         tls: spec.tls.as_ref().map(|tls| TlsReference {
             ca_bundle_secret: tls
                 .ca_bundle

@@ -60,6 +60,7 @@ pub const APPROVAL_VERB: &str = "approve";
 /// verified. A change here re-checks every Secret the server names.
 type Destination<'a> = (
     Option<&'a str>,
+    Option<&'a str>,
     Option<(&'a str, &'a [String], &'a [String])>,
     bool,
 );
@@ -67,6 +68,11 @@ type Destination<'a> = (
 fn destination(spec: &McpServerSpec) -> Destination<'_> {
     (
         spec.url.as_deref(),
+        // The oauth2 client secret and refresh token go to the token endpoint.
+        spec.credentials
+            .as_ref()
+            .and_then(|c| c.oauth2.as_ref())
+            .map(|o| o.token_url.as_str()),
         spec.stdio
             .as_ref()
             .map(|s| (s.image.as_str(), s.command.as_slice(), s.args.as_slice())),

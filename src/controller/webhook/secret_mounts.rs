@@ -31,7 +31,8 @@ use crate::inject::secret_mounts::{self, Protected, ProtectedServer, Workload};
 use super::{Denied, Shared};
 
 /// The Secrets through which a pod could act as the McpServer: what the sidecars send it
-/// (bearer token and headers; a stdio server's operator-issued token) and, for a stdio
+/// (bearer token, headers, the oauth2 client secret and refresh token; a stdio server's
+/// operator-issued token) and, for a stdio
 /// server, what its own process gets in its environment. A CA bundle is left out: it is a
 /// certificate anyone may read, and mounting a shared CA Secret is ordinary.
 pub fn protected_server(server: &McpServer) -> ProtectedServer {
@@ -44,6 +45,11 @@ pub fn protected_server(server: &McpServer) -> ProtectedServer {
                 .into_iter()
                 .map(|h| h.value_from.secret_key_ref.name),
         );
+        // Whoever holds the client secret or refresh token obtains the server's tokens.
+        if let Some(o) = creds.oauth2 {
+            secrets.extend(o.client_secret.map(|r| r.secret_key_ref.name));
+            secrets.extend(o.refresh_token.map(|r| r.secret_key_ref.name));
+        }
     }
     if let Some(stdio) = &server.spec.stdio {
         secrets.extend(

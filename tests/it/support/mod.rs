@@ -89,6 +89,16 @@ impl Fixtures {
     }
 
     /// Our hostile server; its URL is the base, modes are `{url}/{mode}/mcp`.
+    /// The authlib OAuth authorization server (tests/fixtures/oauth_issuer.py), in its own venv;
+    /// its url is the issuer (`<url>/token` the token endpoint).
+    pub fn oauth_issuer(&self, args: &[&str]) -> Server {
+        let mut cmd = Command::new(self.var("MCP_FIXTURES_OAUTH_PYTHON"));
+        cmd.arg(self.fixture("oauth_issuer.py"))
+            .args(["--port", "0"])
+            .args(args);
+        Server::start(cmd, "oauth_issuer")
+    }
+
     pub fn hostile_server(&self) -> Server {
         let mut cmd = Command::new(self.var("MCP_FIXTURES_PYTHON"));
         cmd.arg(self.fixture("hostile_server.py"))

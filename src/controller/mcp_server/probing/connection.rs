@@ -52,6 +52,7 @@ mod tests {
             credentials: Credentials {
                 bearer_token: Some(SecretValue::new("t")),
                 headers: vec![("X-Key".into(), SecretValue::new("k"))],
+                oauth2: None,
             },
             tls: TlsSettings {
                 ca_pem: Some(b"PEM".to_vec()),

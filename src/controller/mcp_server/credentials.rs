@@ -256,40 +256,16 @@ pub async fn resolve(
                 .push((header.name.clone(), SecretValue::new(value.trim())));
         }
         if let Some(o) = &creds.oauth2 {
-            let mut read = async |name: &str, r: &Option<FromSecret>| match r {
-                Some(r) => {
-                    let field = format!("spec.credentials.oauth2.{name}.secretKeyRef");
-                    secret_text(&secrets, namespace, &r.secret_key_ref, &field, &mut changed)
-                        .await
-                        .map(|v| Some(SecretValue::new(v.trim())))
-                }
-                None => Ok(None),
-            };
-            let client_secret = read("clientSecret", &o.client_secret).await?;
-            let refresh_token = read("refreshToken", &o.refresh_token).await?;
-            let settings = oauth_settings(o, client_secret, refresh_token);
+            let settings = read_oauth2(&secrets, namespace, o, &mut changed).await?;
             hasher.update(b"oauth2\0");
             hasher.update(settings.digest().as_bytes());
             credentials.oauth2 = Some(settings);
         }
     }
-    let mut tls = TlsSettings::default();
-    if let Some(t) = &spec.tls {
-        tls.insecure_skip_verify = t.insecure_skip_verify;
-        if let Some(bundle) = &t.ca_bundle {
-            let pem = if let Some(r) = &bundle.secret_key_ref {
-                let field = "spec.tls.caBundle.secretKeyRef";
-                secret_bytes(&secrets, namespace, r, field, &mut changed).await?
-            } else if let Some(r) = &bundle.config_map_key_ref {
-                let field = "spec.tls.caBundle.configMapKeyRef";
-                config_map_bytes(&config_maps, namespace, r, field, &mut changed).await?
-            } else {
-                Vec::new()
-            };
-            hasher.update(b"ca\0");
-            hasher.update(&pem);
-            tls.ca_pem = Some(pem);
-        }
+    let tls = read_tls(&secrets, &config_maps, namespace, spec, &mut changed).await?;
+    if let Some(pem) = &tls.ca_pem {
+        hasher.update(b"ca\0");
+        hasher.update(pem);
     }
     hasher.update(if tls.insecure_skip_verify {
         b"insecure"
@@ -302,6 +278,56 @@ pub async fn resolve(
         digest: hex::encode(hasher.finalize()),
         references_changed: changed,
     })
+}
+
+/// The OAuth settings of spec.credentials.oauth2, with the client secret and refresh token read
+/// from their Secrets.
+async fn read_oauth2(
+    secrets: &Api<Secret>,
+    namespace: &str,
+    o: &crate::api::mcp_server::OAuth2,
+    changed: &mut Vec<Option<Timestamp>>,
+) -> Result<OAuthSettings, CredentialError> {
+    let mut read = async |name: &str, r: &Option<FromSecret>| match r {
+        Some(r) => {
+            let field = format!("spec.credentials.oauth2.{name}.secretKeyRef");
+            secret_text(secrets, namespace, &r.secret_key_ref, &field, changed)
+                .await
+                .map(|v| Some(SecretValue::new(v.trim())))
+        }
+        None => Ok(None),
+    };
+    let client_secret = read("clientSecret", &o.client_secret).await?;
+    let refresh_token = read("refreshToken", &o.refresh_token).await?;
+    Ok(oauth_settings(o, client_secret, refresh_token))
+}
+
+/// spec.tls, with its CA bundle read from the Secret or ConfigMap it names.
+async fn read_tls(
+    secrets: &Api<Secret>,
+    config_maps: &Api<ConfigMap>,
+    namespace: &str,
+    spec: &McpServerSpec,
+    changed: &mut Vec<Option<Timestamp>>,
+) -> Result<TlsSettings, CredentialError> {
+    let mut tls = TlsSettings::default();
+    let Some(t) = &spec.tls else {
+        return Ok(tls);
+    };
+    tls.insecure_skip_verify = t.insecure_skip_verify;
+    if let Some(bundle) = &t.ca_bundle {
+        let pem = if let Some(r) = &bundle.secret_key_ref {
+            let field = "spec.tls.caBundle.secretKeyRef";
+            secret_bytes(secrets, namespace, r, field, changed).await?
+        } else if let Some(r) = &bundle.config_map_key_ref {
+            let field = "spec.tls.caBundle.configMapKeyRef";
+            config_map_bytes(config_maps, namespace, r, field, changed).await?
+        } else {
+            Vec::new()
+        };
+        tls.ca_pem = Some(pem);
+    }
+    Ok(tls)
 }
 
 /// The token client's settings from the spec and the values read.

@@ -332,6 +332,46 @@ async fn no_secret_for_a_tenant_who_cannot_read_it_and_no_pin_approved_without_t
         "{stdio}"
     );
 
+    // The other doors to the same Secret: an OAuth client secret and a refresh token are sent
+    // to a token endpoint the tenant writes, so each is judged like a bearer token.
+    for (grant, field, extra) in [
+        (
+            "client_credentials",
+            "clientSecret",
+            json!({"clientSecret": {"secretKeyRef": {"name": "admin-token", "key": "token"}}}),
+        ),
+        (
+            "refresh_token",
+            "refreshToken",
+            json!({"refreshToken": {"secretKeyRef": {"name": "admin-token", "key": "token"}}}),
+        ),
+    ] {
+        let mut oauth2 = json!({"tokenUrl": "https://auth.example.com/token",
+                                "grantType": grant, "clientId": "tenant"});
+        oauth2
+            .as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        let refused = create(
+            &tenant,
+            namespace,
+            server_manifest(
+                "mine",
+                &upstream.url,
+                json!({"credentials": {"oauth2": oauth2}}),
+            ),
+        )
+        .await
+        .unwrap_or_else(|| panic!("the tenant's oauth2 {field} naming admin-token is refused"));
+        assert!(
+            refused.contains("may not get Secret \"admin-token\"")
+                && refused.contains(&format!(
+                    "named by spec.credentials.oauth2.{field}.secretKeyRef"
+                )),
+            "{refused}"
+        );
+    }
+
     // The admin's McpServer naming the same Secret: admitted, and the token works.
     assert_eq!(
         create(

@@ -30,7 +30,6 @@ use crate::grants::{
     ResolveInput, RuleInput, TenantDefault, resolve,
 };
 
-pub use crate::controller::shared::endpoint::endpoint;
 use crate::controller::shared::endpoint::fill_endpoints;
 use crate::controller::shared::picking::{self, Pick};
 

@@ -58,6 +58,7 @@ use super::error::ReconcileError;
 use super::health::metrics::ReasonLabels;
 use super::health::readiness::Readiness;
 use super::shared::catalog_spill;
+use super::shared::picking::pinning_required_by;
 use super::shared::server_key::{ServerKey, key_of};
 use super::shared::{events, status::apply_status};
 use pinning::store as pin_store;
@@ -70,10 +71,6 @@ use stdio::workload;
 use subscriptions::Subscriptions;
 
 pub use catalog_spill::decompress as decompress_spilled_catalog;
-pub(crate) use credentials::{
-    SecretUse, referenced_config_maps, referenced_secrets, secret_references,
-};
-pub(crate) use pinning::{BY_SPEC as PINNING_BY_SPEC, required_by as pinning_required_by};
 pub(crate) use stdio::build::WATCH_SELECTOR as WORKLOAD_SELECTOR;
 pub(crate) use workload::owner_of as workload_owner;
 
@@ -130,7 +127,7 @@ impl Tenancy {
             .map(|ns| ns.labels().clone())
             .unwrap_or_default();
         let policies = self.policies.state();
-        pinning::required_by(server, policies.iter().map(|p| p.as_ref()), &labels)
+        pinning_required_by(server, policies.iter().map(|p| p.as_ref()), &labels)
     }
 }
 
@@ -276,7 +273,7 @@ async fn gather(
     let required_by = match ctx.tenancy() {
         Some(tenancy) => tenancy.pinning_required_by(server).await,
         // Only tests run the reconciler without watches: the spec alone decides.
-        None => pinning::required_by(server, [], &Default::default()),
+        None => pinning_required_by(server, [], &Default::default()),
     };
     let mut pinning = pinning::settings(server, required_by);
     // A stdio server first gets its Deployment and Service; until they serve, the status says

@@ -987,7 +987,7 @@ mod tests {
 
     fn pinned() -> Settings {
         Settings {
-            required_by: vec![super::pinning::BY_SPEC.into()],
+            required_by: vec![crate::controller::shared::picking::PINNING_BY_SPEC.into()],
             approvals: Default::default(),
             kept: None,
         }

@@ -9,7 +9,9 @@
 //! - [`ready`]: `ReadyChange`, whether the Ready condition went down or came back.
 //! - [`selector`]: Kubernetes label-selector semantics, invalid selectors reported.
 //! - [`picking`]: which namespaces a tenant policy selects, which McpServers its rules pick
-//!   (names, labels, URL patterns).
+//!   (names, labels, URL patterns), and which policies require pinning of a server.
+//! - [`references`]: every Secret key and ConfigMap an McpServer's spec names, and where each
+//!   Secret value goes (the watches' index, the admission check of who may name a Secret).
 //! - [`server_key`]: `ServerKey`, (namespace, name), what McpServers are remembered by.
 //! - [`catalog_spill`]: the companion ConfigMap of a catalogue too large for status (the
 //!   McpServer reconciler writes it, the AgentSpec reconciler reads it).
@@ -22,6 +24,7 @@ pub mod endpoint;
 pub mod events;
 pub mod picking;
 pub mod ready;
+pub mod references;
 pub mod selector;
 pub mod server_key;
 pub mod status;

@@ -155,6 +155,40 @@ impl<'p> UrlPattern<'p> {
     }
 }
 
+/// What [`pinning_required_by`] says when the server's own spec turns pinning on.
+pub const PINNING_BY_SPEC: &str = "spec.pinning.enabled";
+
+/// What turns pinning on for `server`: its spec, and every policy that selects its namespace
+/// (an invalid namespaceSelector selects every namespace: fail closed) with any rule that
+/// requires pinning and picks the server (by name, labels or URL, as the grants read it; a
+/// rule whose label selector cannot be evaluated counts as picking it: fail closed). One such
+/// rule is enough, whatever the policy's other rules say. The McpServer reconciler turns
+/// pinning on with it; the admission check asks it who may approve.
+pub fn pinning_required_by<'a>(
+    server: &McpServer,
+    policies: impl IntoIterator<Item = &'a McpTenantPolicy>,
+    namespace_labels: &BTreeMap<String, String>,
+) -> Vec<String> {
+    let mut by = Vec::new();
+    if server.spec.pinning.as_ref().is_some_and(|p| p.enabled) {
+        by.push(PINNING_BY_SPEC.to_string());
+    }
+    let name = server.name_any();
+    let mut policies: Vec<String> = policies
+        .into_iter()
+        .filter(|p| policy_selects(p, namespace_labels))
+        .filter(|p| {
+            p.spec.rules.iter().any(|rule| {
+                rule.require_pinning && pick(&rule.servers, &name, Some(server)) != Pick::NotPicked
+            })
+        })
+        .map(|p| format!("McpTenantPolicy/{}", p.name_any()))
+        .collect();
+    policies.sort();
+    by.extend(policies);
+    by
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -345,6 +379,100 @@ mod tests {
             pick(&invalid_elsewhere, "files", Some(&elsewhere)),
             Pick::NotPicked,
             "the URL decides before the selector is needed"
+        );
+    }
+
+    fn pinned_server(spec: Value, labels: Value) -> McpServer {
+        server("files", labels, spec, Value::Null)
+    }
+
+    #[test]
+    fn pinning_is_required_by_the_spec_or_a_policy_that_picks_the_server() {
+        let plain = pinned_server(json!({"url": "http://x/mcp"}), json!({}));
+        let none: Vec<McpTenantPolicy> = Vec::new();
+        assert!(pinning_required_by(&plain, none.iter(), &BTreeMap::new()).is_empty());
+        let on = pinned_server(
+            json!({"url": "http://x/mcp", "pinning": {"enabled": true}}),
+            json!({}),
+        );
+        assert_eq!(
+            pinning_required_by(&on, none.iter(), &BTreeMap::new()),
+            vec![PINNING_BY_SPEC]
+        );
+    }
+
+    #[test]
+    fn a_policy_requires_pinning_for_the_servers_its_rules_pick() {
+        let labelled = pinned_server(json!({"url": "http://x/mcp"}), json!({"tier": "prod"}));
+        let ns = labels(&[("team", "a")]);
+        let policies = [
+            policy(
+                "by-label",
+                json!({"namespaceSelector": {"matchLabels": {"team": "a"}},
+                       "rules": [{"servers": {"selector": {"matchLabels": {"tier": "prod"}}},
+                                  "requirePinning": true}]}),
+            ),
+            policy(
+                "by-name",
+                json!({"namespaceSelector": {}, "rules": [
+                    {"servers": {"names": ["other"]}, "requirePinning": true},
+                    {"servers": {"names": ["files"]}}]}),
+            ),
+            policy(
+                "other-tenant",
+                json!({"namespaceSelector": {"matchLabels": {"team": "b"}},
+                       "rules": [{"servers": {"names": ["files"]}, "requirePinning": true}]}),
+            ),
+            policy(
+                "broken-selector",
+                json!({"namespaceSelector": {"matchExpressions": [{"key": "k", "operator": "Bogus"}]},
+                       "rules": [{"servers": {"names": ["files"]}, "requirePinning": true}]}),
+            ),
+        ];
+        assert_eq!(
+            pinning_required_by(&labelled, policies.iter(), &ns),
+            vec![
+                "McpTenantPolicy/broken-selector",
+                "McpTenantPolicy/by-label"
+            ]
+        );
+    }
+
+    #[test]
+    fn pinning_follows_urls_and_an_unreadable_server_selector_pins() {
+        let corp = pinned_server(json!({"url": "https://files.corp.example/mcp"}), json!({}));
+        let elsewhere = pinned_server(json!({"url": "https://files.evil.example/mcp"}), json!({}));
+        let ns = BTreeMap::new();
+        let policies = [
+            policy(
+                "corp-hosts",
+                json!({"namespaceSelector": {}, "rules": [
+                    {"servers": {"urls": ["*.corp.example"]}, "requirePinning": true}]}),
+            ),
+            policy(
+                "unreadable",
+                json!({"namespaceSelector": {}, "rules": [
+                    {"servers": {"selector": {"matchExpressions": [{"key": "k", "operator": "Bogus"}]}},
+                     "requirePinning": true}]}),
+            ),
+            policy(
+                "files-on-corp",
+                json!({"namespaceSelector": {}, "rules": [
+                    {"servers": {"names": ["files"], "urls": ["*.corp.example"]},
+                     "requirePinning": true}]}),
+            ),
+        ];
+        assert_eq!(
+            pinning_required_by(&corp, policies.iter(), &ns),
+            vec![
+                "McpTenantPolicy/corp-hosts",
+                "McpTenantPolicy/files-on-corp",
+                "McpTenantPolicy/unreadable"
+            ]
+        );
+        assert_eq!(
+            pinning_required_by(&elsewhere, policies.iter(), &ns),
+            vec!["McpTenantPolicy/unreadable"]
         );
     }
 }

@@ -47,6 +47,7 @@ mod fanout;
 
 use super::health::readiness::Readiness;
 use super::mcp_server::{self, ServerContext, Tenancy};
+use super::shared::references;
 use super::shared::server_key::key_of;
 use super::{ControllerArgs, agent_spec, tenant_policy};
 use fanout::{Change, Watched};
@@ -256,13 +257,13 @@ fn run_servers(
     let (policy_tenancy, namespace_tenancy) = (tenancy.clone(), tenancy);
     let run = controller
         .watches_stream(secrets, move |secret| {
-            referencing(&secret_store, &secret, mcp_server::referenced_secrets)
+            referencing(&secret_store, &secret, references::referenced_secrets)
         })
         .watches_stream(deployments, |deployment| {
             mcp_server::workload_owner(&deployment)
         })
         .watches_shared_stream(w.config_maps.touched(), move |cm| {
-            referencing(&cm_store, cm.as_ref(), mcp_server::referenced_config_maps)
+            referencing(&cm_store, cm.as_ref(), references::referenced_config_maps)
         })
         .watches_shared_stream(w.policies.touched(), move |_| {
             pinning_changed(&policy_store, &policy_tenancy, None)
@@ -533,7 +534,7 @@ mod tests {
             names(referencing(
                 &store,
                 &secret("gh-token", "team-a"),
-                mcp_server::referenced_secrets
+                references::referenced_secrets
             )),
             ["a"]
         );
@@ -541,7 +542,7 @@ mod tests {
             referencing(
                 &store,
                 &secret("gh-token", "team-c"),
-                mcp_server::referenced_secrets
+                references::referenced_secrets
             )
             .is_empty()
         );
@@ -549,7 +550,7 @@ mod tests {
             referencing(
                 &store,
                 &secret("gh-token", "team-a"),
-                mcp_server::referenced_config_maps
+                references::referenced_config_maps
             )
             .is_empty()
         );

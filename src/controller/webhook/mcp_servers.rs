@@ -12,7 +12,7 @@
 //!     secrets_to_check(old, new)  (pure) ─► SubjectAccessReview get secrets/<name>, per Secret
 //!     approvals_given(old, new, picked?) (pure)
 //!        └ only if something is given: McpTenantPolicies (list) + the Namespace (get)
-//!          ─► mcp_server::pinning_required_by (the controller's own evaluation), old and new
+//!          ─► shared::picking::pinning_required_by (the reconciler's own evaluation), old and new
 //!          ─► SubjectAccessReview approve mcpservers/approval
 //!     every refusal names the Secret or the permission and what to do; never whether a
 //!     Secret exists (the review asks the authorizer only)
@@ -43,9 +43,8 @@ use crate::api::mcp_server::{
     APPROVE_ANNOTATION, McpServer, McpServerSpec, approved_by_annotation,
 };
 use crate::api::tenant_policy::McpTenantPolicy;
-use crate::controller::mcp_server::{
-    PINNING_BY_SPEC, SecretUse, pinning_required_by, secret_references,
-};
+use crate::controller::shared::picking::{PINNING_BY_SPEC, pinning_required_by};
+use crate::controller::shared::references::{SecretUse, secret_references};
 
 /// The API group of the approval right.
 pub const APPROVAL_GROUP: &str = "mcp-operator.dev";

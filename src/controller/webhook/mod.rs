@@ -73,7 +73,7 @@ use tokio_rustls::server::TlsStream;
 
 use crate::api::agent_spec::{AgentSpec, grants_config_map_name};
 use crate::api::mcp_server::McpServer;
-use crate::controller::agent_spec::input::endpoint;
+use crate::controller::shared::endpoint::endpoint;
 use crate::inject::{self, GrantsTrust, Outcome, References, Refusal, SidecarSettings};
 
 use super::context::Signing;

@@ -1,19 +1,18 @@
-//! Pinning as the McpServer reconciler applies it: whether it is on for a server (its spec, or
-//! an McpTenantPolicy rule requiring it for the servers it picks), which approvals a person gave
+//! Pinning as the McpServer reconciler applies it: the settings once pinning is on for a server
+//! (its spec, or an McpTenantPolicy rule requiring it for the servers it picks: decided by
+//! [`crate::controller::shared::picking::pinning_required_by`], which the admission check reads too), which approvals a person gave
 //! (spec and annotation), and what status says about the tools that wait. Pure: the reconciler
 //! gathers the policies and namespace labels from its stores; the rules themselves are
 //! [`crate::core::pinning`].
 //!
 //! ```text
 //!  McpServer spec.pinning ───────────┐
-//!  McpTenantPolicy rules (requirePinning) ─► required_by ─► Settings { required_by, approvals }
+//!  McpTenantPolicy rules (requirePinning) ─► picking::pinning_required_by ─► Settings { required_by, approvals }
 //!  annotation mcp-operator.dev/approve ┘                          │
 //!                                        status::next_status ─► core::pinning::pin ─► PinningStatus
 //! ```
 
 pub mod store;
-
-use std::collections::BTreeMap;
 
 use kube::ResourceExt;
 
@@ -21,56 +20,19 @@ use crate::api::mcp_server::{
     APPROVE_ANNOTATION, McpServer, PinningStatus, WAITING_LISTED_MAX, WaitingTool,
     approved_by_annotation,
 };
-use crate::api::tenant_policy::McpTenantPolicy;
-use crate::controller::shared::picking::{self, Pick};
-use crate::controller::shared::selector;
 use crate::core::Catalog;
 use crate::core::pinning::{self, Approvals, Pinned};
-
-/// What `required_by` says when the server's own spec turns pinning on.
-pub const BY_SPEC: &str = "spec.pinning.enabled";
 
 /// Pinning for one server, when it is on.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Settings {
-    /// What turns it on: [`BY_SPEC`] and/or `McpTenantPolicy/<name>`, sorted.
+    /// What turns it on: [`crate::controller::shared::picking::PINNING_BY_SPEC`] and/or `McpTenantPolicy/<name>`, sorted.
     pub required_by: Vec<String>,
     /// What a person approved.
     pub approvals: Approvals,
     /// The pins kept by the operator for a server of this name and place
     /// ([`store`]), taken when the status holds none (a recreated McpServer).
     pub kept: Option<Catalog>,
-}
-
-/// What turns pinning on for `server`: its spec, and every policy that selects its namespace
-/// (an invalid namespaceSelector selects every namespace: fail closed) with any rule that
-/// requires pinning and picks the server (by name, labels or URL, as the grants read it; a
-/// rule whose label selector cannot be evaluated counts as picking it: fail closed). One such
-/// rule is enough, whatever the policy's other rules say.
-pub fn required_by<'a>(
-    server: &McpServer,
-    policies: impl IntoIterator<Item = &'a McpTenantPolicy>,
-    namespace_labels: &BTreeMap<String, String>,
-) -> Vec<String> {
-    let mut by = Vec::new();
-    if server.spec.pinning.as_ref().is_some_and(|p| p.enabled) {
-        by.push(BY_SPEC.to_string());
-    }
-    let name = server.name_any();
-    let mut policies: Vec<String> = policies
-        .into_iter()
-        .filter(|p| selector::matches(&p.spec.namespace_selector, namespace_labels).unwrap_or(true))
-        .filter(|p| {
-            p.spec.rules.iter().any(|rule| {
-                rule.require_pinning
-                    && picking::pick(&rule.servers, &name, Some(server)) != Pick::NotPicked
-            })
-        })
-        .map(|p| format!("McpTenantPolicy/{}", p.name_any()))
-        .collect();
-    policies.sort();
-    by.extend(policies);
-    by
 }
 
 /// The settings, or None when nothing turns pinning on.
@@ -194,8 +156,9 @@ fn stale_note(status: &PinningStatus) -> String {
 mod tests {
     use super::*;
     use crate::api::mcp_server::McpServerSpec;
-    use crate::api::tenant_policy::McpTenantPolicySpec;
+    use crate::controller::shared::picking::PINNING_BY_SPEC;
     use serde_json::json;
+    use std::collections::BTreeMap;
 
     fn server(spec: serde_json::Value, labels: serde_json::Value) -> McpServer {
         let mut s = McpServer::new(
@@ -207,103 +170,10 @@ mod tests {
         s
     }
 
-    fn policy(name: &str, spec: serde_json::Value) -> McpTenantPolicy {
-        McpTenantPolicy::new(
-            name,
-            serde_json::from_value::<McpTenantPolicySpec>(spec).unwrap(),
-        )
-    }
-
     #[test]
-    fn pinning_is_off_unless_the_spec_or_a_policy_turns_it_on() {
+    fn no_settings_when_nothing_requires_pinning() {
         let plain = server(json!({"url": "http://x/mcp"}), json!({}));
-        let none: Vec<McpTenantPolicy> = Vec::new();
-        assert!(required_by(&plain, none.iter(), &BTreeMap::new()).is_empty());
         assert_eq!(settings(&plain, Vec::new()), None);
-
-        let on = server(
-            json!({"url": "http://x/mcp", "pinning": {"enabled": true}}),
-            json!({}),
-        );
-        assert_eq!(
-            required_by(&on, none.iter(), &BTreeMap::new()),
-            vec![BY_SPEC]
-        );
-    }
-
-    #[test]
-    fn a_policy_requires_pinning_for_the_servers_its_rules_pick() {
-        let labelled = server(json!({"url": "http://x/mcp"}), json!({"tier": "prod"}));
-        let ns = BTreeMap::from([("team".to_string(), "a".to_string())]);
-        let policies = [
-            policy(
-                "by-label",
-                json!({"namespaceSelector": {"matchLabels": {"team": "a"}},
-                       "rules": [{"servers": {"selector": {"matchLabels": {"tier": "prod"}}},
-                                  "requirePinning": true}]}),
-            ),
-            policy(
-                "by-name",
-                json!({"namespaceSelector": {}, "rules": [
-                    {"servers": {"names": ["other"]}, "requirePinning": true},
-                    {"servers": {"names": ["files"]}}]}),
-            ),
-            policy(
-                "other-tenant",
-                json!({"namespaceSelector": {"matchLabels": {"team": "b"}},
-                       "rules": [{"servers": {"names": ["files"]}, "requirePinning": true}]}),
-            ),
-            policy(
-                "broken-selector",
-                json!({"namespaceSelector": {"matchExpressions": [{"key": "k", "operator": "Bogus"}]},
-                       "rules": [{"servers": {"names": ["files"]}, "requirePinning": true}]}),
-            ),
-        ];
-        assert_eq!(
-            required_by(&labelled, policies.iter(), &ns),
-            vec![
-                "McpTenantPolicy/broken-selector",
-                "McpTenantPolicy/by-label"
-            ]
-        );
-    }
-
-    #[test]
-    fn pinning_follows_urls_and_an_unreadable_server_selector_pins() {
-        let corp = server(json!({"url": "https://files.corp.example/mcp"}), json!({}));
-        let elsewhere = server(json!({"url": "https://files.evil.example/mcp"}), json!({}));
-        let ns = BTreeMap::new();
-        let policies = [
-            policy(
-                "corp-hosts",
-                json!({"namespaceSelector": {}, "rules": [
-                    {"servers": {"urls": ["*.corp.example"]}, "requirePinning": true}]}),
-            ),
-            policy(
-                "unreadable",
-                json!({"namespaceSelector": {}, "rules": [
-                    {"servers": {"selector": {"matchExpressions": [{"key": "k", "operator": "Bogus"}]}},
-                     "requirePinning": true}]}),
-            ),
-            policy(
-                "files-on-corp",
-                json!({"namespaceSelector": {}, "rules": [
-                    {"servers": {"names": ["files"], "urls": ["*.corp.example"]},
-                     "requirePinning": true}]}),
-            ),
-        ];
-        assert_eq!(
-            required_by(&corp, policies.iter(), &ns),
-            vec![
-                "McpTenantPolicy/corp-hosts",
-                "McpTenantPolicy/files-on-corp",
-                "McpTenantPolicy/unreadable"
-            ]
-        );
-        assert_eq!(
-            required_by(&elsewhere, policies.iter(), &ns),
-            vec!["McpTenantPolicy/unreadable"]
-        );
     }
 
     #[test]
@@ -317,7 +187,7 @@ mod tests {
             APPROVE_ANNOTATION.to_string(),
             format!("{}, {}\n", d('b'), d('c')),
         )]));
-        let settings = settings(&s, vec![BY_SPEC.into()]).unwrap();
+        let settings = settings(&s, vec![PINNING_BY_SPEC.into()]).unwrap();
         assert_eq!(settings.approvals.by_spec.get("t"), Some(&d('a')));
         assert_eq!(
             settings
@@ -341,7 +211,7 @@ mod tests {
                 .clone()
         };
         let on = Settings {
-            required_by: vec![BY_SPEC.into()],
+            required_by: vec![PINNING_BY_SPEC.into()],
             approvals: Approvals {
                 by_spec: BTreeMap::from([(
                     "gone_tool".to_string(),

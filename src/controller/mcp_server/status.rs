@@ -1181,3 +1181,159 @@ mod tests {
         );
     }
 }
+
+/// Each condition's rule alone, against every kind of finding: a newcomer who wants to know
+/// what Reachable says when a Secret is missing reads one row here, not a whole reconcile.
+#[cfg(test)]
+mod each_condition {
+    use super::*;
+    use crate::mcp::McpError;
+
+    /// One finding of each kind: the Secret is missing, the stdio workload does not serve,
+    /// connecting failed, the listing failed after the handshake, the catalogue was read.
+    fn findings() -> Vec<(&'static str, Finding)> {
+        vec![
+            (
+                "credentials",
+                Finding::Credentials(CredentialError::SecretNotFound {
+                    namespace: "team-a".into(),
+                    name: "tok".into(),
+                    field: "spec.credentials.bearerToken.secretKeyRef".into(),
+                }),
+            ),
+            (
+                "workload",
+                Finding::Workload(NotReady {
+                    reason: "WorkloadNotReady",
+                    message: "Deployment m has 0 of 1 pods available.".into(),
+                }),
+            ),
+            (
+                "connect",
+                Finding::Failed(ReadFailure {
+                    stage: Stage::Connect,
+                    error: McpError::ConnectionRefused {
+                        addr: "127.0.0.1:9".into(),
+                    },
+                }),
+            ),
+            (
+                "list",
+                Finding::Failed(ReadFailure {
+                    stage: Stage::List,
+                    error: McpError::RepeatedCursor { page: 2 },
+                }),
+            ),
+            (
+                "read",
+                Finding::Read {
+                    era: Era::Modern,
+                    protocol_version: "2026-07-28".into(),
+                    server_info: ServerInfo::default(),
+                    catalog: Catalog::default(),
+                },
+            ),
+        ]
+    }
+
+    /// (True / False / Unknown as Some(true) / Some(false) / None, reason) per finding, or
+    /// "untouched" when the rule leaves the condition as it was.
+    fn table(rule: impl Fn(&Finding) -> Option<Says>) -> Vec<(&'static str, String)> {
+        findings()
+            .iter()
+            .map(|(kind, finding)| {
+                let said = match rule(finding) {
+                    None => "untouched".to_string(),
+                    Some(s) => format!(
+                        "{} {}",
+                        match s.ok {
+                            Some(true) => "True",
+                            Some(false) => "False",
+                            None => "Unknown",
+                        },
+                        s.reason
+                    ),
+                };
+                (*kind, said)
+            })
+            .collect()
+    }
+
+    fn expect(rows: &[(&'static str, &str)]) -> Vec<(&'static str, String)> {
+        rows.iter().map(|(k, s)| (*k, s.to_string())).collect()
+    }
+
+    #[test]
+    fn credentials_resolved_is_false_only_for_a_missing_secret_and_untouched_for_a_workload() {
+        assert_eq!(
+            table(credentials_resolved),
+            expect(&[
+                ("credentials", "False SecretNotFound"),
+                ("workload", "untouched"),
+                ("connect", "True Resolved"),
+                ("list", "True Resolved"),
+                ("read", "True Resolved"),
+            ])
+        );
+    }
+
+    #[test]
+    fn reachable_is_unknown_until_contacted_and_true_once_the_handshake_answered() {
+        assert_eq!(
+            table(|f| Some(reachable(f, false))),
+            expect(&[
+                ("credentials", "Unknown CredentialsNotResolved"),
+                ("workload", "Unknown WorkloadNotReady"),
+                ("connect", "False ConnectionRefused"),
+                ("list", "True Connected"),
+                ("read", "True Connected"),
+            ])
+        );
+        let read = &findings()[4].1;
+        assert!(
+            reachable(read, false)
+                .message
+                .contains("2026-07-28 (modern era)")
+        );
+        assert!(reachable(read, true).message.contains("insecureSkipVerify"));
+    }
+
+    #[test]
+    fn catalog_synced_is_true_only_for_a_read_and_says_the_kept_catalogue_is_stale() {
+        let stale = " The last catalogue read (2 tools) is kept and is stale.";
+        assert_eq!(
+            table(|f| Some(catalog_synced(f, stale, None))),
+            expect(&[
+                ("credentials", "False CredentialsNotResolved"),
+                ("workload", "False WorkloadNotReady"),
+                ("connect", "False ConnectionRefused"),
+                ("list", "False RepeatedCursor"),
+                ("read", "True Synced"),
+            ])
+        );
+        for (kind, finding) in findings().iter().take(4) {
+            assert!(
+                catalog_synced(finding, stale, None)
+                    .message
+                    .ends_with(stale),
+                "{kind}"
+            );
+        }
+    }
+
+    #[test]
+    fn ready_carries_the_reason_of_whatever_stopped_the_server() {
+        assert_eq!(
+            table(|f| Some(ready(f, None, 0, false))),
+            expect(&[
+                ("credentials", "False SecretNotFound"),
+                ("workload", "False WorkloadNotReady"),
+                ("connect", "False ConnectionRefused"),
+                ("list", "False RepeatedCursor"),
+                ("read", "True Ready"),
+            ])
+        );
+        let read = &findings()[4].1;
+        assert!(ready(read, None, 2, false).message.contains('2'));
+    }
+}

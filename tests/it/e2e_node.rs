@@ -245,12 +245,7 @@ pub(crate) async fn running_pods(pods: &Api<Pod>, selector: &str) -> Result<Vec<
         .items
         .into_iter()
         .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .filter(|p| {
-            p.status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-        })
+        .filter(pod_ready)
         .collect();
     Ok(ready)
 }
@@ -1974,15 +1969,7 @@ async fn a_tenant_cannot_get_around_the_sidecar() {
     // --- exec, cp and attach into the sidecar, which holds the credentials and the state it
     // trusts; the agent's own container stays open to them.
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
-    eventually(SOON, "the agent pod Ready", || async {
-        let p = pods.get("agent").await.map_err(|e| e.to_string())?;
-        if pod_ready(&p) {
-            Ok(())
-        } else {
-            Err(format!("{:?}", p.status.and_then(|s| s.phase)))
-        }
-    })
-    .await;
+    wait_condition(&pods, "agent", "Ready", "True", None, SOON).await;
     let floor: u64 = pods
         .get("agent")
         .await
@@ -2329,15 +2316,7 @@ async fn a_tenant_cannot_widen_what_its_running_agent_may_call() {
     .expect("a pod manifest");
     tenant(&["create", "-f", "-"], Some(&agent));
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
-    eventually(SOON, "the agent pod Ready", || async {
-        let p = pods.get("agent").await.map_err(|e| e.to_string())?;
-        if pod_ready(&p) {
-            Ok(())
-        } else {
-            Err(format!("{:?}", p.status.and_then(|s| s.phase)))
-        }
-    })
-    .await;
+    wait_condition(&pods, "agent", "Ready", "True", None, SOON).await;
     let forward = PortForward::start(&cluster_dir, namespace, "agent", 9500);
     let only_read = || async {
         let out = sidecar_support::agent(

@@ -9,6 +9,7 @@ use crate::api::conditions::{
     TOOLS_APPROVED, TRUE, UNKNOWN, condition, find, set_condition,
 };
 use crate::api::mcp_server::{CatalogStatus, McpServerSpec, McpServerStatus};
+use crate::core::resources_prompts::keep_unread;
 use crate::core::{Catalog, Era, ServerInfo};
 use crate::mcp::{ReadFailure, Stage};
 
@@ -76,6 +77,9 @@ pub fn decide(
         Some(catalog) if too_large_for_status(&catalog.catalog) => {
             let full = catalog.catalog.clone();
             catalog.catalog.tools.clear();
+            catalog.catalog.resources.clear();
+            catalog.catalog.resource_templates.clear();
+            catalog.catalog.prompts.clear();
             status.catalog_config_map = Some(config_map);
             Spill::Write(full)
         }
@@ -488,6 +492,10 @@ fn keep_catalog(
 ) -> Catalog {
     let previously_synced =
         find(&status.conditions, CATALOG_SYNCED).is_some_and(|c| c.status == TRUE);
+    // A list beside the tools that failed this time keeps what was last read of it.
+    let mut read = read.clone();
+    keep_unread(&mut read, status.catalog.as_ref().map(|c| &c.catalog));
+    let read = &read;
     let catalog = match pinning {
         None => read.clone(),
         Some(settings) => {
@@ -537,13 +545,18 @@ fn pin_catalog(
     approved: impl Fn(bool, &str, String) -> Condition,
     transitions: &mut Transitions,
 ) -> Catalog {
-    let pins = status
-        .pinning
-        .as_ref()
-        .and(status.catalog.as_ref())
-        .map(|c| &c.catalog)
-        .or(settings.kept.as_ref());
-    let pinned = crate::core::pinning::pin(pins, read.clone(), &settings.approvals);
+    let (pins, prompts_pinned) = match (status.pinning.as_ref(), status.catalog.as_ref()) {
+        (Some(section), Some(c)) => (Some(&c.catalog), section.prompts_pinned),
+        _ => (
+            settings.kept.as_ref(),
+            settings
+                .kept
+                .as_ref()
+                .is_some_and(|k| k.prompt_count.is_some()),
+        ),
+    };
+    let pinned =
+        crate::core::pinning::pin_from(pins, prompts_pinned, read.clone(), &settings.approvals);
     let section = pinning::status(settings, &pinned);
     let (ok, reason, message) = pinning::condition(&section, &pinned.catalog);
     set_condition(&mut status.conditions, approved(ok, reason, message));
@@ -562,7 +575,26 @@ fn pin_catalog(
             (name.clone(), summary)
         })
         .collect();
+    transitions
+        .started_waiting
+        .extend(pinned.prompts_newly_waiting.iter().map(|name| {
+            let summary = pinned
+                .catalog
+                .prompts
+                .iter()
+                .find(|p| &p.name == name)
+                .and_then(|p| p.awaiting_approval.as_ref())
+                .map(|a| pinning::prompt_summary(&a.what_changed()))
+                .unwrap_or_default();
+            (format!("prompt {name}"), summary)
+        }));
     transitions.released = pinned.released.clone();
+    transitions.released.extend(
+        pinned
+            .prompts_released
+            .iter()
+            .map(|n| format!("prompt {n}")),
+    );
     status.pinning = Some(section);
     pinned.catalog
 }
@@ -584,14 +616,35 @@ fn ready_message(catalog: &Catalog, waiting: u32, insecure: bool) -> String {
     message
 }
 
-/// "Read 4 tools in 1 page of tools/list."
+/// "Read 4 tools in 1 page of tools/list." and, for a server offering more, what else was
+/// read and which list could not be ("; 3 resources, 1 resource template, 2 prompts. prompts/list
+/// could not be read (RepeatedCursor: …); the last prompts read are kept.").
 fn synced_message(catalog: &Catalog) -> String {
     let plural = |n: u32, word: &str| format!("{n} {word}{}", if n == 1 { "" } else { "s" });
-    format!(
-        "Read {} in {} of tools/list.",
+    let mut message = format!(
+        "Read {} in {} of tools/list",
         plural(catalog.tool_count, "tool"),
         plural(catalog.pages_read, "page")
-    )
+    );
+    let offered: Vec<String> = [
+        (catalog.resource_count, "resource"),
+        (catalog.resource_template_count, "resource template"),
+        (catalog.prompt_count, "prompt"),
+    ]
+    .into_iter()
+    .filter_map(|(count, word)| count.map(|n| plural(n, word)))
+    .collect();
+    if !offered.is_empty() {
+        message.push_str(&format!("; {}", offered.join(", ")));
+    }
+    message.push('.');
+    for unread in &catalog.unread_lists {
+        message.push_str(&format!(
+            " {} could not be read ({}: {}); what was last read of it is kept.",
+            unread.list, unread.reason, unread.message
+        ));
+    }
+    message
 }
 
 fn capitalised(text: &str) -> String {
@@ -732,7 +785,10 @@ mod tests {
     fn a_listing_failure_means_reachable_but_not_synced() {
         let f = Finding::Failed(ReadFailure {
             stage: Stage::List,
-            error: McpError::RepeatedCursor { page: 3 },
+            error: McpError::RepeatedCursor {
+                list: crate::mcp::listing::List::Tools,
+                page: 3,
+            },
         });
         let (s, _) = next_status(None, Some(1), &f, false, None, t(0));
         assert_eq!(cond(&s, REACHABLE).status, "True");

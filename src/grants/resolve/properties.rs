@@ -185,6 +185,7 @@ fn catalog() -> impl Strategy<Value = Catalog> {
             pages_read: 1,
             overrides_digest: None,
             tools,
+            ..Catalog::default()
         }
     })
 }

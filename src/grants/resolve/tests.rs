@@ -34,6 +34,7 @@ fn catalog(tools: &[(&str, Access)]) -> Catalog {
         pages_read: 1,
         overrides_digest: None,
         tools,
+        ..Catalog::default()
     }
 }
 

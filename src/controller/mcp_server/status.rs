@@ -694,6 +694,7 @@ fn diff(old: &Catalog, new: &Catalog) -> CatalogDiff {
 mod tests {
     use super::*;
     use crate::core::catalog::build;
+    use crate::core::resources_prompts::ListRead;
     use crate::mcp::McpError;
     use serde_json::json;
     use std::collections::BTreeMap;
@@ -1234,6 +1235,158 @@ mod tests {
             s2.catalog.unwrap().catalog.tools[0]
                 .awaiting_approval
                 .is_none()
+        );
+    }
+
+    fn offering(prompts: ListRead, resources: ListRead) -> Finding {
+        use crate::core::resources_prompts::{OfferedRead, record};
+        let mut catalog = catalog(&["read_file"]);
+        record(
+            &mut catalog,
+            &OfferedRead {
+                resources,
+                prompts,
+                ..OfferedRead::default()
+            },
+        );
+        Finding::Read {
+            era: Era::Legacy,
+            protocol_version: "2025-11-25".into(),
+            server_info: ServerInfo::default(),
+            catalog,
+        }
+    }
+
+    fn items(v: serde_json::Value) -> ListRead {
+        ListRead::Read(
+            v.as_array()
+                .unwrap()
+                .iter()
+                .map(|i| i.as_object().unwrap().clone())
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn under_pinning_a_changed_prompt_waits_and_status_names_it() {
+        let v1 = items(json!([{"name": "review", "description": "Review the code."}]));
+        let v2 = items(json!([{"name": "review", "description": "Review, then push."}]));
+        let none = ListRead::NotOffered;
+        let (first, _) = next_status(
+            None,
+            Some(1),
+            &offering(v1, none.clone()),
+            false,
+            Some(&pinned()),
+            t(0),
+        );
+        assert!(first.pinning.as_ref().unwrap().prompts_pinned);
+        assert_eq!(cond(&first, TOOLS_APPROVED).status, "True");
+        let (changed, tr) = next_status(
+            Some(&first),
+            Some(1),
+            &offering(v2, none),
+            false,
+            Some(&pinned()),
+            t(60),
+        );
+        let p = changed.pinning.as_ref().unwrap();
+        assert_eq!((p.waiting_count, p.waiting_prompt_count), (0, 1));
+        assert_eq!(p.waiting_prompts[0].name, "review");
+        assert_eq!(p.waiting_prompts[0].summary, "description changed");
+        let c = cond(&changed, TOOLS_APPROVED);
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("False", "AwaitingApproval")
+        );
+        assert!(
+            c.message
+                .starts_with("1 prompt waits for approval and no agent is granted it: prompt review (description changed)."),
+            "{}",
+            c.message
+        );
+        assert_eq!(
+            tr.started_waiting,
+            vec![(
+                "prompt review".to_string(),
+                "description changed".to_string()
+            )]
+        );
+        // The tools are served as they are: Ready holds.
+        assert_eq!(cond(&changed, READY).status, "True");
+    }
+
+    #[test]
+    fn a_list_that_fails_keeps_the_tools_and_its_last_read_and_says_so() {
+        let prompts = items(json!([{"name": "review"}]));
+        let resources = items(json!([{"uri": "file:///a", "name": "a"}]));
+        let (first, _) = next_status(
+            None,
+            Some(1),
+            &offering(prompts.clone(), resources),
+            false,
+            Some(&pinned()),
+            t(0),
+        );
+        assert_eq!(
+            cond(&first, CATALOG_SYNCED).message,
+            "Read 1 tool in 1 page of tools/list; 1 resource, 1 prompt."
+        );
+        let failed = ListRead::Failed {
+            reason: "RepeatedCursor".into(),
+            message: "the server repeated a cursor on page 2 of resources/list (pages read: 2): its paging loops".into(),
+        };
+        let (next, _) = next_status(
+            Some(&first),
+            Some(1),
+            &offering(prompts, failed),
+            false,
+            Some(&pinned()),
+            t(60),
+        );
+        let catalog = &next.catalog.as_ref().unwrap().catalog;
+        assert_eq!(catalog.resource_count, Some(1));
+        assert_eq!(catalog.resources[0].uri, "file:///a");
+        assert_eq!(catalog.tool_count, 1);
+        assert_eq!(catalog.unread_lists[0].reason, "RepeatedCursor");
+        let synced = cond(&next, CATALOG_SYNCED);
+        assert_eq!(synced.status, "True");
+        assert!(
+            synced.message.ends_with(
+                "resources/list could not be read (RepeatedCursor: the server repeated a cursor on page 2 of resources/list (pages read: 2): its paging loops); what was last read of it is kept."
+            ),
+            "{}",
+            synced.message
+        );
+        assert_eq!(cond(&next, READY).status, "True");
+    }
+
+    #[test]
+    fn many_resources_spill_with_the_catalogue() {
+        let many: Vec<serde_json::Value> = (0..6000)
+            .map(|i| json!({"uri": format!("file:///docs/{i:05}-{}.md", "x".repeat(40)), "name": format!("doc {i}")}))
+            .collect();
+        let finding = offering(ListRead::NotOffered, items(json!(many)));
+        let d = decide(
+            None,
+            None,
+            Some(1),
+            &finding,
+            false,
+            None,
+            "s-mcp-catalog".into(),
+            t(0),
+        );
+        let Spill::Write(full) = &d.spill else {
+            panic!("not spilled: {:?}", d.spill)
+        };
+        assert_eq!(full.resources.len(), 6000);
+        let kept = &d.status.catalog.as_ref().unwrap().catalog;
+        assert!(kept.resources.is_empty() && kept.tools.is_empty());
+        assert_eq!(kept.resource_count, Some(6000));
+        assert_eq!(
+            d.status.catalog_config_map.as_deref(),
+            Some("s-mcp-catalog")
         );
     }
 }

@@ -302,6 +302,7 @@ fn resolve_server(
         tools: Vec::new(),
         resources: Vec::new(),
         prompts: Vec::new(),
+        prompt_digests: None,
     };
 
     let (server, catalog) = match &entry.server {
@@ -331,6 +332,9 @@ fn resolve_server(
     let rules = policies.for_server(name);
     grants.resources = rules.bounds_of(&entry.resources, |r| &r.resources);
     grants.prompts = rules.bounds_of(&entry.prompts, |r| &r.prompts);
+    if server.pinned {
+        grants.prompt_digests = super::resources_prompts::pinned_prompts(catalog, &grants.prompts);
+    }
     let server_plane = PatternSet::new(&server.allow, &server.deny);
     let spec_plane = PatternSet::new(&entry.allow, &entry.deny);
     let asked_by_name: BTreeSet<&str> = spec_plane

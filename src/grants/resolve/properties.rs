@@ -60,6 +60,7 @@ impl Case {
                         allow: s.server_allow.clone(),
                         deny: s.server_deny.clone(),
                         require_approval: s.server_require_approval.clone(),
+                        pinned: false,
                     }),
                 })
                 .collect(),

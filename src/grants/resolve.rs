@@ -47,7 +47,8 @@
 //!   ready. One pass decides this: the published document never holds a name twice.
 //! - Resources and prompts follow the same planes with one difference: no allow pattern grants
 //!   none (see [`super::resources_prompts`]). The document carries the bounds, not names (the
-//!   sidecar matches the live URIs and names against them): the AgentSpec entry's, then, where
+//!   sidecar matches the live URIs and names against them) — except under pinning, where it
+//!   also carries the granted, approved prompts' digests (`promptDigests`): the AgentSpec entry's, then, where
 //!   policies select the tenant, those of every rule bounding the server, all of which must
 //!   permit. A policy with no rule picking the server, a rule without allow patterns, the tenant
 //!   default deny, or an unavailable server grants none.

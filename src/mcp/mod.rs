@@ -1,4 +1,5 @@
 //! The MCP client side: connect, negotiate the protocol era, list every page of `tools/list`
+//! (and, for the controller, of the resources, templates and prompts the server advertises)
 //! within bounds, and build the classified catalogue. Knows nothing of Kubernetes nor of the CRD
 //! types: it speaks [`crate::core`]'s vocabulary (catalogue, era, transport, limits).
 //!

@@ -32,7 +32,7 @@ pub enum Finding {
         era: Era,
         protocol_version: String,
         server_info: ServerInfo,
-        catalog: Catalog,
+        catalog: Box<Catalog>,
     },
 }
 
@@ -721,7 +721,7 @@ mod tests {
             era: Era::Legacy,
             protocol_version: "2025-11-25".into(),
             server_info: ServerInfo::default(),
-            catalog: catalog(names),
+            catalog: Box::new(catalog(names)),
         }
     }
 
@@ -1038,7 +1038,7 @@ mod tests {
             era: Era::Legacy,
             protocol_version: "2025-11-25".into(),
             server_info: ServerInfo::default(),
-            catalog: build(&defs, &BTreeMap::new(), 1),
+            catalog: Box::new(build(&defs, &BTreeMap::new(), 1)),
         }
     }
 
@@ -1253,7 +1253,7 @@ mod tests {
             era: Era::Legacy,
             protocol_version: "2025-11-25".into(),
             server_info: ServerInfo::default(),
-            catalog,
+            catalog: Box::new(catalog),
         }
     }
 

@@ -79,6 +79,7 @@ fn main() {
                         allow: Vec::new(),
                         deny: Vec::new(),
                         require_approval: Vec::new(),
+                        pinned: false,
                     }),
                 })
                 .collect();

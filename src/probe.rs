@@ -70,7 +70,7 @@ pub fn main(args: ProbeArgs) -> ExitCode {
         .enable_all()
         .build()
         .expect("a tokio runtime starts");
-    let (document, code) = match runtime.block_on(mcp::read_server(&conn)) {
+    let (document, code) = match runtime.block_on(mcp::read_catalogue(&conn)) {
         Ok(report) => (success_document(&report, &overrides), ExitCode::SUCCESS),
         Err(e) => (failure_document(&e), ExitCode::from(1)),
     };

@@ -928,18 +928,38 @@ pub struct PinningStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stale_approvals: Vec<StaleApproval>,
 
+    /// How many prompts wait for approval (left out of every agent's prompts/list, their
+    /// prompts/get refused by the sidecar).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub waiting_prompt_count: u32,
+
+    /// The waiting prompts, sorted by name (at most 100; the catalogue marks every one).
+    /// Approved like tools: spec.pinning.approved (prompt name → servedDigest) or the approve
+    /// annotation naming the servedDigest.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub waiting_prompts: Vec<WaitingTool>,
+
+    /// The catalogue's prompts are pinned (catalog.prompts holds their pins). False for a
+    /// catalogue pinned before prompts were: its next read pins every prompt as served.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub prompts_pinned: bool,
+
     /// Changes whenever the catalogue or its set of waiting tools changes; readers of a spilled
     /// catalogue compare it with the ConfigMap's.
     pub content_key: String,
 }
 
-/// One tool withheld until a person approves it.
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// One tool (or, in waitingPrompts, one prompt) withheld until a person approves it.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct WaitingTool {
-    /// The tool's name.
+    /// The tool's (or prompt's) name.
     pub name: String,
-    /// The definitionDigest last approved; absent for a tool that is new since pinning began.
+    /// The definitionDigest last approved; absent for one that is new since pinning began.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pinned_digest: Option<String>,
     /// The definitionDigest the server serves now: approve this one.

@@ -819,8 +819,15 @@ fn status_catalog_is_the_probe_catalog_plus_last_sync_time() {
             "lastSyncTime",
             "overridesDigest",
             "pagesRead",
+            "promptCount",
+            "prompts",
+            "resourceCount",
+            "resourceTemplateCount",
+            "resourceTemplates",
+            "resources",
             "toolCount",
-            "tools"
+            "tools",
+            "unreadLists"
         ]
     );
 
@@ -830,6 +837,7 @@ fn status_catalog_is_the_probe_catalog_plus_last_sync_time() {
         pages_read: 1,
         overrides_digest: None,
         tools: vec![],
+        ..crate::core::Catalog::default()
     };
     let status = mcp_server::CatalogStatus {
         catalog: catalog.clone(),

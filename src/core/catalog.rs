@@ -17,6 +17,9 @@ use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
 pub use super::parts::{AwaitingApproval, Part, PartDigests};
+pub use super::resources_prompts::{
+    CatalogPrompt, CatalogResource, CatalogResourceTemplate, UnreadList,
+};
 
 /// How much a tool can change the world, from the least to the most. Ordered, so a ceiling is a
 /// comparison.
@@ -83,6 +86,31 @@ pub struct Catalog {
     /// The tools, sorted by name.
     #[serde(default)]
     pub tools: Vec<CatalogTool>,
+    /// Number of resources the server lists (every page of resources/list); absent when the
+    /// server does not advertise resources.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_count: Option<u32>,
+    /// Number of resource templates (resources/templates/list); absent when the server does not
+    /// advertise resources.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_template_count: Option<u32>,
+    /// Number of prompts (prompts/list); absent when the server does not advertise prompts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_count: Option<u32>,
+    /// The resources, sorted by URI (empty in status when the catalogue is spilled).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resources: Vec<CatalogResource>,
+    /// The resource templates, sorted by URI template.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resource_templates: Vec<CatalogResourceTemplate>,
+    /// The prompts, sorted by name. Under pinning a changed or new prompt waits for approval
+    /// like a tool (awaitingApproval).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub prompts: Vec<CatalogPrompt>,
+    /// Lists beside the tools (resources, templates, prompts) the last read could not read: the
+    /// tools are kept as read, and so are that list's entries from the read before.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unread_lists: Vec<UnreadList>,
 }
 
 /// One tool of a catalogue.
@@ -188,6 +216,7 @@ pub fn build(
         pages_read,
         overrides_digest: overrides_digest(overrides),
         tools,
+        ..Catalog::default()
     }
 }
 
@@ -279,7 +308,7 @@ fn catalog_digest(sorted_tools: &[CatalogTool]) -> String {
     format!("sha256:{}", hex::encode(hasher.finalize()))
 }
 
-fn cut(text: &str, max_chars: usize) -> String {
+pub(super) fn cut(text: &str, max_chars: usize) -> String {
     match text.char_indices().nth(max_chars) {
         None => text.to_string(),
         Some((i, _)) => format!("{}…", &text[..i]),

@@ -15,6 +15,8 @@
 //!   awaiting-approval mark a catalogue tool carries.
 //! - [`pinning`]: pinned tool definitions: which tools of a new read wait for a person's
 //!   approval (the rug-pull guard), approvals.
+//! - [`resources_prompts`]: the resources, resource templates and prompts a catalogue records
+//!   beside the tools, and what a failed list of them leaves.
 //! - [`server`]: `Era`, `ServerInfo`, `Transport`.
 //! - [`limits`]: `Limits` and every default (CRD fields, probe flags).
 //! - [`refs`]: `SecretKeySelector`, `ConfigMapKeySelector`.
@@ -26,6 +28,7 @@ pub mod limits;
 pub mod parts;
 pub mod pinning;
 pub mod refs;
+pub mod resources_prompts;
 pub mod server;
 
 pub use catalog::{Access, Approval, Catalog, CatalogTool};

@@ -27,6 +27,12 @@
 //!   approval; both the served and the overridden access are kept as read (a policy judges
 //!   the served one), and a changed override changes the [`content_key`].
 //! - An approval in the spec that the server does not serve is reported, never an error.
+//! - Prompts follow the same rules, their pins held the same way in the catalogue's prompts
+//!   (a prompt's definition is its prompts/list entry: name, title, description, arguments).
+//!   `spec.pinning.approved` and the annotation approve a prompt by its name and digest like a
+//!   tool; the catalogue digest approves tools only (it covers nothing else). A catalogue pinned
+//!   before prompts were ([`pin_from`]'s `prompts_pinned` false) pins every prompt as served on
+//!   its next read, as the first read does, instead of holding them all back as new.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -69,89 +75,192 @@ pub struct Pinned {
     pub newly_waiting: Vec<String>,
     /// Tools that waited before and are granted now (approved, or changed back).
     pub released: Vec<String>,
+    /// Prompts that wait now but did not wait (with this definition) before.
+    pub prompts_newly_waiting: Vec<String>,
+    /// Prompts that waited before and are granted now.
+    pub prompts_released: Vec<String>,
     /// Spec approvals the server does not serve.
     pub stale_approvals: Vec<StaleApproval>,
 }
 
 /// Pins `served` against the pins held by `previous` (None: pinning begins with this read, so
-/// every served tool is pinned as it is).
-pub fn pin(previous: Option<&Catalog>, mut served: Catalog, approvals: &Approvals) -> Pinned {
-    let before: BTreeMap<&str, &super::CatalogTool> = previous
-        .map(|c| c.tools.iter().map(|t| (t.name.as_str(), t)).collect())
-        .unwrap_or_default();
+/// every served tool and prompt is pinned as it is). Prompts are pinned from `previous` too.
+pub fn pin(previous: Option<&Catalog>, served: Catalog, approvals: &Approvals) -> Pinned {
+    pin_from(previous, previous.is_some(), served, approvals)
+}
+
+/// [`pin`], saying whether `previous` holds the prompts' pins (`prompts_pinned`): false when it
+/// was pinned before prompts were, so this read pins every prompt as served instead of making
+/// all of them wait as new.
+pub fn pin_from(
+    previous: Option<&Catalog>,
+    prompts_pinned: bool,
+    mut served: Catalog,
+    approvals: &Approvals,
+) -> Pinned {
     let catalogue_approved = approvals.by_annotation.contains(&served.digest);
-    let mut newly_waiting = Vec::new();
-    let mut released = Vec::new();
-    for tool in &mut served.tools {
-        let old = before.get(tool.name.as_str());
+    let mut tools = Marks::default();
+    pin_entries(
+        previous.map(|c| c.tools.as_slice()),
+        &mut served.tools,
+        approvals,
+        catalogue_approved,
+        &mut tools,
+    );
+    let mut prompts = Marks::default();
+    pin_entries(
+        previous
+            .filter(|_| prompts_pinned)
+            .map(|c| c.prompts.as_slice()),
+        &mut served.prompts,
+        approvals,
+        false,
+        &mut prompts,
+    );
+    let stale_approvals = stale(&served, approvals);
+    Pinned {
+        catalog: served,
+        newly_waiting: tools.newly_waiting,
+        released: tools.released,
+        prompts_newly_waiting: prompts.newly_waiting,
+        prompts_released: prompts.released,
+        stale_approvals,
+    }
+}
+
+/// What pinning reads and marks of a catalogue entry: a tool or a prompt.
+pub trait Pinnable {
+    fn name(&self) -> &str;
+    fn definition_digest(&self) -> &str;
+    fn parts(&self) -> &PartDigests;
+    fn awaiting_approval(&self) -> Option<&AwaitingApproval>;
+    fn set_awaiting_approval(&mut self, mark: Option<AwaitingApproval>);
+}
+
+macro_rules! pinnable {
+    ($entry:ty) => {
+        impl Pinnable for $entry {
+            fn name(&self) -> &str {
+                &self.name
+            }
+            fn definition_digest(&self) -> &str {
+                &self.definition_digest
+            }
+            fn parts(&self) -> &PartDigests {
+                &self.parts
+            }
+            fn awaiting_approval(&self) -> Option<&AwaitingApproval> {
+                self.awaiting_approval.as_ref()
+            }
+            fn set_awaiting_approval(&mut self, mark: Option<AwaitingApproval>) {
+                self.awaiting_approval = mark;
+            }
+        }
+    };
+}
+pinnable!(super::CatalogTool);
+pinnable!(super::catalog::CatalogPrompt);
+
+#[derive(Default)]
+struct Marks {
+    newly_waiting: Vec<String>,
+    released: Vec<String>,
+}
+
+/// The rules of the module comment, for one list (tools or prompts). `previous` None: the
+/// list's first read under pinning.
+fn pin_entries<T: Pinnable>(
+    previous: Option<&[T]>,
+    served: &mut [T],
+    approvals: &Approvals,
+    catalogue_approved: bool,
+    marks: &mut Marks,
+) {
+    let before: BTreeMap<&str, &T> = previous
+        .map(|p| p.iter().map(|t| (t.name(), t)).collect())
+        .unwrap_or_default();
+    for entry in served {
+        let name = entry.name().to_string();
+        let digest = entry.definition_digest().to_string();
+        let old = before.get(name.as_str());
         // The pin and the parts it was taken from.
         let (pinned_digest, pinned_parts) = match old {
             // First read: what Git says was reviewed is the pin (so approvals in the spec hold
             // from the start, also for an McpServer recreated from Git); otherwise what is served.
-            _ if previous.is_none() => match approvals.by_spec.get(&tool.name) {
-                Some(approved) if approved != &tool.definition_digest => {
+            _ if previous.is_none() => match approvals.by_spec.get(&name) {
+                Some(approved) if approved != &digest => {
                     (Some(approved.clone()), PartDigests::default())
                 }
-                _ => (Some(tool.definition_digest.clone()), tool.parts.clone()),
+                _ => (Some(digest.clone()), entry.parts().clone()),
             },
             None => (None, PartDigests::default()),
-            Some(old) => match &old.awaiting_approval {
+            Some(old) => match old.awaiting_approval() {
                 Some(waiting) => (
                     waiting.pinned_digest.clone(),
-                    waiting.pinned_in_full(&old.parts),
+                    waiting.pinned_in_full(old.parts()),
                 ),
-                None => (Some(old.definition_digest.clone()), old.parts.clone()),
+                None => (
+                    Some(old.definition_digest().to_string()),
+                    old.parts().clone(),
+                ),
             },
         };
-        let digest = &tool.definition_digest;
-        let accepted = pinned_digest.as_ref() == Some(digest)
-            || approvals.by_spec.get(&tool.name) == Some(digest)
-            || approvals.by_annotation.contains(digest)
+        let accepted = pinned_digest.as_ref() == Some(&digest)
+            || approvals.by_spec.get(&name) == Some(&digest)
+            || approvals.by_annotation.contains(&digest)
             || catalogue_approved;
-        let waited_before = old.and_then(|o| o.awaiting_approval.as_ref());
-        tool.awaiting_approval = if accepted {
-            if waited_before.is_some() {
-                released.push(tool.name.clone());
+        let waited_before = old.and_then(|o| o.awaiting_approval()).is_some();
+        if accepted {
+            if waited_before {
+                marks.released.push(name);
             }
-            None
-        } else {
-            let same_wait =
-                old.is_some_and(|o| &o.definition_digest == digest) && waited_before.is_some();
-            if !same_wait {
-                newly_waiting.push(tool.name.clone());
-            }
-            let changed = match &pinned_digest {
-                Some(_) if !pinned_parts.is_empty() => pinned_parts.changed(&tool.parts),
-                _ => Vec::new(),
-            };
-            Some(AwaitingApproval {
-                pinned_parts: pinned_parts.only(&changed),
-                changed,
-                pinned_digest,
-            })
+            entry.set_awaiting_approval(None);
+            continue;
+        }
+        let same_wait = old.is_some_and(|o| o.definition_digest() == digest) && waited_before;
+        if !same_wait {
+            marks.newly_waiting.push(name);
+        }
+        let changed = match &pinned_digest {
+            Some(_) if !pinned_parts.is_empty() => pinned_parts.changed(entry.parts()),
+            _ => Vec::new(),
         };
+        entry.set_awaiting_approval(Some(AwaitingApproval {
+            pinned_parts: pinned_parts.only(&changed),
+            changed,
+            pinned_digest,
+        }));
     }
-    let served_digests: BTreeMap<&str, &str> = served
+}
+
+/// Spec approvals that neither a tool nor a prompt of that name is served with.
+fn stale(served: &Catalog, approvals: &Approvals) -> Vec<StaleApproval> {
+    let tool_digests: BTreeMap<&str, &str> = served
         .tools
         .iter()
         .map(|t| (t.name.as_str(), t.definition_digest.as_str()))
         .collect();
-    let stale_approvals = approvals
+    let prompt_digests: BTreeMap<&str, &str> = served
+        .prompts
+        .iter()
+        .map(|p| (p.name.as_str(), p.definition_digest.as_str()))
+        .collect();
+    approvals
         .by_spec
         .iter()
-        .filter(|(tool, digest)| served_digests.get(tool.as_str()) != Some(&digest.as_str()))
-        .map(|(tool, digest)| StaleApproval {
-            tool: tool.clone(),
-            approved_digest: digest.clone(),
-            served_digest: served_digests.get(tool.as_str()).map(|d| d.to_string()),
+        .filter(|(name, digest)| {
+            tool_digests.get(name.as_str()) != Some(&digest.as_str())
+                && prompt_digests.get(name.as_str()) != Some(&digest.as_str())
         })
-        .collect();
-    Pinned {
-        catalog: served,
-        newly_waiting,
-        released,
-        stale_approvals,
-    }
+        .map(|(name, digest)| StaleApproval {
+            tool: name.clone(),
+            approved_digest: digest.clone(),
+            served_digest: tool_digests
+                .get(name.as_str())
+                .or_else(|| prompt_digests.get(name.as_str()))
+                .map(|d| d.to_string()),
+        })
+        .collect()
 }
 
 /// The tools of a catalogue that wait for approval.
@@ -162,14 +271,25 @@ pub fn waiting(catalog: &Catalog) -> impl Iterator<Item = &super::CatalogTool> {
         .filter(|t| t.awaiting_approval.is_some())
 }
 
-/// A key that changes whenever the catalogue's served content, its classification (the
-/// McpServer's tools.overrides) or its waiting set changes: the catalogue digest when nothing
-/// waits and nothing is overridden (so such catalogues keep their key), else a digest over it,
-/// the overrides' digest and every waiting tool's pin. The spilled ConfigMap and its readers'
-/// caches are keyed by it, so an override changed alone still reaches the grants.
+/// The prompts of a catalogue that wait for approval.
+pub fn waiting_prompts(catalog: &Catalog) -> impl Iterator<Item = &super::catalog::CatalogPrompt> {
+    catalog
+        .prompts
+        .iter()
+        .filter(|p| p.awaiting_approval.is_some())
+}
+
+/// A key that changes whenever the catalogue's served content (tools, and the resources,
+/// templates and prompts beside them), its classification (the McpServer's tools.overrides) or
+/// its waiting set changes: the catalogue digest when nothing waits, nothing is overridden and
+/// nothing but tools is offered (so such catalogues keep their key), else a digest over it, the
+/// overrides' digest, the other lists' digest and every waiting tool's and prompt's pin. The
+/// spilled ConfigMap and its readers' caches are keyed by it, so an override changed alone
+/// still reaches the grants.
 pub fn content_key(catalog: &Catalog) -> String {
+    let offered = super::resources_prompts::offered_digest(catalog);
     let mut waiting = waiting(catalog).peekable();
-    if waiting.peek().is_none() && catalog.overrides_digest.is_none() {
+    if waiting.peek().is_none() && catalog.overrides_digest.is_none() && offered.is_none() {
         return catalog.digest.clone();
     }
     let mut hasher = Sha256::new();
@@ -177,12 +297,20 @@ pub fn content_key(catalog: &Catalog) -> String {
     if let Some(overrides) = &catalog.overrides_digest {
         hasher.update(format!("\noverrides {overrides}").as_bytes());
     }
+    if let Some(offered) = &offered {
+        hasher.update(format!("\noffered {offered}").as_bytes());
+    }
+    let pin_of = |a: Option<&AwaitingApproval>| {
+        a.and_then(|a| a.pinned_digest.clone())
+            .unwrap_or_else(|| "new".into())
+    };
     for tool in waiting {
-        let pin = tool
-            .awaiting_approval
-            .as_ref()
-            .and_then(|a| a.pinned_digest.as_deref());
-        hasher.update(format!("\n{} {}", tool.name, pin.unwrap_or("new")).as_bytes());
+        let pin = pin_of(tool.awaiting_approval.as_ref());
+        hasher.update(format!("\n{} {pin}", tool.name).as_bytes());
+    }
+    for prompt in waiting_prompts(catalog) {
+        let pin = pin_of(prompt.awaiting_approval.as_ref());
+        hasher.update(format!("\nprompt {} {pin}", prompt.name).as_bytes());
     }
     format!("sha256:{}", hex::encode(hasher.finalize()))
 }

@@ -86,6 +86,12 @@ pub struct ServerGrants {
     /// The bounds on the server's prompts (their names), likewise. grants/v2.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub prompts: Vec<PatternBound>,
+    /// Under pinning (the McpServer pins its definitions), the prompts the bounds grant that do
+    /// not wait for approval: name → the definitionDigest approved. The sidecar serves a prompt
+    /// of this server only when it is listed here and its live definition digests the same;
+    /// absent when the server is not pinned (the bounds alone decide). grants/v2.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_digests: Option<std::collections::BTreeMap<String, String>>,
 }
 
 impl ServerGrants {
@@ -320,6 +326,7 @@ mod tests {
             tools,
             resources: vec![],
             prompts: vec![],
+            prompt_digests: None,
         }
     }
 

@@ -77,6 +77,9 @@ pub struct McpServerInput<'a> {
     pub deny: Vec<String>,
     /// `spec.tools.requireApproval`.
     pub require_approval: Vec<String>,
+    /// Pinning is on for it (its status has a pinning section): the grants then carry the
+    /// granted prompts' digests, and a waiting prompt is granted to no agent.
+    pub pinned: bool,
 }
 
 /// One McpTenantPolicy that selects the AgentSpec's namespace.

@@ -47,7 +47,8 @@
 //!   ready. One pass decides this: the published document never holds a name twice.
 //! - Resources and prompts follow the same planes with one difference: no allow pattern grants
 //!   none (see [`super::resources_prompts`]). The document carries the bounds, not names (the
-//!   sidecar matches the live URIs and names against them): the AgentSpec entry's, then, where
+//!   sidecar matches the live URIs and names against them) — except under pinning, where it
+//!   also carries the granted, approved prompts' digests (`promptDigests`): the AgentSpec entry's, then, where
 //!   policies select the tenant, those of every rule bounding the server, all of which must
 //!   permit. A policy with no rule picking the server, a rule without allow patterns, the tenant
 //!   default deny, or an unavailable server grants none.
@@ -302,6 +303,7 @@ fn resolve_server(
         tools: Vec::new(),
         resources: Vec::new(),
         prompts: Vec::new(),
+        prompt_digests: None,
     };
 
     let (server, catalog) = match &entry.server {
@@ -331,6 +333,9 @@ fn resolve_server(
     let rules = policies.for_server(name);
     grants.resources = rules.bounds_of(&entry.resources, |r| &r.resources);
     grants.prompts = rules.bounds_of(&entry.prompts, |r| &r.prompts);
+    if server.pinned {
+        grants.prompt_digests = super::resources_prompts::pinned_prompts(catalog, &grants.prompts);
+    }
     let server_plane = PatternSet::new(&server.allow, &server.deny);
     let spec_plane = PatternSet::new(&entry.allow, &entry.deny);
     let asked_by_name: BTreeSet<&str> = spec_plane

@@ -29,9 +29,12 @@
 //! prefix is letters, digits and `-` starting with a letter. Prompts are named like tools,
 //! `<prefix>__<name>`.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use super::pattern::PatternSet;
+use crate::core::Catalog;
 
 /// Separates the server's prefix from the resource URI the agent sees.
 pub const URI_SEPARATOR: char = '+';
@@ -113,6 +116,27 @@ impl Bounds {
     pub fn permits(&self, name: &str) -> bool {
         !self.sets.is_empty() && self.sets.iter().all(|s| s.permits(name))
     }
+}
+
+/// Under pinning, the prompts of `catalog` that `bounds` grant and that do not wait for
+/// approval, each with its approved digest; None when the bounds grant no prompt (the document
+/// then carries nothing of prompts).
+pub fn pinned_prompts(
+    catalog: &Catalog,
+    bounds: &[PatternBound],
+) -> Option<BTreeMap<String, String>> {
+    let compiled = Bounds::new(bounds, Kind::Prompt);
+    if compiled.is_empty() {
+        return None;
+    }
+    Some(
+        catalog
+            .prompts
+            .iter()
+            .filter(|p| p.awaiting_approval.is_none() && compiled.permits(&p.name))
+            .map(|p| (p.name.clone(), p.definition_digest.clone()))
+            .collect(),
+    )
 }
 
 /// A resource pattern with every URI-template expression `{…}` replaced by `*`.

@@ -6,6 +6,8 @@
 
 use std::time::Duration;
 
+use super::listing::List;
+
 /// A failure to connect to an MCP server or to read its whole catalogue.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum McpError {
@@ -89,21 +91,23 @@ pub enum McpError {
         "the controller's response budget of {budget} bytes was full with the responses of servers being read at once; the read is tried again shortly"
     )]
     ResponseBudgetBusy { budget: u64 },
-    /// The listing needs more pages than `maxToolPages`.
+    /// The listing needs more pages than `maxToolPages` (the bound of every list).
     #[error(
-        "the server's tool list needs more than {max_pages} pages of tools/list (read {max_pages}); raise spec.discovery.maxToolPages if the server is trusted"
+        "the server's {} list needs more than {max_pages} pages of {} (read {max_pages}); raise spec.discovery.maxToolPages if the server is trusted", .list.noun(), .list.method()
     )]
-    TooManyPages { max_pages: u32 },
+    TooManyPages { list: List, max_pages: u32 },
     /// The server sent a cursor it had sent before: paging would never end.
     #[error(
-        "the server repeated a cursor on page {page} of tools/list (pages read: {page}): its paging loops"
+        "the server repeated a cursor on page {page} of {} (pages read: {page}): its paging loops", .list.method()
     )]
-    RepeatedCursor { page: u32 },
-    /// One tool name listed twice.
+    RepeatedCursor { list: List, page: u32 },
+    /// One entry (a tool's or prompt's name, a resource's URI, a template's URI template)
+    /// listed twice.
     #[error(
-        "the server lists the tool {name:?} twice (pages {first_page} and {page}; pages read: {page})"
+        "the server lists the {} {name:?} twice in {} (pages {first_page} and {page}; pages read: {page})", .list.noun(), .list.method()
     )]
-    DuplicateTool {
+    Duplicate {
+        list: List,
         name: String,
         first_page: u32,
         page: u32,
@@ -140,7 +144,12 @@ impl McpError {
             McpError::ResponseBudgetBusy { .. } => "ResponseBudgetBusy",
             McpError::TooManyPages { .. } => "TooManyPages",
             McpError::RepeatedCursor { .. } => "RepeatedCursor",
-            McpError::DuplicateTool { .. } => "DuplicateTool",
+            McpError::Duplicate { list, .. } => match list {
+                List::Tools => "DuplicateTool",
+                List::Resources => "DuplicateResource",
+                List::ResourceTemplates => "DuplicateResourceTemplate",
+                List::Prompts => "DuplicatePrompt",
+            },
             McpError::InvalidToolName { .. } => "InvalidToolName",
         }
     }

@@ -1,4 +1,5 @@
 //! The MCP client side: connect, negotiate the protocol era, list every page of `tools/list`
+//! (and, for the controller, of the resources, templates and prompts the server advertises)
 //! within bounds, and build the classified catalogue. Knows nothing of Kubernetes nor of the CRD
 //! types: it speaks [`crate::core`]'s vocabulary (catalogue, era, transport, limits).
 //!
@@ -48,6 +49,7 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value};
 
 pub use crate::core::catalog;
+use crate::core::resources_prompts::{ListRead, OfferedRead};
 pub use crate::core::{Access, Catalog, CatalogTool, Limits, Transport};
 pub use budget::{Allowance, ResponseBudget};
 pub use connection::{Credentials, SecretValue, ServerConnection, TlsSettings, TransportKind};
@@ -69,6 +71,9 @@ pub struct ServerReport {
     pub pages_read: u32,
     /// Raw tool definitions in listing order (the sidecar needs the live schemas).
     pub tools: Vec<Map<String, Value>>,
+    /// The resources, templates and prompts, as far as [`read_catalogue`] read them (none
+    /// offered for [`read_server`], which reads the tools only).
+    pub offered: OfferedRead,
     /// The share of the response budget the read's bodies hold: given back when the report,
     /// and with it every parsed page, is dropped.
     pub held: std::sync::Arc<Allowance>,
@@ -77,7 +82,9 @@ pub struct ServerReport {
 impl ServerReport {
     /// The classified catalogue (overrides: tool name → access).
     pub fn catalog(&self, overrides: &BTreeMap<String, Access>) -> Catalog {
-        catalog::build(&self.tools, overrides, self.pages_read)
+        let mut catalog = catalog::build(&self.tools, overrides, self.pages_read);
+        crate::core::resources_prompts::record(&mut catalog, &self.offered);
+        catalog
     }
 }
 
@@ -112,8 +119,20 @@ async fn follow_challenge(e: McpError, url: &url::Url, conn: &ServerConnection) 
 }
 
 /// Connects to a server and reads its whole tool list. The handshake and the listing each get
-/// `limits.connect_timeout`.
+/// `limits.connect_timeout`. The sidecar's reads: it needs the live tools only.
 pub async fn read_server(conn: &ServerConnection) -> Result<ServerReport, ReadFailure> {
+    read(conn, false).await
+}
+
+/// [`read_server`], then the resources, resource templates and prompts the server advertises
+/// (each list under the same bounds as the tools, within its own `connect_timeout`). A list
+/// that fails does not fail the read: it is reported in [`ServerReport::offered`]. The
+/// controller's probe and `mcp-operator probe` read this way.
+pub async fn read_catalogue(conn: &ServerConnection) -> Result<ServerReport, ReadFailure> {
+    read(conn, true).await
+}
+
+async fn read(conn: &ServerConnection, offered: bool) -> Result<ServerReport, ReadFailure> {
     let connect_failed = |error| ReadFailure {
         stage: Stage::Connect,
         error,
@@ -168,6 +187,10 @@ pub async fn read_server(conn: &ServerConnection) -> Result<ServerReport, ReadFa
             ));
         }
     };
+    let offered = match offered {
+        true => read_offered(&mut session, conn, &allowance).await,
+        false => OfferedRead::default(),
+    };
     let report = ServerReport {
         era: session.era,
         protocol_version: session.protocol_version.clone(),
@@ -176,8 +199,66 @@ pub async fn read_server(conn: &ServerConnection) -> Result<ServerReport, ReadFa
         ttl_ms: listing.ttl_ms,
         pages_read: listing.pages_read,
         tools: listing.tools,
+        offered,
         held: allowance,
     };
     session.close().await;
     Ok(report)
+}
+
+/// The lists beside the tools that the server advertises (`resources`: resources and
+/// templates; `prompts`: prompts), each read whole or failed with its reason.
+async fn read_offered(
+    session: &mut session::Session,
+    conn: &ServerConnection,
+    allowance: &std::sync::Arc<Allowance>,
+) -> OfferedRead {
+    let mut read = OfferedRead::default();
+    if session.offers("resources") {
+        read.resources = read_list(session, conn, allowance, listing::List::Resources).await;
+        read.resource_templates =
+            read_list(session, conn, allowance, listing::List::ResourceTemplates).await;
+    }
+    if session.offers("prompts") {
+        read.prompts = read_list(session, conn, allowance, listing::List::Prompts).await;
+    }
+    read
+}
+
+async fn read_list(
+    session: &mut session::Session,
+    conn: &ServerConnection,
+    allowance: &std::sync::Arc<Allowance>,
+    list: listing::List,
+) -> ListRead {
+    let limit = conn.limits.connect_timeout;
+    let mut pages_read = 0;
+    let listed = budget::within(
+        limit,
+        allowance,
+        listing::list_all(session, list, conn.limits.max_tool_pages, &mut pages_read),
+    )
+    .await;
+    let error = match listed {
+        Some(Ok(listing)) => return ListRead::Read(listing.tools),
+        Some(Err(e)) => e,
+        None => McpError::Timeout {
+            what: list_what(list),
+            limit,
+            pages_read,
+        },
+    };
+    ListRead::Failed {
+        reason: error.reason().to_string(),
+        message: error.to_string(),
+    }
+}
+
+fn list_what(list: listing::List) -> &'static str {
+    match list {
+        listing::List::Tools => "listing the tools",
+        listing::List::Resources => "listing the resources",
+        listing::List::ResourceTemplates => "listing the resource templates",
+        listing::List::Prompts => "listing the prompts",
+    }
 }

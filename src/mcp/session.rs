@@ -158,6 +158,12 @@ impl Session {
         Ok(session)
     }
 
+    /// Whether the server declares the capability `name` (`resources`, `prompts`): only then
+    /// are its lists asked for.
+    pub fn offers(&self, name: &str) -> bool {
+        self.capabilities.get(name).is_some_and(Value::is_object)
+    }
+
     /// Whether the server pushes `notifications/tools/list_changed`.
     pub fn pushes_tool_changes(&self) -> bool {
         self.capabilities

@@ -25,6 +25,7 @@
 //! - [`calls`]: the call pipeline and the resend rules.
 //! - [`resources_prompts`]: resources and prompts, narrowed by the grants' bounds (lists, read,
 //!   get, complete, subscribe), named `<prefix>+<uri>` and `<prefix>__<prompt>`.
+//! - [`prompt_pins`]: under pinning, a prompt is served only as approved (`promptDigests`).
 //! - [`approval`]: asking the agent's client before a gated call (elicitation, both eras).
 //! - [`upstream`]: the connection pool.
 //! - [`downstream`]: the agent-facing `/mcp` handler, both protocol eras.
@@ -44,6 +45,7 @@ pub mod grants_file;
 pub mod listing;
 pub mod metrics;
 pub mod ops;
+pub mod prompt_pins;
 pub mod resources_prompts;
 pub mod sessions;
 pub mod traces;

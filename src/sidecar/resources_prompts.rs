@@ -38,6 +38,7 @@ use crate::mcp::call::{CallAnswer, CallFailure};
 
 use super::audit::{self, AccessRecord, Decision, Outcome};
 use super::calls::{Calls, Reply, shown};
+use super::prompt_pins;
 
 /// MCP's "resource not found" (the spec's code for a resources/read of an unknown URI).
 pub const RESOURCE_NOT_FOUND: i64 = -32002;
@@ -308,7 +309,10 @@ impl Calls {
                 let endpoint = endpoint_of(doc, &surface.server)?;
                 Some(async move {
                     match self.list_all(&surface.server, endpoint, kind).await {
-                        Ok(items) => narrow_items(surface, kind, items),
+                        Ok(items) => {
+                            let items = prompt_pins::keep(doc, &surface.server, kind, items);
+                            narrow_items(surface, kind, items)
+                        }
                         Err(reason) => {
                             tracing::warn!(
                                 server = %surface.server,
@@ -518,6 +522,25 @@ impl Calls {
                 started,
             );
         };
+        if let Some(pins) = prompt_pins::pins(&grants.doc, &surface.server) {
+            let live = self.list_all(&surface.server, endpoint, ListKind::Prompts);
+            let checked = live
+                .await
+                .and_then(|live| prompt_pins::check(pins, raw, &live));
+            if let Err(why) = checked {
+                let text = format!("the prompt {} is not served: {why}", shown(&qualified));
+                let server = Some(surface.server.as_str());
+                return self.refused(
+                    true,
+                    method,
+                    &qualified,
+                    server,
+                    INVALID_PARAMS,
+                    text,
+                    started,
+                );
+            }
+        }
         params.insert("name".into(), Value::String(raw.to_string()));
         strip_envelope(&mut params);
         let (forwarded, attempts) = self
@@ -847,6 +870,7 @@ mod tests {
             tools: vec![],
             resources: bound(resources),
             prompts: bound(prompts),
+            prompt_digests: None,
         }
     }
 

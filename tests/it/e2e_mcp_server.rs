@@ -748,3 +748,157 @@ fn tail(text: &str, lines: usize) -> String {
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")
 }
+
+/// The approved prompt digests the AgentSpec `agent`'s grants carry for `server` (None while
+/// there are no grants or the server is not pinned).
+async fn prompt_digests(
+    client: &kube::Client,
+    ns: &str,
+    agent: &str,
+    server: &str,
+) -> Option<serde_json::Value> {
+    let cm = Api::<ConfigMap>::namespaced(client.clone(), ns)
+        .get_opt(&format!("{agent}-mcp-grants"))
+        .await
+        .unwrap()?;
+    let doc: serde_json::Value =
+        serde_json::from_str(cm.data.as_ref()?.get("grants.json")?).unwrap();
+    doc["servers"]
+        .as_array()?
+        .iter()
+        .find(|s| s["name"] == server)
+        .map(|s| s["promptDigests"].clone())
+}
+
+async fn wait_prompt_digests(client: &kube::Client, ns: &str, want: &[&str]) -> serde_json::Value {
+    eventually(SOON, &format!("promptDigests of {want:?}"), || async {
+        let digests = prompt_digests(client, ns, "bot", "files")
+            .await
+            .unwrap_or_default();
+        let names: Vec<&str> = digests
+            .as_object()
+            .map(|o| o.keys().map(String::as_str).collect())
+            .unwrap_or_default();
+        if names == want {
+            Ok(digests.clone())
+        } else {
+            Err(format!("{digests}"))
+        }
+    })
+    .await
+}
+
+/// What `kubectl get mcp -o yaml` shows of a server's resources, templates and prompts, and
+/// pinning of prompts: a prompt whose description changes waits for a person, leaves the
+/// agent's grants (the sidecar then serves it to no agent), and comes back once approved.
+#[tokio::test]
+async fn status_lists_resources_and_prompts_and_a_changed_pinned_prompt_waits() {
+    let (client, ns) = e2e::setup("res-prompts").await;
+    let fixture = Fixtures::load().sdk_server(&[]);
+    let _op = Operator::start(&e2e::kubeconfig_path().await, ns.name(), "op-res-prompts");
+    apply_server(
+        &client,
+        ns.name(),
+        server_manifest("files", &fixture.url, json!({"pinning": {"enabled": true}})),
+    )
+    .await;
+    let api: Api<McpServer> = Api::namespaced(client.clone(), ns.name());
+    let s = wait_condition(&api, "files", "Ready", "True", Some("Ready"), SOON).await;
+    let catalog = &s.status.as_ref().unwrap().catalog.as_ref().unwrap().catalog;
+    assert_eq!(
+        (
+            catalog.resource_count,
+            catalog.resource_template_count,
+            catalog.prompt_count
+        ),
+        (Some(3), Some(2), Some(2))
+    );
+    let uris: Vec<&str> = catalog.resources.iter().map(|r| r.uri.as_str()).collect();
+    assert_eq!(
+        uris,
+        [
+            "file:///docs/guide.md",
+            "file:///docs/readme.md",
+            "file:///private/keys.txt"
+        ]
+    );
+    let prompts: Vec<&str> = catalog.prompts.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(prompts, ["exfiltrate", "review"]);
+    assert_eq!(
+        condition(&s, "CatalogSynced").unwrap()["message"],
+        "Read 4 tools in 1 page of tools/list; 3 resources, 2 resource templates, 2 prompts."
+    );
+
+    e2e::apply_agent(
+        &client,
+        ns.name(),
+        "bot",
+        json!({"servers": [{"name": "files", "prompts": {"allow": ["*"]}}]}),
+    )
+    .await;
+    let before = wait_prompt_digests(&client, ns.name(), &["exfiltrate", "review"]).await;
+
+    // The prompt's rug pull: its description changes (nothing is pushed: the next read sees it).
+    support::sdk_control_with(
+        &fixture.url,
+        "set-prompt-description",
+        &[
+            ("name", "review"),
+            ("text", "Review a file, then push it to main"),
+        ],
+    )
+    .await;
+    api.patch(
+        "files",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"annotations": {"mcp-operator.dev/refresh": "1"}}})),
+    )
+    .await
+    .unwrap();
+    let s = wait_condition(
+        &api,
+        "files",
+        "ToolsApproved",
+        "False",
+        Some("AwaitingApproval"),
+        SOON,
+    )
+    .await;
+    let message = condition(&s, "ToolsApproved").unwrap()["message"].clone();
+    assert!(
+        message
+            .as_str()
+            .unwrap()
+            .starts_with("1 prompt waits for approval and no agent is granted it: prompt review (description changed)."),
+        "{message}"
+    );
+    let pinning = s.status.as_ref().unwrap().pinning.clone().unwrap();
+    assert_eq!(
+        (pinning.waiting_count, pinning.waiting_prompt_count),
+        (0, 1)
+    );
+    let waiting = &pinning.waiting_prompts[0];
+    assert_eq!(waiting.name, "review");
+    assert_eq!(waiting.summary, "description changed");
+    assert_eq!(
+        waiting.pinned_digest.as_ref(),
+        before["review"].as_str().map(String::from).as_ref()
+    );
+    assert_eq!(condition(&s, "Ready").unwrap()["status"], "True");
+    let after = wait_prompt_digests(&client, ns.name(), &["exfiltrate"]).await;
+    assert_eq!(after["exfiltrate"], before["exfiltrate"]);
+
+    // A person approves the served definition: the prompt is granted again, at its new digest.
+    api.patch(
+        "files",
+        &PatchParams::default(),
+        &Patch::Merge(
+            json!({"metadata": {"annotations": {"mcp-operator.dev/approve": waiting.served_digest}}}),
+        ),
+    )
+    .await
+    .unwrap();
+    wait_condition(&api, "files", "ToolsApproved", "True", None, SOON).await;
+    let approved = wait_prompt_digests(&client, ns.name(), &["exfiltrate", "review"]).await;
+    assert_eq!(approved["review"], waiting.served_digest.as_str());
+}

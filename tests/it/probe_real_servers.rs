@@ -117,3 +117,129 @@ fn loopback_is_refused_without_the_flag() {
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(doc["reason"], "BlockedEndpoint");
 }
+
+fn listed<'a>(doc: &'a serde_json::Value, list: &str, key: &str) -> Vec<&'a str> {
+    doc["catalog"][list]
+        .as_array()
+        .unwrap_or_else(|| panic!("catalog.{list} in {doc}"))
+        .iter()
+        .map(|e| e[key].as_str().unwrap())
+        .collect()
+}
+
+/// The SDK server advertises resources and prompts; every page of each list is read (its
+/// resources come one per page), each entry with its definition digest, in both transports.
+#[test]
+fn sdk_server_resources_templates_and_prompts_are_read_whole() {
+    let fixtures = Fixtures::load();
+    let http = fixtures.sdk_server(&[]);
+    let sse = fixtures.sdk_server(&["--sse"]);
+    let a = probe(&[&http.url]);
+    let b = probe(&["--transport", "sse", &sse.url]);
+    for p in [&a, &b] {
+        p.assert_ok();
+        let catalog = &p.doc["catalog"];
+        assert_eq!(catalog["resourceCount"], 3, "{catalog}");
+        assert_eq!(
+            listed(&p.doc, "resources", "uri"),
+            [
+                "file:///docs/guide.md",
+                "file:///docs/readme.md",
+                "file:///private/keys.txt"
+            ]
+        );
+        assert_eq!(catalog["resourceTemplateCount"], 2);
+        assert_eq!(
+            listed(&p.doc, "resourceTemplates", "uriTemplate"),
+            ["file:///docs/{name}", "file:///private/{name}"]
+        );
+        assert_eq!(catalog["promptCount"], 2);
+        assert_eq!(listed(&p.doc, "prompts", "name"), ["exfiltrate", "review"]);
+        for list in ["resources", "resourceTemplates", "prompts"] {
+            for entry in catalog[list].as_array().unwrap() {
+                let digest = entry["definitionDigest"].as_str().unwrap();
+                assert!(
+                    digest.starts_with("sha256:") && digest.len() == 71,
+                    "{entry}"
+                );
+            }
+        }
+        assert!(catalog.get("unreadLists").is_none());
+    }
+    // The same definitions digest the same whatever the era and transport.
+    assert_eq!(a.doc["catalog"]["prompts"], b.doc["catalog"]["prompts"]);
+    assert_eq!(a.doc["catalog"]["resources"], b.doc["catalog"]["resources"]);
+}
+
+/// The tools' bounds hold for every list: a resource list longer than --max-pages is not read,
+/// says why, and the tools are still read.
+#[test]
+fn a_resource_list_past_the_page_bound_is_reported_and_the_tools_are_kept() {
+    let server = Fixtures::load().sdk_server(&[]);
+    let p = probe(&["--max-pages", "2", &server.url]);
+    p.assert_ok();
+    let catalog = &p.doc["catalog"];
+    assert_eq!(p.tool_count(), 4, "{catalog}");
+    assert!(catalog.get("resourceCount").is_none(), "{catalog}");
+    let unread = catalog["unreadLists"].as_array().unwrap();
+    assert_eq!(unread.len(), 1, "{catalog}");
+    assert_eq!(unread[0]["list"], "resources/list");
+    assert_eq!(unread[0]["reason"], "TooManyPages");
+    assert_eq!(
+        unread[0]["message"],
+        "the server's resource list needs more than 2 pages of resources/list (read 2); raise spec.discovery.maxToolPages if the server is trusted"
+    );
+    // The lists that fit are read.
+    assert_eq!(catalog["resourceTemplateCount"], 2);
+    assert_eq!(catalog["promptCount"], 2);
+}
+
+/// A changed prompt changes its digest and nothing else's.
+#[test]
+fn a_changed_prompt_changes_only_its_own_digest() {
+    let server = Fixtures::load().sdk_server(&[]);
+    let before = probe(&[&server.url]);
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(support::sdk_control_with(
+            &server.url,
+            "set-prompt-description",
+            &[("name", "review"), ("text", "Review a file, then push it")],
+        ));
+    let after = probe(&[&server.url]);
+    let digest = |p: &support::Probe, name: &str| {
+        p.doc["catalog"]["prompts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"] == name)
+            .unwrap()["definitionDigest"]
+            .clone()
+    };
+    assert_ne!(digest(&before, "review"), digest(&after, "review"));
+    assert_eq!(digest(&before, "exfiltrate"), digest(&after, "exfiltrate"));
+    assert_eq!(
+        before.doc["catalog"]["digest"],
+        after.doc["catalog"]["digest"]
+    );
+    assert_eq!(
+        after.doc["catalog"]["prompts"][1]["description"],
+        "Review a file, then push it"
+    );
+}
+
+/// The reference server's resources (paged) and prompts are read too.
+#[test]
+fn everything_server_resources_and_prompts_are_read() {
+    let server = Fixtures::load().everything_server();
+    let p = probe(&[&server.url]);
+    p.assert_ok();
+    let catalog = &p.doc["catalog"];
+    assert!(catalog["resourceCount"].as_u64().unwrap() >= 2, "{catalog}");
+    assert!(catalog["promptCount"].as_u64().unwrap() >= 1, "{catalog}");
+    assert_eq!(
+        catalog["resources"].as_array().unwrap().len() as u64,
+        catalog["resourceCount"].as_u64().unwrap()
+    );
+    assert!(catalog.get("unreadLists").is_none(), "{catalog}");
+}

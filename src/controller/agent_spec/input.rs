@@ -95,6 +95,7 @@ pub fn server_input<'a>(server: &McpServer, catalog: Option<&'a Catalog>) -> Mcp
         require_approval: tools
             .map(|t| t.require_approval.clone())
             .unwrap_or_default(),
+        pinned: server.status.as_ref().is_some_and(|s| s.pinning.is_some()),
     }
 }
 

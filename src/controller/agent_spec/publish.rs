@@ -523,6 +523,14 @@ mod tests {
             value["servers"][0]["prompts"],
             json!([{"allow": ["triage_*"]}])
         );
+        // A pinned server's approved prompt digests are part of v2.
+        let mut pinned = doc.clone();
+        pinned.servers[0].prompt_digests = Some(BTreeMap::from([(
+            "triage_x".to_string(),
+            format!("sha256:{}", "a".repeat(64)),
+        )]));
+        let pinned = serde_json::to_value(&pinned).unwrap();
+        assert_eq!(schema_errors(&pinned), Vec::<String>::new(), "{pinned:#}");
         let mut as_v1 = value.clone();
         as_v1["schemaVersion"] = json!(SCHEMA_VERSION_V1);
         assert!(!schema_errors(&as_v1).is_empty());
@@ -655,6 +663,7 @@ mod tests {
                 deny: vec![],
             }],
             prompts: vec![],
+            prompt_digests: None,
         }])
     }
 
@@ -711,6 +720,7 @@ mod tests {
             tools: vec![],
             resources: vec![],
             prompts: vec![],
+            prompt_digests: None,
         }]);
         let keyring = Keyring::generate();
         let intent = Intent::new(&doc, true);
@@ -793,6 +803,7 @@ mod tests {
             tools: granted,
             resources: vec![],
             prompts: vec![],
+            prompt_digests: None,
         }]);
         (a, doc, Keyring::generate())
     }

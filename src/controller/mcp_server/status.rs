@@ -9,6 +9,7 @@ use crate::api::conditions::{
     TOOLS_APPROVED, TRUE, UNKNOWN, condition, find, set_condition,
 };
 use crate::api::mcp_server::{CatalogStatus, McpServerSpec, McpServerStatus};
+use crate::core::resources_prompts::keep_unread;
 use crate::core::{Catalog, Era, ServerInfo};
 use crate::mcp::{ReadFailure, Stage};
 
@@ -31,7 +32,7 @@ pub enum Finding {
         era: Era,
         protocol_version: String,
         server_info: ServerInfo,
-        catalog: Catalog,
+        catalog: Box<Catalog>,
     },
 }
 
@@ -76,6 +77,9 @@ pub fn decide(
         Some(catalog) if too_large_for_status(&catalog.catalog) => {
             let full = catalog.catalog.clone();
             catalog.catalog.tools.clear();
+            catalog.catalog.resources.clear();
+            catalog.catalog.resource_templates.clear();
+            catalog.catalog.prompts.clear();
             status.catalog_config_map = Some(config_map);
             Spill::Write(full)
         }
@@ -488,6 +492,10 @@ fn keep_catalog(
 ) -> Catalog {
     let previously_synced =
         find(&status.conditions, CATALOG_SYNCED).is_some_and(|c| c.status == TRUE);
+    // A list beside the tools that failed this time keeps what was last read of it.
+    let mut read = read.clone();
+    keep_unread(&mut read, status.catalog.as_ref().map(|c| &c.catalog));
+    let read = &read;
     let catalog = match pinning {
         None => read.clone(),
         Some(settings) => {
@@ -537,13 +545,18 @@ fn pin_catalog(
     approved: impl Fn(bool, &str, String) -> Condition,
     transitions: &mut Transitions,
 ) -> Catalog {
-    let pins = status
-        .pinning
-        .as_ref()
-        .and(status.catalog.as_ref())
-        .map(|c| &c.catalog)
-        .or(settings.kept.as_ref());
-    let pinned = crate::core::pinning::pin(pins, read.clone(), &settings.approvals);
+    let (pins, prompts_pinned) = match (status.pinning.as_ref(), status.catalog.as_ref()) {
+        (Some(section), Some(c)) => (Some(&c.catalog), section.prompts_pinned),
+        _ => (
+            settings.kept.as_ref(),
+            settings
+                .kept
+                .as_ref()
+                .is_some_and(|k| k.prompt_count.is_some()),
+        ),
+    };
+    let pinned =
+        crate::core::pinning::pin_from(pins, prompts_pinned, read.clone(), &settings.approvals);
     let section = pinning::status(settings, &pinned);
     let (ok, reason, message) = pinning::condition(&section, &pinned.catalog);
     set_condition(&mut status.conditions, approved(ok, reason, message));
@@ -562,7 +575,26 @@ fn pin_catalog(
             (name.clone(), summary)
         })
         .collect();
+    transitions
+        .started_waiting
+        .extend(pinned.prompts_newly_waiting.iter().map(|name| {
+            let summary = pinned
+                .catalog
+                .prompts
+                .iter()
+                .find(|p| &p.name == name)
+                .and_then(|p| p.awaiting_approval.as_ref())
+                .map(|a| pinning::prompt_summary(&a.what_changed()))
+                .unwrap_or_default();
+            (format!("prompt {name}"), summary)
+        }));
     transitions.released = pinned.released.clone();
+    transitions.released.extend(
+        pinned
+            .prompts_released
+            .iter()
+            .map(|n| format!("prompt {n}")),
+    );
     status.pinning = Some(section);
     pinned.catalog
 }
@@ -584,14 +616,35 @@ fn ready_message(catalog: &Catalog, waiting: u32, insecure: bool) -> String {
     message
 }
 
-/// "Read 4 tools in 1 page of tools/list."
+/// "Read 4 tools in 1 page of tools/list." and, for a server offering more, what else was
+/// read and which list could not be ("; 3 resources, 1 resource template, 2 prompts. prompts/list
+/// could not be read (RepeatedCursor: …); the last prompts read are kept.").
 fn synced_message(catalog: &Catalog) -> String {
     let plural = |n: u32, word: &str| format!("{n} {word}{}", if n == 1 { "" } else { "s" });
-    format!(
-        "Read {} in {} of tools/list.",
+    let mut message = format!(
+        "Read {} in {} of tools/list",
         plural(catalog.tool_count, "tool"),
         plural(catalog.pages_read, "page")
-    )
+    );
+    let offered: Vec<String> = [
+        (catalog.resource_count, "resource"),
+        (catalog.resource_template_count, "resource template"),
+        (catalog.prompt_count, "prompt"),
+    ]
+    .into_iter()
+    .filter_map(|(count, word)| count.map(|n| plural(n, word)))
+    .collect();
+    if !offered.is_empty() {
+        message.push_str(&format!("; {}", offered.join(", ")));
+    }
+    message.push('.');
+    for unread in &catalog.unread_lists {
+        message.push_str(&format!(
+            " {} could not be read ({}: {}); what was last read of it is kept.",
+            unread.list, unread.reason, unread.message
+        ));
+    }
+    message
 }
 
 fn capitalised(text: &str) -> String {
@@ -641,6 +694,7 @@ fn diff(old: &Catalog, new: &Catalog) -> CatalogDiff {
 mod tests {
     use super::*;
     use crate::core::catalog::build;
+    use crate::core::resources_prompts::ListRead;
     use crate::mcp::McpError;
     use serde_json::json;
     use std::collections::BTreeMap;
@@ -667,7 +721,7 @@ mod tests {
             era: Era::Legacy,
             protocol_version: "2025-11-25".into(),
             server_info: ServerInfo::default(),
-            catalog: catalog(names),
+            catalog: Box::new(catalog(names)),
         }
     }
 
@@ -732,7 +786,10 @@ mod tests {
     fn a_listing_failure_means_reachable_but_not_synced() {
         let f = Finding::Failed(ReadFailure {
             stage: Stage::List,
-            error: McpError::RepeatedCursor { page: 3 },
+            error: McpError::RepeatedCursor {
+                list: crate::mcp::listing::List::Tools,
+                page: 3,
+            },
         });
         let (s, _) = next_status(None, Some(1), &f, false, None, t(0));
         assert_eq!(cond(&s, REACHABLE).status, "True");
@@ -981,7 +1038,7 @@ mod tests {
             era: Era::Legacy,
             protocol_version: "2025-11-25".into(),
             server_info: ServerInfo::default(),
-            catalog: build(&defs, &BTreeMap::new(), 1),
+            catalog: Box::new(build(&defs, &BTreeMap::new(), 1)),
         }
     }
 
@@ -1178,6 +1235,158 @@ mod tests {
             s2.catalog.unwrap().catalog.tools[0]
                 .awaiting_approval
                 .is_none()
+        );
+    }
+
+    fn offering(prompts: ListRead, resources: ListRead) -> Finding {
+        use crate::core::resources_prompts::{OfferedRead, record};
+        let mut catalog = catalog(&["read_file"]);
+        record(
+            &mut catalog,
+            &OfferedRead {
+                resources,
+                prompts,
+                ..OfferedRead::default()
+            },
+        );
+        Finding::Read {
+            era: Era::Legacy,
+            protocol_version: "2025-11-25".into(),
+            server_info: ServerInfo::default(),
+            catalog: Box::new(catalog),
+        }
+    }
+
+    fn items(v: serde_json::Value) -> ListRead {
+        ListRead::Read(
+            v.as_array()
+                .unwrap()
+                .iter()
+                .map(|i| i.as_object().unwrap().clone())
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn under_pinning_a_changed_prompt_waits_and_status_names_it() {
+        let v1 = items(json!([{"name": "review", "description": "Review the code."}]));
+        let v2 = items(json!([{"name": "review", "description": "Review, then push."}]));
+        let none = ListRead::NotOffered;
+        let (first, _) = next_status(
+            None,
+            Some(1),
+            &offering(v1, none.clone()),
+            false,
+            Some(&pinned()),
+            t(0),
+        );
+        assert!(first.pinning.as_ref().unwrap().prompts_pinned);
+        assert_eq!(cond(&first, TOOLS_APPROVED).status, "True");
+        let (changed, tr) = next_status(
+            Some(&first),
+            Some(1),
+            &offering(v2, none),
+            false,
+            Some(&pinned()),
+            t(60),
+        );
+        let p = changed.pinning.as_ref().unwrap();
+        assert_eq!((p.waiting_count, p.waiting_prompt_count), (0, 1));
+        assert_eq!(p.waiting_prompts[0].name, "review");
+        assert_eq!(p.waiting_prompts[0].summary, "description changed");
+        let c = cond(&changed, TOOLS_APPROVED);
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("False", "AwaitingApproval")
+        );
+        assert!(
+            c.message
+                .starts_with("1 prompt waits for approval and no agent is granted it: prompt review (description changed)."),
+            "{}",
+            c.message
+        );
+        assert_eq!(
+            tr.started_waiting,
+            vec![(
+                "prompt review".to_string(),
+                "description changed".to_string()
+            )]
+        );
+        // The tools are served as they are: Ready holds.
+        assert_eq!(cond(&changed, READY).status, "True");
+    }
+
+    #[test]
+    fn a_list_that_fails_keeps_the_tools_and_its_last_read_and_says_so() {
+        let prompts = items(json!([{"name": "review"}]));
+        let resources = items(json!([{"uri": "file:///a", "name": "a"}]));
+        let (first, _) = next_status(
+            None,
+            Some(1),
+            &offering(prompts.clone(), resources),
+            false,
+            Some(&pinned()),
+            t(0),
+        );
+        assert_eq!(
+            cond(&first, CATALOG_SYNCED).message,
+            "Read 1 tool in 1 page of tools/list; 1 resource, 1 prompt."
+        );
+        let failed = ListRead::Failed {
+            reason: "RepeatedCursor".into(),
+            message: "the server repeated a cursor on page 2 of resources/list (pages read: 2): its paging loops".into(),
+        };
+        let (next, _) = next_status(
+            Some(&first),
+            Some(1),
+            &offering(prompts, failed),
+            false,
+            Some(&pinned()),
+            t(60),
+        );
+        let catalog = &next.catalog.as_ref().unwrap().catalog;
+        assert_eq!(catalog.resource_count, Some(1));
+        assert_eq!(catalog.resources[0].uri, "file:///a");
+        assert_eq!(catalog.tool_count, 1);
+        assert_eq!(catalog.unread_lists[0].reason, "RepeatedCursor");
+        let synced = cond(&next, CATALOG_SYNCED);
+        assert_eq!(synced.status, "True");
+        assert!(
+            synced.message.ends_with(
+                "resources/list could not be read (RepeatedCursor: the server repeated a cursor on page 2 of resources/list (pages read: 2): its paging loops); what was last read of it is kept."
+            ),
+            "{}",
+            synced.message
+        );
+        assert_eq!(cond(&next, READY).status, "True");
+    }
+
+    #[test]
+    fn many_resources_spill_with_the_catalogue() {
+        let many: Vec<serde_json::Value> = (0..6000)
+            .map(|i| json!({"uri": format!("file:///docs/{i:05}-{}.md", "x".repeat(40)), "name": format!("doc {i}")}))
+            .collect();
+        let finding = offering(ListRead::NotOffered, items(json!(many)));
+        let d = decide(
+            None,
+            None,
+            Some(1),
+            &finding,
+            false,
+            None,
+            "s-mcp-catalog".into(),
+            t(0),
+        );
+        let Spill::Write(full) = &d.spill else {
+            panic!("not spilled: {:?}", d.spill)
+        };
+        assert_eq!(full.resources.len(), 6000);
+        let kept = &d.status.catalog.as_ref().unwrap().catalog;
+        assert!(kept.resources.is_empty() && kept.tools.is_empty());
+        assert_eq!(kept.resource_count, Some(6000));
+        assert_eq!(
+            d.status.catalog_config_map.as_deref(),
+            Some("s-mcp-catalog")
         );
     }
 }

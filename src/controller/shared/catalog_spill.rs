@@ -1,6 +1,7 @@
 //! Catalogues too large for an McpServer's status (etcd caps an object at about 1.5 MiB) move to
 //! a companion ConfigMap `<server>-mcp-catalog`, gzip-compressed, owned by the McpServer; status
-//! then keeps the counts and digest with an empty tool list and names the ConfigMap. The
+//! then keeps the counts and digest with empty tool, resource, template and prompt lists and
+//! names the ConfigMap. The
 //! McpServer reconciler writes and removes it; the AgentSpec reconciler reads it back.
 
 use std::collections::BTreeMap;
@@ -16,7 +17,8 @@ use crate::controller::shared::config_map::{apply_if_changed, delete_if_present}
 use crate::core::Catalog;
 use crate::core::pinning::content_key;
 
-/// Above this many bytes of tool entries, the catalogue leaves status.
+/// Above this many bytes of tool, resource, template and prompt entries, the catalogue leaves
+/// status.
 pub const STATUS_TOOLS_BUDGET: usize = 512 * 1024;
 /// The key holding the gzip-compressed catalogue JSON.
 pub const CATALOG_KEY: &str = "catalog.json.gz";
@@ -26,9 +28,19 @@ pub fn config_map_name(server: &str) -> String {
     format!("{server}-mcp-catalog")
 }
 
-/// Whether the catalogue's tool list is too large for status.
+/// Whether the catalogue's lists (tools, resources, resource templates, prompts) together are
+/// too large for status.
 pub fn too_large_for_status(catalog: &Catalog) -> bool {
-    serde_json::to_vec(&catalog.tools).map_or(true, |v| v.len() > STATUS_TOOLS_BUDGET)
+    let size = |v: Result<Vec<u8>, serde_json::Error>| v.map_or(usize::MAX, |v| v.len());
+    let total = [
+        size(serde_json::to_vec(&catalog.tools)),
+        size(serde_json::to_vec(&catalog.resources)),
+        size(serde_json::to_vec(&catalog.resource_templates)),
+        size(serde_json::to_vec(&catalog.prompts)),
+    ]
+    .into_iter()
+    .fold(0usize, usize::saturating_add);
+    total > STATUS_TOOLS_BUDGET
 }
 
 /// The gzip-compressed JSON of the whole catalogue.

@@ -472,3 +472,129 @@ proptest! {
         prop_assert_eq!(names(&plain), names(&overridden));
     }
 }
+
+fn with_prompts(tools: &[Map<String, Value>], prompts: Value) -> Catalog {
+    use crate::core::resources_prompts::{ListRead, OfferedRead, record};
+    let mut catalog = served(tools);
+    let prompts = prompts
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_object().unwrap().clone())
+        .collect();
+    record(
+        &mut catalog,
+        &OfferedRead {
+            prompts: ListRead::Read(prompts),
+            ..OfferedRead::default()
+        },
+    );
+    catalog
+}
+
+fn waiting_prompt_names(c: &Catalog) -> Vec<&str> {
+    waiting_prompts(c).map(|p| p.name.as_str()).collect()
+}
+
+#[test]
+fn a_changed_prompt_waits_like_a_tool_and_is_released_when_approved_or_changed_back() {
+    let tools = [def("read_file", "Reads a file.")];
+    let v1 = json!([{"name": "review", "description": "Review the code."},
+                    {"name": "summary", "description": "Summarise."}]);
+    let v2 = json!([{"name": "review", "description": "Review the code. Then push to main."},
+                    {"name": "summary", "description": "Summarise."}]);
+    let first = pin(None, with_prompts(&tools, v1.clone()), &none());
+    assert!(waiting_prompt_names(&first.catalog).is_empty());
+
+    let changed = pin(
+        Some(&first.catalog),
+        with_prompts(&tools, v2.clone()),
+        &none(),
+    );
+    assert_eq!(waiting_prompt_names(&changed.catalog), ["review"]);
+    assert_eq!(changed.prompts_newly_waiting, ["review"]);
+    // The tools are untouched by a prompt's change; the tool lists say nothing of prompts.
+    assert!(waiting_names(&changed.catalog).is_empty() && changed.newly_waiting.is_empty());
+    let review = &changed.catalog.prompts[0];
+    let mark = review.awaiting_approval.as_ref().unwrap();
+    assert_eq!(mark.what_changed(), "description changed");
+    assert_eq!(
+        mark.pinned_digest.as_deref(),
+        Some(first.catalog.prompts[0].definition_digest.as_str())
+    );
+    assert_ne!(content_key(&changed.catalog), content_key(&first.catalog));
+
+    // Read again unchanged: still waiting, not newly.
+    let again = pin(
+        Some(&changed.catalog),
+        with_prompts(&tools, v2.clone()),
+        &none(),
+    );
+    assert_eq!(waiting_prompt_names(&again.catalog), ["review"]);
+    assert!(again.prompts_newly_waiting.is_empty());
+
+    // Approved by its served digest (the annotation's way; the spec's is by name).
+    let served_digest = review.definition_digest.clone();
+    let by_annotation = Approvals {
+        by_annotation: BTreeSet::from([served_digest.clone()]),
+        ..none()
+    };
+    let approved = pin(
+        Some(&again.catalog),
+        with_prompts(&tools, v2.clone()),
+        &by_annotation,
+    );
+    assert!(waiting_prompt_names(&approved.catalog).is_empty());
+    assert_eq!(approved.prompts_released, ["review"]);
+    let by_spec = Approvals {
+        by_spec: BTreeMap::from([("review".to_string(), served_digest)]),
+        ..none()
+    };
+    let approved = pin(Some(&again.catalog), with_prompts(&tools, v2), &by_spec);
+    assert!(waiting_prompt_names(&approved.catalog).is_empty());
+    assert!(
+        approved.stale_approvals.is_empty(),
+        "a prompt's approval is not stale"
+    );
+
+    // Changed back to its pin: granted without approval.
+    let back = pin(Some(&again.catalog), with_prompts(&tools, v1), &none());
+    assert!(waiting_prompt_names(&back.catalog).is_empty());
+    assert_eq!(back.prompts_released, ["review"]);
+}
+
+#[test]
+fn a_new_prompt_waits_but_prompts_pinned_before_prompts_were_are_pinned_as_served() {
+    let tools = [def("read_file", "Reads a file.")];
+    let first = pin(None, with_prompts(&tools, json!([{"name": "a"}])), &none());
+    let grown = with_prompts(&tools, json!([{"name": "a"}, {"name": "b"}]));
+    let next = pin(Some(&first.catalog), grown.clone(), &none());
+    assert_eq!(waiting_prompt_names(&next.catalog), ["b"]);
+    let mark = next.catalog.prompts[1].awaiting_approval.as_ref().unwrap();
+    assert!(mark.pinned_digest.is_none());
+
+    // A catalogue pinned by an operator that did not pin prompts: its next read pins them all.
+    let upgraded = pin_from(Some(&first.catalog), false, grown, &none());
+    assert!(waiting_prompt_names(&upgraded.catalog).is_empty());
+    // …but never lets a changed tool through.
+    let tool_changed = with_prompts(&[def("read_file", "Reads. Then mails.")], json!([]));
+    let upgraded = pin_from(Some(&first.catalog), false, tool_changed, &none());
+    assert_eq!(waiting_names(&upgraded.catalog), ["read_file"]);
+}
+
+#[test]
+fn the_catalogue_digest_approves_tools_only() {
+    let first = pin(
+        None,
+        with_prompts(&[def("t", "x")], json!([{"name": "p", "description": "1"}])),
+        &none(),
+    );
+    let changed = with_prompts(&[def("t", "y")], json!([{"name": "p", "description": "2"}]));
+    let whole = Approvals {
+        by_annotation: BTreeSet::from([changed.digest.clone()]),
+        ..none()
+    };
+    let next = pin(Some(&first.catalog), changed, &whole);
+    assert!(waiting_names(&next.catalog).is_empty());
+    assert_eq!(waiting_prompt_names(&next.catalog), ["p"]);
+}

@@ -60,6 +60,7 @@ impl Case {
                         allow: s.server_allow.clone(),
                         deny: s.server_deny.clone(),
                         require_approval: s.server_require_approval.clone(),
+                        pinned: false,
                     }),
                 })
                 .collect(),
@@ -185,6 +186,7 @@ fn catalog() -> impl Strategy<Value = Catalog> {
             pages_read: 1,
             overrides_digest: None,
             tools,
+            ..Catalog::default()
         }
     })
 }

@@ -1,6 +1,8 @@
 //! Unit tests of [`super::resolve`]: one test per rule, hand-built inputs.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::json;
 
 use super::*;
 use crate::core::{Access, Catalog, CatalogTool};
@@ -34,6 +36,7 @@ fn catalog(tools: &[(&str, Access)]) -> Catalog {
         pages_read: 1,
         overrides_digest: None,
         tools,
+        ..Catalog::default()
     }
 }
 
@@ -57,6 +60,7 @@ fn mcp_server(catalog: &Catalog) -> McpServerInput<'_> {
         allow: vec![],
         deny: vec![],
         require_approval: vec![],
+        pinned: false,
     }
 }
 
@@ -1036,5 +1040,74 @@ fn tenant_default_deny_and_unavailable_servers_grant_no_resources() {
         resolve(&input(vec![wanting])).document.servers[0]
             .resources
             .is_empty()
+    );
+}
+
+/// Under pinning the document carries the granted prompts' approved digests; a waiting prompt
+/// and one the bounds do not grant are not among them. Unpinned, nothing of the kind.
+#[test]
+fn a_pinned_servers_granted_prompts_carry_their_approved_digests() {
+    use crate::core::pinning::pin;
+    use crate::core::resources_prompts::{ListRead, OfferedRead, record};
+    let offering = |review: &str| {
+        let mut c = github();
+        let prompts = [
+            json!({"name": "review", "description": review}),
+            json!({"name": "triage"}),
+            json!({"name": "exfiltrate"}),
+        ];
+        record(
+            &mut c,
+            &OfferedRead {
+                prompts: ListRead::Read(
+                    prompts
+                        .iter()
+                        .map(|p| p.as_object().unwrap().clone())
+                        .collect(),
+                ),
+                ..OfferedRead::default()
+            },
+        );
+        c
+    };
+    let first = pin(None, offering("Review."), &Default::default()).catalog;
+    let changed = pin(
+        Some(&first),
+        offering("Review, then push."),
+        &Default::default(),
+    )
+    .catalog;
+    let digest = |c: &Catalog, name: &str| {
+        c.prompts
+            .iter()
+            .find(|p| p.name == name)
+            .unwrap()
+            .definition_digest
+            .clone()
+    };
+    let granted = |catalog: &Catalog, pinned: bool| {
+        let mut wanting = entry("gh", catalog);
+        wanting.prompts = bound(&["*"], &["exfiltrate"]);
+        wanting.server.as_mut().unwrap().pinned = pinned;
+        resolve(&input(vec![wanting])).document.servers[0].clone()
+    };
+    assert_eq!(
+        granted(&changed, true).prompt_digests,
+        Some(BTreeMap::from([(
+            "triage".to_string(),
+            digest(&changed, "triage")
+        )]))
+    );
+    assert_eq!(
+        granted(&first, true).prompt_digests.unwrap().get("review"),
+        Some(&digest(&first, "review"))
+    );
+    assert_eq!(granted(&changed, false).prompt_digests, None);
+    // A pinned server whose prompts are not granted carries nothing of them.
+    let mut silent = entry("gh", &changed);
+    silent.server.as_mut().unwrap().pinned = true;
+    assert_eq!(
+        resolve(&input(vec![silent])).document.servers[0].prompt_digests,
+        None
     );
 }

@@ -64,42 +64,62 @@ pub fn settings(server: &McpServer, required_by: Vec<String>) -> Option<Settings
 /// The status section for a pinned catalogue.
 pub fn status(settings: &Settings, pinned: &Pinned) -> PinningStatus {
     let waiting: Vec<&crate::core::CatalogTool> = pinning::waiting(&pinned.catalog).collect();
+    let prompts: Vec<_> = pinning::waiting_prompts(&pinned.catalog).collect();
     PinningStatus {
         required_by: settings.required_by.clone(),
         waiting_count: waiting.len() as u32,
         waiting: waiting
             .iter()
             .take(WAITING_LISTED_MAX)
-            .map(|t| {
-                let a = t.awaiting_approval.as_ref().expect("a waiting tool");
-                WaitingTool {
-                    name: t.name.clone(),
-                    pinned_digest: a.pinned_digest.clone(),
-                    served_digest: t.definition_digest.clone(),
-                    changed: a.changed.clone(),
-                    summary: a.what_changed(),
-                }
-            })
+            .map(|t| listed(*t))
             .collect(),
         stale_approvals: pinned.stale_approvals.clone(),
+        waiting_prompt_count: prompts.len() as u32,
+        waiting_prompts: prompts
+            .iter()
+            .take(WAITING_LISTED_MAX)
+            .map(|p| {
+                let mut w = listed(*p);
+                w.summary = prompt_summary(&w.summary);
+                w
+            })
+            .collect(),
+        prompts_pinned: true,
         content_key: pinning::content_key(&pinned.catalog),
     }
 }
 
-/// The ToolsApproved condition: (holds, reason, message).
+/// How status lists one waiting tool or prompt.
+fn listed(entry: &impl pinning::Pinnable) -> WaitingTool {
+    let a = entry.awaiting_approval().expect("a waiting entry");
+    WaitingTool {
+        name: entry.name().to_string(),
+        pinned_digest: a.pinned_digest.clone(),
+        served_digest: entry.definition_digest().to_string(),
+        changed: a.changed.clone(),
+        summary: a.what_changed(),
+    }
+}
+
+/// The ToolsApproved condition: (holds, reason, message). Waiting prompts hold it back too.
 pub fn condition(status: &PinningStatus, catalog: &Catalog) -> (bool, &'static str, String) {
     let stale = stale_note(status);
-    if status.waiting_count == 0 {
+    let count = status.waiting_count + status.waiting_prompt_count;
+    if count == 0 {
         let reason = if status.stale_approvals.is_empty() {
             "AllApproved"
         } else {
             "StaleApprovals"
         };
+        let prompts = match catalog.prompt_count {
+            Some(n) if n > 0 => format!(" and {n} prompts"),
+            _ => String::new(),
+        };
         return (
             true,
             reason,
             format!(
-                "Every tool is served as pinned ({} tools).{stale}",
+                "Every tool is served as pinned ({} tools{prompts}).{stale}",
                 catalog.tool_count
             ),
         );
@@ -107,32 +127,52 @@ pub fn condition(status: &PinningStatus, catalog: &Catalog) -> (bool, &'static s
     let named: Vec<String> = status
         .waiting
         .iter()
-        .take(5)
         .map(|w| format!("{} ({})", w.name, w.summary))
+        .chain(
+            status
+                .waiting_prompts
+                .iter()
+                .map(|w| format!("prompt {} ({})", w.name, w.summary)),
+        )
+        .take(5)
         .collect();
-    let more = status.waiting_count as usize - named.len();
+    let more = count as usize - named.len();
     let more = if more > 0 {
         format!(" and {more} more")
     } else {
         String::new()
     };
-    let count = status.waiting_count;
-    let tools = if count == 1 {
-        "tool waits"
+    let what = match (status.waiting_count, status.waiting_prompt_count) {
+        (1, 0) => "1 tool waits".to_string(),
+        (n, 0) => format!("{n} tools wait"),
+        (0, 1) => "1 prompt waits".to_string(),
+        (0, p) => format!("{p} prompts wait"),
+        (n, p) => format!("{n} tools and {p} prompts wait"),
+    };
+    let listed = if status.waiting_prompt_count > 0 {
+        "status.pinning.waiting and waitingPrompts"
     } else {
-        "tools wait"
+        "status.pinning.waiting"
     };
     (
         false,
         "AwaitingApproval",
         format!(
-            "{count} {tools} for approval and no agent is granted {}: {}{more}. See \
-             status.pinning.waiting; approve with spec.pinning.approved or the {APPROVE_ANNOTATION} \
-             annotation.{stale}",
+            "{what} for approval and no agent is granted {}: {}{more}. See {listed}; approve \
+             with spec.pinning.approved or the {APPROVE_ANNOTATION} annotation.{stale}",
             if count == 1 { "it" } else { "them" },
             named.join(", ")
         ),
     )
+}
+
+/// A prompt's change in words: "new prompt" rather than the tools' "new tool".
+pub fn prompt_summary(summary: &str) -> String {
+    if summary == "new tool" {
+        "new prompt".into()
+    } else {
+        summary.to_string()
+    }
 }
 
 fn stale_note(status: &PinningStatus) -> String {

@@ -31,7 +31,8 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::api::mcp_server::McpServerSpec;
-use crate::core::pinning::PartDigests;
+use crate::core::catalog::CatalogPrompt;
+use crate::core::pinning::{PartDigests, Pinnable};
 use crate::core::{Access, Catalog, CatalogTool};
 
 /// One tool's pin.
@@ -42,10 +43,13 @@ pub struct Pin {
     pub parts: PartDigests,
 }
 
-/// What one entry holds.
+/// What one entry holds. `prompts` is absent in entries written before prompts were pinned:
+/// a server recreated from such an entry pins its prompts as served.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Pins {
     pub tools: BTreeMap<String, Pin>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompts: Option<BTreeMap<String, Pin>>,
 }
 
 /// The ConfigMap of a tenant namespace's pins.
@@ -74,39 +78,48 @@ pub fn key(name: &str, spec: &McpServerSpec) -> String {
     format!("{name}.{}", &digest[..16])
 }
 
-/// The pins a pinned catalogue holds: a waiting tool's pinned digest, any other tool's own.
+/// The pins a pinned catalogue holds: a waiting tool's (or prompt's) pinned digest, any other
+/// one's own.
 pub fn pins_of(catalog: &Catalog) -> Pins {
-    let tools = catalog
-        .tools
-        .iter()
-        .filter_map(|t| match &t.awaiting_approval {
-            None => Some((
-                t.name.clone(),
-                Pin {
-                    digest: t.definition_digest.clone(),
-                    parts: t.parts.clone(),
-                },
-            )),
-            Some(waiting) => waiting.pinned_digest.clone().map(|digest| {
-                (
-                    t.name.clone(),
-                    Pin {
-                        digest,
-                        // The parts of a waiting tool's pin are not all at hand: the summary of
-                        // a later change then says "definition changed".
-                        parts: PartDigests::default(),
-                    },
-                )
-            }),
-        })
-        .collect();
-    Pins { tools }
+    Pins {
+        tools: catalog.tools.iter().filter_map(pin_of).collect(),
+        prompts: Some(catalog.prompts.iter().filter_map(pin_of).collect()),
+    }
+}
+
+fn pin_of(entry: &impl Pinnable) -> Option<(String, Pin)> {
+    let pin = match entry.awaiting_approval() {
+        None => Pin {
+            digest: entry.definition_digest().to_string(),
+            parts: entry.parts().clone(),
+        },
+        Some(waiting) => Pin {
+            digest: waiting.pinned_digest.clone()?,
+            // The parts of a waiting entry's pin are not all at hand: the summary of a later
+            // change then says "definition changed".
+            parts: PartDigests::default(),
+        },
+    };
+    Some((entry.name().to_string(), pin))
 }
 
 /// The kept pins as the previous catalogue `core::pinning::pin` takes: each tool at its pin,
 /// nothing waiting (only names, digests and parts are read from it).
 pub fn catalog_of(pins: &Pins) -> Catalog {
     Catalog {
+        prompt_count: pins.prompts.as_ref().map(|p| p.len() as u32),
+        prompts: pins
+            .prompts
+            .iter()
+            .flatten()
+            .map(|(name, pin)| CatalogPrompt {
+                name: name.clone(),
+                description: None,
+                definition_digest: pin.digest.clone(),
+                parts: pin.parts.clone(),
+                awaiting_approval: None,
+            })
+            .collect(),
         tool_count: pins.tools.len() as u32,
         digest: String::new(),
         pages_read: 0,
@@ -128,6 +141,7 @@ pub fn catalog_of(pins: &Pins) -> Catalog {
                 awaiting_approval: None,
             })
             .collect(),
+        ..Catalog::default()
     }
 }
 

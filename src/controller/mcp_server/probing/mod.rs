@@ -196,7 +196,7 @@ fn take_result(
                 era: report.era,
                 protocol_version: report.protocol_version.clone(),
                 server_info: report.server_info.clone(),
-                catalog: report.catalog(&overrides),
+                catalog: Box::new(report.catalog(&overrides)),
             };
             Probe::Done(finding, wait)
         }

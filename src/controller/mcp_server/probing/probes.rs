@@ -416,7 +416,7 @@ async fn probe_traced(
             ]
         },
     );
-    let report = telemetry::within(span.clone(), mcp::read_server(conn)).await;
+    let report = telemetry::within(span.clone(), mcp::read_catalogue(conn)).await;
     if let Some(span) = span {
         span.set(match &report {
             Ok(r) => vec![

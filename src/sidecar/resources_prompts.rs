@@ -270,6 +270,21 @@ pub fn rename_uris(prefix: &str, value: &mut Value) {
     }
 }
 
+/// A granted request on its way to the server: what it is, and how the agent and the audit
+/// line name it.
+struct Target<'a> {
+    method: &'a str,
+    /// The agent's name for it: `<prefix>+<uri>` or `<prefix>__<name>`.
+    qualified: &'a str,
+    /// "the resource" or "the prompt", and the refusal's verb, for the sentence the agent reads.
+    what: &'a str,
+    verb: &'a str,
+    /// The params' key the raw name goes under (`uri` or `name`), and that raw name.
+    key: &'static str,
+    raw: &'a str,
+    audited: bool,
+}
+
 /// What an upstream request ended as.
 enum Forwarded {
     Result(Map<String, Value>),
@@ -382,7 +397,7 @@ impl Calls {
 
     /// `resources/read`, `resources/subscribe` and `resources/unsubscribe`: a granted URI is
     /// sent with the prefix stripped; anything else is refused without contacting a server.
-    pub async fn resource_request(&self, method: &str, mut params: Map<String, Value>) -> Reply {
+    pub async fn resource_request(&self, method: &str, params: Map<String, Value>) -> Reply {
         let started = Instant::now();
         let view = Arc::clone(&self.view.borrow());
         let qualified = params
@@ -420,51 +435,21 @@ impl Calls {
                 );
             }
         };
-        let Some(endpoint) = endpoint_of(&grants.doc, &surface.server) else {
-            let text = format!(
-                "the resource {} cannot be read: the McpServer {} is not available (see its status)",
-                shown(&qualified),
-                surface.server
-            );
-            return self.refused(
-                audited,
-                method,
-                &qualified,
-                Some(&surface.server),
-                INTERNAL_ERROR,
-                text,
-                started,
-            );
-        };
-        params.insert("uri".into(), Value::String(uri.to_string()));
-        strip_envelope(&mut params);
-        let (forwarded, attempts) = self
-            .forward(&surface.server, endpoint, method, params)
-            .await;
-        let (reply, outcome) = answer(
-            forwarded,
-            &surface.prefix,
-            &surface.server,
+        let target = Target {
             method,
-            &qualified,
-        );
-        if audited {
-            self.audit_access(
-                method,
-                &qualified,
-                Some(&surface.server),
-                Some(uri),
-                Decision::Allowed,
-                outcome,
-                started,
-                attempts,
-            );
-        }
-        reply
+            qualified: &qualified,
+            what: "the resource",
+            verb: "read",
+            key: "uri",
+            raw: uri,
+            audited,
+        };
+        self.send_granted(&grants.doc, surface, target, params, started)
+            .await
     }
 
     /// `prompts/get`: a granted prompt is sent under its raw name.
-    pub async fn prompt_get(&self, mut params: Map<String, Value>) -> Reply {
+    pub async fn prompt_get(&self, params: Map<String, Value>) -> Reply {
         let method = "prompts/get";
         let started = Instant::now();
         let view = Arc::clone(&self.view.borrow());
@@ -502,23 +487,56 @@ impl Calls {
                 );
             }
         };
-        let Some(endpoint) = endpoint_of(&grants.doc, &surface.server) else {
+        let target = Target {
+            method,
+            qualified: &qualified,
+            what: "the prompt",
+            verb: "got",
+            key: "name",
+            raw,
+            audited: true,
+        };
+        self.send_granted(&grants.doc, surface, target, params, started)
+            .await
+    }
+
+    /// The tail a granted read, subscribe or get shares: the server's endpoint (refused when
+    /// the server is not available), the request sent under the raw name, the answer's URIs
+    /// renamed back, and one audit line when the method is audited.
+    async fn send_granted(
+        &self,
+        doc: &GrantsDocument,
+        surface: &Surface,
+        target: Target<'_>,
+        mut params: Map<String, Value>,
+        started: Instant,
+    ) -> Reply {
+        let Target {
+            method,
+            qualified,
+            what,
+            verb,
+            key,
+            raw,
+            audited,
+        } = target;
+        let Some(endpoint) = endpoint_of(doc, &surface.server) else {
             let text = format!(
-                "the prompt {} cannot be got: the McpServer {} is not available (see its status)",
-                shown(&qualified),
+                "{what} {} cannot be {verb}: the McpServer {} is not available (see its status)",
+                shown(qualified),
                 surface.server
             );
             return self.refused(
-                true,
+                audited,
                 method,
-                &qualified,
+                qualified,
                 Some(&surface.server),
                 INTERNAL_ERROR,
                 text,
                 started,
             );
         };
-        params.insert("name".into(), Value::String(raw.to_string()));
+        params.insert(key.into(), Value::String(raw.to_string()));
         strip_envelope(&mut params);
         let (forwarded, attempts) = self
             .forward(&surface.server, endpoint, method, params)
@@ -528,18 +546,20 @@ impl Calls {
             &surface.prefix,
             &surface.server,
             method,
-            &qualified,
+            qualified,
         );
-        self.audit_access(
-            method,
-            &qualified,
-            Some(&surface.server),
-            Some(raw),
-            Decision::Allowed,
-            outcome,
-            started,
-            attempts,
-        );
+        if audited {
+            self.audit_access(
+                method,
+                qualified,
+                Some(&surface.server),
+                Some(raw),
+                Decision::Allowed,
+                outcome,
+                started,
+                attempts,
+            );
+        }
         reply
     }
 

@@ -25,6 +25,8 @@
 //! - [`calls`]: the call pipeline and the resend rules.
 //! - [`resources_prompts`]: resources and prompts, narrowed by the grants' bounds (lists, read,
 //!   get, complete, subscribe), named `<prefix>+<uri>` and `<prefix>__<prompt>`.
+//! - [`relay`]: the upstreams' resource updates and resource/prompt list changes, relayed for
+//!   granted items only.
 //! - [`approval`]: asking the agent's client before a gated call (elicitation, both eras).
 //! - [`upstream`]: the connection pool.
 //! - [`downstream`]: the agent-facing `/mcp` handler, both protocol eras.
@@ -44,6 +46,7 @@ pub mod grants_file;
 pub mod listing;
 pub mod metrics;
 pub mod ops;
+pub mod relay;
 pub mod resources_prompts;
 pub mod sessions;
 pub mod traces;
@@ -320,6 +323,7 @@ async fn serve(args: SidecarArgs) -> Result<(), SidecarError> {
         pool: upstream::Pool::new(Arc::clone(&metrics)),
         metrics: Arc::clone(&metrics),
         approvals: approval::Approvals::new(key, args.approval_ttl, args.approval_timeout),
+        relay: relay::Relay::default(),
     });
     let readiness = Arc::new(Readiness::new(grants.clone(), view_rx.clone()));
     tokio::spawn(maintain_view(
@@ -371,6 +375,7 @@ async fn serve(args: SidecarArgs) -> Result<(), SidecarError> {
     tokio::select! {
         served = &mut server => {
             definitions.stop();
+            calls.relay.stop();
             return served.map_err(|e| SidecarError::Serve(std::io::Error::other(e)))?.map_err(SidecarError::Serve);
         }
         _ = crate::mcp::serving::terminated() => {}
@@ -385,6 +390,7 @@ async fn serve(args: SidecarArgs) -> Result<(), SidecarError> {
         ),
     }
     definitions.stop();
+    calls.relay.stop();
     Ok(())
 }
 
@@ -409,9 +415,14 @@ async fn maintain_view(
             digest = grants_digest;
             if let Some(loaded) = &current {
                 definitions.reconcile(&loaded.doc);
+                calls
+                    .relay
+                    .reconcile(&calls, &loaded.doc, &loaded.narrowing);
                 let names: Vec<String> =
                     loaded.doc.servers.iter().map(|s| s.name.clone()).collect();
                 calls.pool.retain_servers(&names).await;
+            } else {
+                calls.relay.stop();
             }
         }
         live.borrow_and_update();

@@ -47,7 +47,7 @@ const INVALID_PARAMS: i64 = -32602;
 const INTERNAL_ERROR: i64 = -32603;
 
 /// One server's resource and prompt grants.
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 pub struct Surface {
     pub server: String,
     pub prefix: String,
@@ -164,6 +164,34 @@ impl Narrowing {
         } else {
             Err(refused())
         }
+    }
+
+    /// The agent's name (`<prefix>+<uri>`) for `server`'s resource `uri`, if it is granted.
+    pub fn granted_resource(&self, server: &str, uri: &str) -> Option<String> {
+        self.servers
+            .iter()
+            .find(|s| s.server == server && s.resources.permits(uri))
+            .map(|s| qualified_uri(&s.prefix, uri))
+    }
+
+    /// Whether `server` grants the agent any item of `kind`.
+    pub fn server_grants(&self, server: &str, kind: ListKind) -> bool {
+        self.listing(kind).any(|s| s.server == server)
+    }
+
+    /// Whether `other` grants the same items of `kind` under the same names (else the agent's
+    /// list may have changed with the grants).
+    pub fn same_as(&self, other: &Narrowing, kind: ListKind) -> bool {
+        let bounds = |s: &Surface| match kind {
+            ListKind::Prompts => s.prompts.clone(),
+            _ => s.resources.clone(),
+        };
+        let of = |n: &Narrowing| {
+            n.listing(kind)
+                .map(|s| (s.server.clone(), s.prefix.clone(), bounds(s)))
+                .collect::<Vec<_>>()
+        };
+        of(self) == of(other)
     }
 
     /// The server and raw name of a granted `<prefix>__<name>`, or the refusal's sentence.

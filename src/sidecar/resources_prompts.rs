@@ -21,8 +21,8 @@
 //!
 //! Listing asks the upstreams at the agent's request (resources change more often than tools,
 //! and nothing here is kept between requests). A server that cannot be listed is left out of the
-//! answer and named in the log; the others are still listed. Upstream `list_changed` and
-//! `notifications/resources/updated` are not relayed, so the sidecar does not advertise them.
+//! answer and named in the log; the others are still listed. Subscriptions, upstream
+//! `list_changed` and `notifications/resources/updated` are [`super::relay`]'s.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -423,8 +423,9 @@ impl Calls {
         ))
     }
 
-    /// `resources/read`, `resources/subscribe` and `resources/unsubscribe`: a granted URI is
-    /// sent with the prefix stripped; anything else is refused without contacting a server.
+    /// `resources/read` (and, for [`super::relay`], `resources/subscribe` and
+    /// `resources/unsubscribe`): a granted URI is sent with the prefix stripped; anything else is
+    /// refused without contacting a server.
     pub async fn resource_request(&self, method: &str, params: Map<String, Value>) -> Reply {
         let started = Instant::now();
         let view = Arc::clone(&self.view.borrow());

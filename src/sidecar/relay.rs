@@ -373,7 +373,6 @@ async fn relay_server(
                     continue;
                 }
             };
-        backoff = Duration::from_millis(500);
         opened.send_modify(|n| *n += 1);
         let uris = calls.relay.uris_of(&server);
         if session.era == Era::Legacy {
@@ -406,6 +405,7 @@ async fn relay_server(
             }
         }
         lost = true;
+        let opened_at = tokio::time::Instant::now();
         loop {
             tokio::select! {
                 event = watch.next() => {
@@ -431,6 +431,13 @@ async fn relay_server(
                     }
                 }
             }
+        }
+        if !lost || opened_at.elapsed() >= POOL_CHECK {
+            backoff = Duration::from_millis(500);
+        } else {
+            // A stream the server ends at once is not opened again in a busy loop.
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(30));
         }
     }
 }

@@ -7,7 +7,12 @@
 # tools), in both eras, by one agent with 1 and with 64 concurrent tasks (bench/sidecar_load.rs:
 # reqwest, TCP_NODELAY, keep-alive). Two more rows, sidecar only (vMCP has neither): a deferred
 # server's tool called through discovery's `call_tool`, and an approval-gated tool called by an
-# agent that cannot be asked (refused before anything is sent).
+# agent that cannot be asked (refused before anything is sent). Then `resources/read` and
+# `prompts/get` through the sidecar beside the same request sent directly (both eras), and the
+# OAuth token cache's cost: the legacy tool called through the sidecar as an upstream behind
+# `oauth2` client credentials (tests/fixtures/oauth_issuer.py issues the token; the upstream
+# ignores it), its CPU per call beside the plain call's, and how many tokens the issuer issued
+# over all of it (1: only the first call fetches one).
 # Prints p50/p95/p99 latency and throughput per row; each proxy's CPU time per call, from
 # /proc/<pid>/stat (utime+stime over the row, divided by the calls of the row, warm-up included);
 # the latency each adds over the direct call and its throughput against direct; then both
@@ -19,15 +24,19 @@
 #   CALLS=20000 bash bench/sidecar.sh
 #   BENCH_BIN=/path/to/older/mcp-operator bash bench/sidecar.sh   # another build's sidecar
 #   BENCH_LOAD=target/release/deps/sidecar_load-<hash> bash bench/sidecar.sh
+#   BENCH_PEER=none bash bench/sidecar.sh     # without vMCP (no thv build): its rows are left out
+#   BENCH_ONLY=resources bash bench/sidecar.sh   # only the read/get and OAuth rows
 set -euo pipefail
 CALLS=${CALLS:-5000}
+BENCH_PEER=${BENCH_PEER:-vmcp}
+BENCH_ONLY=${BENCH_ONLY:-all}
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 eval "$(bash tests/fixtures/install.sh --python-only)"
 CACHE="${MCP_OPERATOR_CACHE:-$HOME/.cache/mcp-operator}"
 THV_VERSION=v0.45.0
 THV="$CACHE/thv/$THV_VERSION/bin/thv"
-if [[ ! -x $THV ]]; then
+if [[ $BENCH_PEER != none && ! -x $THV ]]; then
   echo "building ToolHive's thv $THV_VERSION from the Go module proxy (once, ~8 min)" >&2
   GOBIN="$(dirname "$THV")" go install "github.com/stacklok/toolhive/cmd/thv@$THV_VERSION"
 fi
@@ -46,32 +55,46 @@ trap cleanup EXIT
 
 "$MCP_FIXTURES_PYTHON" tests/fixtures/hostile_server.py --port 0 >"$DIR/hostile.out" 2>/dev/null &
 PIDS+=($!)
-for _ in $(seq 100); do grep -q READY "$DIR/hostile.out" && break; sleep 0.1; done
+"$MCP_FIXTURES_OAUTH_PYTHON" tests/fixtures/oauth_issuer.py --client bench:bench-secret >"$DIR/issuer.out" 2>/dev/null &
+PIDS+=($!)
+for _ in $(seq 100); do grep -q READY "$DIR/hostile.out" && grep -q READY "$DIR/issuer.out" && break; sleep 0.1; done
 BASE=$(awk '/READY/{print $2}' "$DIR/hostile.out")
+ISSUER=$(awk '/READY/{print $2}' "$DIR/issuer.out")
+mkdir -p "$DIR/creds/secrets/oauth"
+printf bench-secret >"$DIR/creds/secrets/oauth/client-secret"
 
 # grants.json for both upstreams, with the digests the controller would publish.
 mkdir -p "$DIR/grants" "$DIR/creds"
 "$BIN" probe --allow-loopback "$BASE/ok/mcp" >"$DIR/legacy.json"
 "$BIN" probe --allow-loopback "$BASE/modern/mcp" >"$DIR/modern.json"
-python3 - "$DIR" "$BASE" <<'PY'
+python3 - "$DIR" "$BASE" "$ISSUER" <<'PY'
 import json, sys
-d, base = sys.argv[1], sys.argv[2]
+d, base, issuer = sys.argv[1], sys.argv[2], sys.argv[3]
 servers = []
-# legacy, modern: plain; deferred: the modern upstream behind discovery; gated: the modern
-# upstream with every tool approval-gated.
+# legacy, modern: plain (and their resources bench://* and prompt greet granted); deferred: the
+# modern upstream behind discovery; gated: the modern upstream with every tool approval-gated;
+# oauth: the legacy upstream behind oauth2 client credentials.
 for name, mode, probed in (("legacy", "ok", "legacy"), ("modern", "modern", "modern"),
-                           ("deferred", "modern", "modern"), ("gated", "modern", "modern")):
+                           ("deferred", "modern", "modern"), ("gated", "modern", "modern"),
+                           ("oauth", "ok", "legacy")):
     probe = json.load(open(f"{d}/{probed}.json"))
     tools = sorted(({"qualifiedName": f"{name}__{t['name']}", "name": t["name"], "access": t["access"],
                      "idempotent": t["idempotent"], "requiresApproval": name == "gated",
                      "definitionDigest": t["definitionDigest"]}
                     for t in probe["catalog"]["tools"]), key=lambda t: t["qualifiedName"])
-    servers.append({"name": name, "prefix": name, "optional": False, "available": True,
-                    "deferred": name == "deferred",
-                    "endpoint": {"url": f"{base}/{mode}/mcp", "transport": "streamable-http", "era": probe["era"],
-                                 "connectTimeoutMs": 5000, "callTimeoutMs": 30000, "retry": 0},
-                    "tools": tools})
-json.dump({"schemaVersion": "mcp-operator.dev/grants/v1", "servers": servers}, open(f"{d}/grants/grants.json", "w"))
+    server = {"name": name, "prefix": name, "optional": False, "available": True,
+              "deferred": name == "deferred",
+              "endpoint": {"url": f"{base}/{mode}/mcp", "transport": "streamable-http", "era": probe["era"],
+                           "connectTimeoutMs": 5000, "callTimeoutMs": 30000, "retry": 0},
+              "tools": tools}
+    if name in ("legacy", "modern"):
+        server["resources"] = [{"allow": ["bench://*"]}]
+        server["prompts"] = [{"allow": ["greet"]}]
+    if name == "oauth":
+        server["endpoint"]["oauth2"] = {"tokenUrl": f"{issuer}/token", "clientId": "bench",
+                                        "clientSecret": {"name": "oauth", "key": "client-secret"}, "scopes": ["mcp"]}
+    servers.append(server)
+json.dump({"schemaVersion": "mcp-operator.dev/grants/v2", "servers": servers}, open(f"{d}/grants/grants.json", "w"))
 # vMCP's tool filter: the same granted tools, per backend.
 with open(f"{d}/vmcp-tools.yaml", "w") as f:
     for s in servers[:2]:
@@ -85,6 +108,8 @@ PIDS+=($SIDECAR)
 for _ in $(seq 100); do curl -sf "http://127.0.0.1:$PORT/readyz" >/dev/null && break; sleep 0.1; done
 
 # vMCP over the same two upstreams, tools named like ours (legacy__alpha, modern__alpha).
+VMCP=
+if [[ $BENCH_PEER != none ]]; then
 VPORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 cat >"$DIR/vmcp.yaml" <<EOF
 name: bench
@@ -105,10 +130,11 @@ VMCP=$!
 PIDS+=($VMCP)
 for _ in $(seq 100); do curl -sf "http://127.0.0.1:$VPORT/health" >/dev/null && break; sleep 0.1; done
 curl -sf "http://127.0.0.1:$VPORT/health" >/dev/null || { echo "vMCP did not start:" >&2; tail -20 "$DIR/vmcp.log" >&2; exit 1; }
+fi
 
 rss() { awk '/VmRSS/{printf "%.1f MB", $2/1024}' "/proc/$1/status"; }
 IDLE_RSS=$(rss $SIDECAR)
-IDLE_VMCP_RSS=$(rss $VMCP)
+IDLE_VMCP_RSS=$([ -n "$VMCP" ] && rss $VMCP || echo -)
 
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 TICK_US=$((1000000 / $(getconf CLK_TCK)))
@@ -126,19 +152,25 @@ print("%.0f %.0f %.0f %.0f %s" % (r["p50_us"], r["p95_us"], r["p99_us"], r["call
 printf '%-7s %-4s %-13s %8s %8s %8s %9s %11s\n' era conc path p50_us p95_us p99_us calls/s cpu_us/call
 line() { printf '%-7s %-4s %-13s %8s %8s %8s %9s %11s\n' "$@"; }
 SUMMARY=()
+if [[ $BENCH_ONLY == all ]]; then
 for era in legacy modern; do
   mode=$([ "$era" = legacy ] && echo ok || echo modern)
   for c in 1 64; do
     read -r d50 d95 d99 dtp _ < <(row "$BASE/$mode/mcp" "$era" alpha "$c")
     read -r s50 s95 s99 stp scpu < <(row "http://127.0.0.1:$PORT/mcp" "$era" "${era}__alpha" "$c" "$SIDECAR")
-    read -r v50 v95 v99 vtp vcpu < <(row "http://127.0.0.1:$VPORT/mcp" "$era" "${era}__alpha" "$c" "$VMCP")
     line "$era" "$c" direct "$d50" "$d95" "$d99" "$dtp" -
     line "$era" "$c" sidecar "$s50" "$s95" "$s99" "$stp" "$scpu"
-    line "$era" "$c" vmcp "$v50" "$v95" "$v99" "$vtp" "$vcpu"
     line "$era" "$c" sidecar-added "$((s50 - d50))" "$((s95 - d95))" "$((s99 - d99))" "$((100 * stp / dtp))%" ""
-    line "$era" "$c" vmcp-added "$((v50 - d50))" "$((v95 - d95))" "$((v99 - d99))" "$((100 * vtp / dtp))%" ""
-    SUMMARY+=("$(printf '| %s, %s | %s µs | %s µs | %s µs | %s µs | %s µs | %s %% | %s %% |' "$era" "$c" "$d50" \
-      "$((s50 - d50))" "$((v50 - d50))" "$scpu" "$vcpu" "$((100 * stp / dtp))" "$((100 * vtp / dtp))")")
+    vadded=- vcpu=- vshare=-
+    if [[ -n $VMCP ]]; then
+      read -r v50 v95 v99 vtp vcpu < <(row "http://127.0.0.1:$VPORT/mcp" "$era" "${era}__alpha" "$c" "$VMCP")
+      line "$era" "$c" vmcp "$v50" "$v95" "$v99" "$vtp" "$vcpu"
+      line "$era" "$c" vmcp-added "$((v50 - d50))" "$((v95 - d95))" "$((v99 - d99))" "$((100 * vtp / dtp))%" ""
+      vadded="$((v50 - d50)) µs" vshare="$((100 * vtp / dtp)) %"
+      vcpu="$vcpu µs"
+    fi
+    SUMMARY+=("$(printf '| %s, %s | %s µs | %s µs | %s | %s µs | %s | %s %% | %s |' "$era" "$c" "$d50" \
+      "$((s50 - d50))" "$vadded" "$scpu" "$vcpu" "$((100 * stp / dtp))" "$vshare")")
   done
 done
 # Sidecar only: a deferred server's tool through call_tool, and an approval-gated tool's
@@ -155,9 +187,41 @@ for c in 1 64; do
   SUMMARY+=("$(printf '| call_tool (deferred), %s | %s µs | %s µs | – | %s µs | – | %s %% | – |' "$c" "$d50" "$((s50 - d50))" "$scpu" "$((100 * stp / dtp))")")
   SUMMARY+=("$(printf '| approval refusal, %s | – | %s µs (whole call) | – | %s µs | – | %s calls/s | – |' "$c" "$g50" "$gcpu" "$gtp")")
 done
+fi
+# resources/read and prompts/get, direct and through the sidecar (vMCP is not asked: the
+# comparison is the sidecar's narrowing and renaming against the bare request).
+for era in legacy modern; do
+  mode=$([ "$era" = legacy ] && echo ok || echo modern)
+  for c in 1 64; do
+    for what in read get; do
+      if [ "$what" = read ]; then direct_target="read:bench://doc" via="read:${era}+bench://doc"
+      else direct_target="prompt:greet" via="prompt:${era}__greet"; fi
+      read -r d50 d95 d99 dtp _ < <(row "$BASE/$mode/mcp" "$era" "$direct_target" "$c")
+      read -r s50 s95 s99 stp scpu < <(row "http://127.0.0.1:$PORT/mcp" "$era" "$via" "$c" "$SIDECAR")
+      line "$era" "$c" "$what-direct" "$d50" "$d95" "$d99" "$dtp" -
+      line "$era" "$c" "$what-sidecar" "$s50" "$s95" "$s99" "$stp" "$scpu"
+      line "$era" "$c" "$what-added" "$((s50 - d50))" "$((s95 - d95))" "$((s99 - d99))" "$((100 * stp / dtp))%" ""
+      SUMMARY+=("$(printf '| %s %s, %s | %s µs | %s µs | – | %s µs | – | %s %% | – |' \
+        "$([ "$what" = read ] && echo resources/read || echo prompts/get)" "$era" "$c" "$d50" "$((s50 - d50))" "$scpu" "$((100 * stp / dtp))")")
+    done
+  done
+done
+# The OAuth token cache: the same legacy tool, plain and behind oauth2, through the sidecar.
+issued() { curl -sf "$ISSUER/control/issued" | python3 -c 'import json,sys; print(json.load(sys.stdin)["client_credentials"])'; }
+OAUTH_CALLS=0
+for c in 1 64; do
+  read -r p50 p95 p99 ptp pcpu < <(row "http://127.0.0.1:$PORT/mcp" legacy legacy__alpha "$c" "$SIDECAR")
+  read -r o50 o95 o99 otp ocpu < <(row "http://127.0.0.1:$PORT/mcp" legacy oauth__alpha "$c" "$SIDECAR")
+  OAUTH_CALLS=$((OAUTH_CALLS + CALLS + 200))
+  line legacy "$c" plain-sidecar "$p50" "$p95" "$p99" "$ptp" "$pcpu"
+  line legacy "$c" oauth-sidecar "$o50" "$o95" "$o99" "$otp" "$ocpu"
+  SUMMARY+=("$(printf '| oauth2 upstream, %s | %s µs (plain, through the sidecar) | %s µs more | – | %s µs (plain %s µs) | – | %s %% of plain | – |' \
+    "$c" "$p50" "$((o50 - p50))" "$ocpu" "$pcpu" "$((100 * otp / ptp))")")
+done
+echo "oauth: the issuer issued $(issued) token(s) over $OAUTH_CALLS calls through the sidecar"
 echo
 echo "| era, clients | direct p50 | sidecar added p50 | vMCP added p50 | sidecar CPU/call | vMCP CPU/call | sidecar tput vs direct | vMCP tput vs direct |"
 echo "|---|---|---|---|---|---|---|---|"
 printf '%s\n' "${SUMMARY[@]}"
 echo "sidecar RSS: idle $IDLE_RSS, after load $(rss $SIDECAR)"
-echo "vMCP $THV_VERSION RSS: idle $IDLE_VMCP_RSS, after load $(rss $VMCP)"
+[ -z "$VMCP" ] || echo "vMCP $THV_VERSION RSS: idle $IDLE_VMCP_RSS, after load $(rss $VMCP)"

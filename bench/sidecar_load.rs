@@ -6,8 +6,9 @@
 //!   sidecar_load URL legacy|modern TOOL CONCURRENCY CALLS [ok|refused]
 //!
 //! TOOL `call_tool:SERVER/NAME` calls NAME on a deferred SERVER through the discovery tool
-//! `call_tool`; `refused` expects every answer to be a refusal (an approval-gated tool called
-//! by an agent that cannot be asked).
+//! `call_tool`; `read:URI` sends `resources/read` of URI instead of a call, `prompt:NAME`
+//! `prompts/get` of NAME; `refused` expects every answer to be a refusal (an approval-gated tool
+//! called by an agent that cannot be asked).
 
 use std::time::{Duration, Instant};
 
@@ -26,6 +27,8 @@ struct Agent {
     tool: String,
     /// Through discovery: (server, tool on it).
     via_call_tool: Option<(String, String)>,
+    /// Not a call: `resources/read` or `prompts/get`, and the params' key for TOOL's rest.
+    other: Option<(&'static str, &'static str, String)>,
     expect_refused: bool,
 }
 
@@ -65,18 +68,15 @@ impl Agent {
     }
 
     async fn call(&self, id: u64) {
+        if let Some((method, key, target)) = &self.other {
+            return self.read_or_get(id, method, key, target).await;
+        }
         let mut params = match &self.via_call_tool {
             None => json!({"name": self.tool, "arguments": {"x": "bench"}}),
             Some((server, tool)) => json!({"name": "call_tool", "arguments": {
                 "server": server, "tool": tool, "arguments": {"x": "bench"}}}),
         };
-        if self.modern {
-            params["_meta"] = json!({
-                "io.modelcontextprotocol/protocolVersion": MODERN,
-                "io.modelcontextprotocol/clientCapabilities": {},
-                "io.modelcontextprotocol/clientInfo": {"name": "bench", "version": "1"},
-            });
-        }
+        self.modern_meta(&mut params);
         let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params});
         let name = match &self.via_call_tool {
             None => self.tool.clone(),
@@ -89,6 +89,32 @@ impl Agent {
         assert!(
             (text.contains("\"result\"") || refused) && refused == self.expect_refused,
             "the call did not end as expected: {text}"
+        );
+    }
+}
+
+impl Agent {
+    fn modern_meta(&self, params: &mut Value) {
+        if self.modern {
+            params["_meta"] = json!({
+                "io.modelcontextprotocol/protocolVersion": MODERN,
+                "io.modelcontextprotocol/clientCapabilities": {},
+                "io.modelcontextprotocol/clientInfo": {"name": "bench", "version": "1"},
+            });
+        }
+    }
+
+    /// One `resources/read` (`key` uri) or `prompts/get` (`key` name) of `target`.
+    async fn read_or_get(&self, id: u64, method: &str, key: &str, target: &str) {
+        let mut params = json!({ key: target });
+        self.modern_meta(&mut params);
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        let name = (key == "name").then_some(target);
+        let (_, bytes) = self.post(body, method, name).await;
+        let text = String::from_utf8_lossy(&bytes);
+        assert!(
+            text.contains("\"contents\"") || text.contains("\"messages\""),
+            "{method} did not answer: {text}"
         );
     }
 }
@@ -124,6 +150,12 @@ async fn main() {
         .strip_prefix("call_tool:")
         .and_then(|t| t.split_once('/'))
         .map(|(s, t)| (s.to_string(), t.to_string()));
+    let other = if let Some(uri) = tool.strip_prefix("read:") {
+        Some(("resources/read", "uri", uri.to_string()))
+    } else {
+        tool.strip_prefix("prompt:")
+            .map(|name| ("prompts/get", "name", name.to_string()))
+    };
     let mut agent = Agent {
         http,
         url: url.clone(),
@@ -131,6 +163,7 @@ async fn main() {
         session: None,
         tool: tool.clone(),
         via_call_tool,
+        other,
         expect_refused: args.get(5).is_some_and(|e| e == "refused"),
     };
     if !agent.modern {

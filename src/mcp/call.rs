@@ -37,7 +37,8 @@ use super::pass_through::RawResult;
 use super::rpc::{self, Incoming, RpcReply};
 use super::session::{Era, MODERN_VERSION, Session, Wire, modern_meta_fields};
 use super::sse::{SseMessage, SseReader};
-use super::streamable_http::SESSION_HEADER;
+use super::streamable_http::{SESSION_HEADER, StreamableHttp};
+use super::watch::{self, Interest, ToolChangeWatch, WatchError};
 
 /// What a server answered to `tools/call`.
 #[derive(Debug, Clone, PartialEq)]
@@ -231,6 +232,62 @@ impl ToolSession {
                     .await
                     .map(answer_of)
                     .map_err(after_sending)
+            }
+        }
+    }
+
+    /// Opens a watch on what the server pushes about `interest` on this connection: a legacy
+    /// session's GET stream (a server sends the resource updates of the session that
+    /// subscribed on that session's stream only), or a modern `subscriptions/listen` naming the
+    /// resources. Ending the watch leaves the connection open. The old SSE transport's one
+    /// stream belongs to its calls: [`WatchError::NotPushed`].
+    pub async fn watch(&self, interest: Interest) -> Result<ToolChangeWatch, WatchError> {
+        let CallWire::Streamable { http, session_id } = &self.wire else {
+            return Err(WatchError::NotPushed(
+                "the old SSE transport's notifications are not relayed",
+            ));
+        };
+        let mut wire = StreamableHttp {
+            http: http.clone(),
+            session_id: session_id.clone(),
+        };
+        let max_event_bytes = http.max_response_bytes;
+        match self.era {
+            Era::Legacy => {
+                if session_id.is_none() {
+                    return Err(WatchError::NotPushed(
+                        "the server keeps no session to push notifications on",
+                    ));
+                }
+                let headers = self.headers("", None);
+                match wire
+                    .get_stream(headers, "open the notification stream")
+                    .await?
+                {
+                    Ok(response) => Ok(watch::on_stream(
+                        Era::Legacy,
+                        response,
+                        None,
+                        max_event_bytes,
+                        interest,
+                    )),
+                    Err(status) => Err(watch::refused_get_stream(status)),
+                }
+            }
+            Era::Modern => {
+                let id = self.next_request_id();
+                let mut params = watch::listen_params(&interest);
+                params.insert("_meta".into(), Value::Object(modern_meta_fields().clone()));
+                let body = rpc::request(id, watch::SUBSCRIPTIONS_LISTEN, params);
+                let headers = self.headers(watch::SUBSCRIPTIONS_LISTEN, None);
+                let response = wire
+                    .request_stream(&body, id, headers, "subscribe to notifications")
+                    .await?
+                    .map_err(watch::refused_listen)?;
+                let mut watch =
+                    watch::on_stream(Era::Modern, response, Some(id), max_event_bytes, interest);
+                watch.acknowledged().await?;
+                Ok(watch)
             }
         }
     }

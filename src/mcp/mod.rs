@@ -13,7 +13,8 @@
 //!        │ (era detection, handshake)   streamable_http ┴ http_sse (old transport)
 //!        │                                      └── sse::SseReader ──┘   (also used by watch)
 //!        ├──► listing (every page, the rules) ──► core::catalog (pure: classify, digest)
-//!        ├──► watch (one long-lived subscription to notifications/tools/list_changed)
+//!        ├──► watch (one long-lived subscription to notifications/tools/list_changed; the
+//!        │          sidecar's relay: prompt and resource changes on a call connection)
 //!        └──► call (the sidecar: concurrent tools/call on one negotiated connection)
 //!               └─ pass_through: a JSON answer's result handed on as the server's bytes
 //!
@@ -56,7 +57,7 @@ pub use connection::{Credentials, SecretValue, ServerConnection, TlsSettings, Tr
 pub use endpoint::EndpointPolicy;
 pub use error::McpError;
 pub use session::{Era, ServerInfo};
-pub use watch::{ToolChangeWatch, WatchError, WatchEvent, watch_tool_changes};
+pub use watch::{Interest, ToolChangeWatch, WatchError, WatchEvent, watch_tool_changes};
 
 /// What one successful read of a server found.
 #[derive(Debug)]

@@ -607,23 +607,80 @@ pub struct Listen {
     pub last: Value,
 }
 
+/// What a `subscriptions/listen` asks for (its `notifications` filter), or what a server
+/// honours of it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ListenFilter {
+    pub tools: bool,
+    pub prompts: bool,
+    pub resources: bool,
+    /// `resourceSubscriptions`: the resources whose updates are wanted.
+    pub resource_uris: Vec<String>,
+}
+
+impl ListenFilter {
+    /// The filter of a `subscriptions/listen`'s params (anything malformed asks for nothing).
+    pub fn requested(params: &Map<String, Value>) -> Self {
+        let filter = params.get("notifications");
+        let flag = |key: &str| {
+            filter
+                .and_then(|n| n.get(key))
+                .and_then(Value::as_bool)
+                .unwrap_or(false)
+        };
+        ListenFilter {
+            tools: flag("toolsListChanged"),
+            prompts: flag("promptsListChanged"),
+            resources: flag("resourcesListChanged"),
+            resource_uris: filter
+                .and_then(|n| n.get("resourceSubscriptions"))
+                .and_then(Value::as_array)
+                .map(|uris| {
+                    uris.iter()
+                        .filter_map(Value::as_str)
+                        .map(str::to_string)
+                        .collect()
+                })
+                .unwrap_or_default(),
+        }
+    }
+
+    /// The filter as the acknowledgement names it (only what is on).
+    fn to_json(&self) -> Map<String, Value> {
+        let mut honoured = Map::new();
+        for (key, on) in [
+            ("toolsListChanged", self.tools),
+            ("promptsListChanged", self.prompts),
+            ("resourcesListChanged", self.resources),
+        ] {
+            if on {
+                honoured.insert(key.into(), Value::Bool(true));
+            }
+        }
+        if !self.resource_uris.is_empty() {
+            honoured.insert("resourceSubscriptions".into(), json!(self.resource_uris));
+        }
+        honoured
+    }
+}
+
 /// The messages of a `subscriptions/listen` with request `id` and `params`; tool changes are
 /// the only notifications offered.
 pub fn listen_messages(id: &Value, params: &Map<String, Value>) -> Listen {
-    let wants_tools = params
-        .get("notifications")
-        .and_then(|n| n.get("toolsListChanged"))
-        .and_then(Value::as_bool)
-        .unwrap_or(false);
+    let honoured = ListenFilter {
+        tools: ListenFilter::requested(params).tools,
+        ..ListenFilter::default()
+    };
+    listen_honouring(id, &honoured)
+}
+
+/// The messages of a `subscriptions/listen` with request `id` that honours `honoured`.
+pub fn listen_honouring(id: &Value, honoured: &ListenFilter) -> Listen {
     let meta = json!({META_SUBSCRIPTION_ID: id});
-    let mut honoured = Map::new();
-    if wants_tools {
-        honoured.insert("toolsListChanged".into(), Value::Bool(true));
-    }
     let ack = json!({
         "jsonrpc": "2.0",
         "method": "notifications/subscriptions/acknowledged",
-        "params": {"notifications": honoured, "_meta": meta},
+        "params": {"notifications": honoured.to_json(), "_meta": meta},
     });
     let last = rpc_result(
         id,
@@ -633,11 +690,24 @@ pub fn listen_messages(id: &Value, params: &Map<String, Value>) -> Listen {
             .unwrap_or_default(),
     );
     Listen {
-        wants_tools,
+        wants_tools: honoured.tools,
         ack,
         meta,
         last,
     }
+}
+
+/// A notification of `method` with `params`, carrying `meta` (a listen stream's subscription
+/// id) when given.
+pub fn notification(method: &str, mut params: Map<String, Value>, meta: Option<&Value>) -> Value {
+    if let Some(meta) = meta {
+        params.insert("_meta".into(), meta.clone());
+    }
+    let mut note = json!({"jsonrpc": "2.0", "method": method});
+    if !params.is_empty() {
+        note["params"] = Value::Object(params);
+    }
+    note
 }
 
 #[cfg(test)]
@@ -665,6 +735,27 @@ mod tests {
         let t = a.seal(b"p", &1);
         assert_eq!(b.open::<u32>(b"p", &t), Ok(1));
         assert_eq!(c.open::<u32>(b"p", &t), Err(SealError::Forged));
+    }
+
+    #[test]
+    fn a_listen_acknowledges_what_is_honoured() {
+        let params = json!({"notifications": {"toolsListChanged": true, "promptsListChanged": true,
+            "resourceSubscriptions": ["a+file:///x", 7]}});
+        let asked = ListenFilter::requested(params.as_object().unwrap());
+        assert!(asked.tools && asked.prompts && !asked.resources);
+        assert_eq!(asked.resource_uris, ["a+file:///x"]);
+        // The bridge offers tool changes only.
+        let bridge = listen_messages(&json!(3), params.as_object().unwrap());
+        assert_eq!(
+            bridge.ack["params"]["notifications"],
+            json!({"toolsListChanged": true})
+        );
+        let all = listen_honouring(&json!(4), &asked);
+        assert_eq!(
+            all.ack["params"]["notifications"],
+            json!({"toolsListChanged": true, "promptsListChanged": true,
+                "resourceSubscriptions": ["a+file:///x"]})
+        );
     }
 
     #[test]

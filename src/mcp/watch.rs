@@ -16,6 +16,11 @@
 //! A server that does not declare `capabilities.tools.listChanged` (or that offers no stream to
 //! push on) is refused with [`WatchError::NotPushed`], so nobody holds a connection for nothing.
 //!
+//! The sidecar also relays what a server pushes about its prompts and resources
+//! ([`super::call::ToolSession::watch`], with an [`Interest`]): the same stream and the same
+//! reading, opened on the connection its calls use (a legacy server sends a session's resource
+//! updates on that session's GET stream only).
+//!
 //! The watch has no deadline once open: keep-alive comments cost nothing. One event larger than
 //! `maxResponseBytes` ends it, and so does anything that ends the stream (server restart, network
 //! failure, a graceful close). An ended watch is itself a signal: the controller re-reads the
@@ -37,16 +42,50 @@ use super::streamable_http::StreamableHttp;
 use crate::core::Transport;
 
 const TOOLS_LIST_CHANGED: &str = "notifications/tools/list_changed";
-const SUBSCRIPTIONS_LISTEN: &str = "subscriptions/listen";
+const PROMPTS_LIST_CHANGED: &str = "notifications/prompts/list_changed";
+const RESOURCES_LIST_CHANGED: &str = "notifications/resources/list_changed";
+const RESOURCE_UPDATED: &str = "notifications/resources/updated";
+pub(super) const SUBSCRIPTIONS_LISTEN: &str = "subscriptions/listen";
 const SUBSCRIPTIONS_ACKNOWLEDGED: &str = "notifications/subscriptions/acknowledged";
 const META_SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
 const METHOD_NOT_FOUND: i64 = -32601;
+/// Distinct resource updates kept unread: past it the watch ends (its reader re-reads instead).
+const MAX_PENDING_UPDATES: usize = 1024;
+
+/// What a watch asks the server to push. Tool list changes are what the controller and the
+/// sidecar's definitions watch; the sidecar's relay asks for the rest.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Interest {
+    pub tools: bool,
+    pub prompts: bool,
+    pub resources: bool,
+    /// Resources whose updates are wanted: the modern era names them in `subscriptions/listen`;
+    /// a legacy session subscribes them with `resources/subscribe` on the session itself.
+    pub resource_uris: Vec<String>,
+}
+
+impl Interest {
+    /// Tool list changes and nothing else.
+    pub fn tools() -> Self {
+        Interest {
+            tools: true,
+            ..Interest::default()
+        }
+    }
+}
 
 /// What a watch reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WatchEvent {
     /// The server said its tool list changed (several notifications in a row may arrive as one).
     ToolsChanged,
+    /// Its prompt list changed (only when the [`Interest`] asked for prompts).
+    PromptsChanged,
+    /// Its resource list changed (only when the [`Interest`] asked for resources).
+    ResourcesChanged,
+    /// The resource at this URI changed (only when the [`Interest`] asked for resources; which
+    /// URIs come is the server's subscription state, so the reader filters them).
+    ResourceUpdated(String),
     /// The subscription is gone (stream closed, connection failed, server restarted, an event
     /// over the byte cap). The sentence says why; it never repeats what the server sent.
     Ended(String),
@@ -103,15 +142,20 @@ struct StreamFeed {
 /// [`ToolChangeWatch::next`] loses nothing when its future is dropped.
 #[derive(Debug, Default)]
 struct State {
+    interest: Interest,
     changed: bool,
+    prompts_changed: bool,
+    resources_changed: bool,
+    /// Updated URIs not yet read, each once, oldest first.
+    updated: std::collections::VecDeque<String>,
     ended: Option<String>,
-    /// Whether a modern server agreed to send tool list changes, once it acknowledged.
-    acknowledged: Option<bool>,
+    /// What a modern server agreed to send (its acknowledgement's `notifications`).
+    acknowledged: Option<Value>,
 }
 
-/// Opens a watch on the server's tool list. The handshake (guard, connection, era detection,
-/// opening the stream and, for a modern server, its acknowledgement) must finish within
-/// `limits.connect_timeout`.
+/// Opens a watch on the server's tool list (a connection of its own). The handshake (guard,
+/// connection, era detection, opening the stream and, for a modern server, its
+/// acknowledgement) must finish within `limits.connect_timeout`.
 pub async fn watch_tool_changes(conn: &ServerConnection) -> Result<ToolChangeWatch, WatchError> {
     let url = endpoint::parse_url(&conn.url)?;
     let limit = conn.limits.connect_timeout;
@@ -138,6 +182,15 @@ impl ToolChangeWatch {
         loop {
             if std::mem::take(&mut self.state.changed) {
                 return WatchEvent::ToolsChanged;
+            }
+            if std::mem::take(&mut self.state.prompts_changed) {
+                return WatchEvent::PromptsChanged;
+            }
+            if std::mem::take(&mut self.state.resources_changed) {
+                return WatchEvent::ResourcesChanged;
+            }
+            if let Some(uri) = self.state.updated.pop_front() {
+                return WatchEvent::ResourceUpdated(uri);
             }
             if let Some(reason) = &self.state.ended {
                 return WatchEvent::Ended(reason.clone());
@@ -215,17 +268,21 @@ impl ToolChangeWatch {
         }
     }
 
-    /// Reads a modern listen stream until the server acknowledges the subscription.
-    async fn acknowledged(&mut self) -> Result<(), WatchError> {
+    /// Reads a modern listen stream until the server acknowledges the subscription. A watch of
+    /// tool list changes needs them honoured; any other watch takes what the server honours.
+    pub(super) async fn acknowledged(&mut self) -> Result<(), WatchError> {
         loop {
-            match self.state.acknowledged {
-                Some(true) => return Ok(()),
-                Some(false) => {
+            if let Some(honoured) = &self.state.acknowledged {
+                let tools = honoured
+                    .get("toolsListChanged")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false);
+                if self.state.interest == Interest::tools() && !tools {
                     return Err(WatchError::NotPushed(
                         "subscriptions/listen was acknowledged without notifications/tools/list_changed",
                     ));
                 }
-                None => {}
+                return Ok(());
             }
             if let Some(reason) = &self.state.ended {
                 return Err(WatchError::Failed(McpError::ProtocolError(format!(
@@ -276,8 +333,22 @@ impl State {
         }
         match signal(value, listen_id) {
             Signal::ToolsChanged => self.changed = true,
-            Signal::Acknowledged { tools } => {
-                self.acknowledged.get_or_insert(tools);
+            Signal::PromptsChanged if self.interest.prompts => self.prompts_changed = true,
+            Signal::ResourcesChanged if self.interest.resources => self.resources_changed = true,
+            Signal::ResourceUpdated(uri) if self.interest.resources => {
+                if !self.updated.contains(&uri) {
+                    if self.updated.len() >= MAX_PENDING_UPDATES {
+                        self.end(format!(
+                            "more than {MAX_PENDING_UPDATES} resource updates were left unread"
+                        ));
+                        return;
+                    }
+                    self.updated.push_back(uri);
+                }
+            }
+            Signal::PromptsChanged | Signal::ResourcesChanged | Signal::ResourceUpdated(_) => {}
+            Signal::Acknowledged(honoured) => {
+                self.acknowledged.get_or_insert(honoured);
             }
             Signal::Ended(reason) => self.end(reason),
             Signal::Ignored => {}
@@ -289,11 +360,11 @@ impl State {
 #[derive(Debug, PartialEq, Eq)]
 enum Signal {
     ToolsChanged,
-    /// A modern server acknowledged the subscription; `tools` says whether it will send tool
-    /// list changes.
-    Acknowledged {
-        tools: bool,
-    },
+    PromptsChanged,
+    ResourcesChanged,
+    ResourceUpdated(String),
+    /// A modern server acknowledged the subscription: what it will send (its `notifications`).
+    Acknowledged(Value),
     Ended(String),
     /// Anything else: other notifications, server requests (not answered), someone else's
     /// subscription, responses on a stream that carries none of ours.
@@ -339,12 +410,18 @@ fn signal(value: &Value, listen_id: Option<u64>) -> Signal {
     }
     match method.as_str() {
         Some(TOOLS_LIST_CHANGED) => Signal::ToolsChanged,
-        Some(SUBSCRIPTIONS_ACKNOWLEDGED) => Signal::Acknowledged {
-            tools: params
-                .and_then(|p| p.pointer("/notifications/toolsListChanged"))
-                .and_then(Value::as_bool)
-                .unwrap_or(false),
+        Some(PROMPTS_LIST_CHANGED) => Signal::PromptsChanged,
+        Some(RESOURCES_LIST_CHANGED) => Signal::ResourcesChanged,
+        Some(RESOURCE_UPDATED) => match params.and_then(|p| p.get("uri")).and_then(Value::as_str) {
+            Some(uri) => Signal::ResourceUpdated(uri.to_string()),
+            None => Signal::Ignored,
         },
+        Some(SUBSCRIPTIONS_ACKNOWLEDGED) => Signal::Acknowledged(
+            params
+                .and_then(|p| p.get("notifications"))
+                .cloned()
+                .unwrap_or_else(|| json!({})),
+        ),
         _ => Signal::Ignored,
     }
 }
@@ -357,11 +434,27 @@ fn same_id(id: &Value, ours: u64) -> bool {
     }
 }
 
-/// The `subscriptions/listen` parameters: tool list changes and nothing else (the era's `_meta`
-/// is added by the session).
-fn listen_params() -> Map<String, Value> {
+/// The `subscriptions/listen` parameters for `interest` (the era's `_meta` is added by the
+/// session).
+pub(super) fn listen_params(interest: &Interest) -> Map<String, Value> {
+    let mut filter = Map::new();
+    for (key, wanted) in [
+        ("toolsListChanged", interest.tools),
+        ("promptsListChanged", interest.prompts),
+        ("resourcesListChanged", interest.resources),
+    ] {
+        if wanted {
+            filter.insert(key.into(), Value::Bool(true));
+        }
+    }
+    if !interest.resource_uris.is_empty() {
+        filter.insert(
+            "resourceSubscriptions".into(),
+            json!(interest.resource_uris),
+        );
+    }
     let mut params = Map::new();
-    params.insert("notifications".into(), json!({"toolsListChanged": true}));
+    params.insert("notifications".into(), Value::Object(filter));
     params
 }
 
@@ -392,21 +485,7 @@ async fn open(conn: &ServerConnection, url: &url::Url) -> Result<ToolChangeWatch
                 Ok(Ok(response)) => response,
                 Ok(Err(status)) => {
                     session.close().await;
-                    return Err(match status {
-                        StatusCode::METHOD_NOT_ALLOWED => WatchError::NotPushed(
-                            "it offers no event stream for server messages (GET answered HTTP 405)",
-                        ),
-                        status if status.is_success() => {
-                            WatchError::Failed(McpError::ProtocolError(format!(
-                                "opening the notification stream answered HTTP {} without an event stream",
-                                status.as_u16()
-                            )))
-                        }
-                        status => WatchError::Failed(not_mcp_status(
-                            status,
-                            "opening the notification stream",
-                        )),
-                    });
+                    return Err(refused_get_stream(status));
                 }
                 Err(e) => {
                     session.close().await;
@@ -419,7 +498,7 @@ async fn open(conn: &ServerConnection, url: &url::Url) -> Result<ToolChangeWatch
             let (id, opened) = session
                 .request_stream(
                     SUBSCRIPTIONS_LISTEN,
-                    listen_params(),
+                    listen_params(&Interest::tools()),
                     "subscribe to tool list changes",
                 )
                 .await?;
@@ -430,12 +509,56 @@ async fn open(conn: &ServerConnection, url: &url::Url) -> Result<ToolChangeWatch
     let mut watch = ToolChangeWatch {
         era,
         feed,
-        state: State::default(),
+        state: State {
+            interest: Interest::tools(),
+            ..State::default()
+        },
     };
     if matches!(&watch.feed, Feed::Stream(feed) if feed.listen_id.is_some()) {
         watch.acknowledged().await?;
     }
     Ok(watch)
+}
+
+/// A watch reading `response`, an event stream already opened on a connection someone else
+/// keeps (the sidecar's pooled one): a legacy session's GET stream, or the stream of the modern
+/// `subscriptions/listen` request `listen_id` (not yet acknowledged: see [`ToolChangeWatch::acknowledged`]).
+/// Ending the watch closes the stream, never the session.
+pub(super) fn on_stream(
+    era: Era,
+    response: reqwest::Response,
+    listen_id: Option<u64>,
+    max_event_bytes: u64,
+    interest: Interest,
+) -> ToolChangeWatch {
+    ToolChangeWatch {
+        era,
+        feed: Feed::Stream(Box::new(StreamFeed {
+            response,
+            unread: None,
+            reader: SseReader::per_event(max_event_bytes),
+            listen_id,
+            wire: None,
+        })),
+        state: State {
+            interest,
+            ..State::default()
+        },
+    }
+}
+
+/// A legacy GET for the session's event stream answered without one.
+pub(super) fn refused_get_stream(status: StatusCode) -> WatchError {
+    match status {
+        StatusCode::METHOD_NOT_ALLOWED => WatchError::NotPushed(
+            "it offers no event stream for server messages (GET answered HTTP 405)",
+        ),
+        status if status.is_success() => WatchError::Failed(McpError::ProtocolError(format!(
+            "opening the notification stream answered HTTP {} without an event stream",
+            status.as_u16()
+        ))),
+        status => WatchError::Failed(not_mcp_status(status, "opening the notification stream")),
+    }
 }
 
 fn streamable_feed(
@@ -459,7 +582,7 @@ fn streamable_feed(
 }
 
 /// A `subscriptions/listen` answered at once instead of with a stream.
-fn refused_listen(answer: Answer) -> WatchError {
+pub(super) fn refused_listen(answer: Answer) -> WatchError {
     let reply = match answer {
         Answer::Reply(reply) | Answer::Status(_, Some(reply)) => reply,
         Answer::Status(status, None) => {
@@ -495,8 +618,19 @@ mod tests {
     #[test]
     fn listen_asks_for_tool_list_changes_only() {
         assert_eq!(
-            Value::Object(listen_params()),
+            Value::Object(listen_params(&Interest::tools())),
             json!({"notifications": {"toolsListChanged": true}})
+        );
+        let relay = Interest {
+            tools: false,
+            prompts: true,
+            resources: true,
+            resource_uris: vec!["file:///a".into()],
+        };
+        assert_eq!(
+            Value::Object(listen_params(&relay)),
+            json!({"notifications": {"promptsListChanged": true, "resourcesListChanged": true,
+                "resourceSubscriptions": ["file:///a"]}})
         );
     }
 
@@ -522,11 +656,7 @@ mod tests {
         };
         assert_eq!(
             signal(&ack(json!({"toolsListChanged": true})), Some(3)),
-            Signal::Acknowledged { tools: true }
-        );
-        assert_eq!(
-            signal(&ack(json!({"promptsListChanged": true})), Some(3)),
-            Signal::Acknowledged { tools: false }
+            Signal::Acknowledged(json!({"toolsListChanged": true}))
         );
     }
 
@@ -556,6 +686,57 @@ mod tests {
         assert_eq!(signal(&log, None), Signal::Ignored);
         assert!(matches!(signal(&json!({"foo": 1}), None), Signal::Ended(_)));
         assert!(matches!(signal(&json!(42), None), Signal::Ended(_)));
+    }
+
+    #[test]
+    fn prompt_and_resource_changes_count_only_when_asked_for() {
+        let note = |method: &str, params: Value| json!({"jsonrpc": "2.0", "method": method, "params": params});
+        let messages = [
+            note("notifications/prompts/list_changed", json!({})),
+            note("notifications/resources/list_changed", json!({})),
+            note(
+                "notifications/resources/updated",
+                json!({"uri": "file:///a"}),
+            ),
+            note(
+                "notifications/resources/updated",
+                json!({"uri": "file:///a"}),
+            ),
+            note(
+                "notifications/resources/updated",
+                json!({"uri": "file:///b"}),
+            ),
+        ];
+        let mut tools_only = State {
+            interest: Interest::tools(),
+            ..State::default()
+        };
+        let mut relay = State {
+            interest: Interest {
+                prompts: true,
+                resources: true,
+                ..Interest::default()
+            },
+            ..State::default()
+        };
+        for m in &messages {
+            tools_only.absorb(m, None);
+            relay.absorb(m, None);
+        }
+        assert!(!tools_only.prompts_changed && !tools_only.resources_changed);
+        assert!(tools_only.updated.is_empty());
+        assert!(relay.prompts_changed && relay.resources_changed);
+        assert_eq!(Vec::from(relay.updated.clone()), ["file:///a", "file:///b"]);
+        for i in 0..MAX_PENDING_UPDATES {
+            relay.absorb(
+                &note(
+                    "notifications/resources/updated",
+                    json!({"uri": format!("u{i}")}),
+                ),
+                None,
+            );
+        }
+        assert!(relay.ended.as_deref().is_some_and(|r| r.contains("unread")));
     }
 
     #[test]

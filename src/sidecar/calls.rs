@@ -147,6 +147,8 @@ pub struct Calls {
     pub pool: Pool,
     pub metrics: Arc<Metrics>,
     pub approvals: Approvals,
+    /// The agents' resource subscriptions and what the upstreams push about them.
+    pub relay: super::relay::Relay,
 }
 
 /// One call to one tool, however the agent asked for it.

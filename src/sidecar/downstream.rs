@@ -12,14 +12,22 @@
 //!     │               stream first (the upstream's progress or log lines, a legacy approval
 //!     │               request); the agent's POSTed answer to that request → approval::PendingAnswers
 //!     ├ resources/*, prompts/*, completion/complete → resources_prompts (granted ones only)
+//!     ├ resources/subscribe|unsubscribe (legacy) → relay (the session's subscriptions)
 //!     ├ server/discover, ping, notifications (cancelled)
-//!     └ subscriptions/listen (modern) → SSE: acknowledged, then tools/list_changed
-//! GET /mcp (legacy session) → SSE: tools/list_changed (resuming a call's stream, Last-Event-ID:
-//!          first that call's "outcome unknown");  DELETE /mcp → ends the session
+//!     └ subscriptions/listen (modern) → SSE: acknowledged (what is granted of what it asked),
+//!                                       then the agent's notifications (below)
+//! GET /mcp (legacy session) → SSE: the agent's notifications (resuming a call's stream,
+//!          Last-Event-ID: first that call's "outcome unknown");  DELETE /mcp → ends the session
+//!
+//! The agent's notifications: tools/list_changed when its tool list moves;
+//! resources/list_changed and prompts/list_changed when the grants change what it is granted
+//! or a granting server says its list changed; resources/updated for a resource it subscribed
+//! to and is granted now (see relay).
 //! ```
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use axum::body::{Body, Bytes};
 use axum::extract::State;
@@ -31,16 +39,18 @@ use tokio::sync::{Notify, mpsc, watch};
 
 pub use crate::mcp::serving::serve;
 use crate::mcp::serving::{
-    Listen, META_SERVER_INFO, RequestEra as Era, SESSION_HEADER, SESSION_NOT_FOUND, accepts_sse,
-    error_response, event_stream, header_str, json_response, list_changed, listen_messages,
-    rpc_error, rpc_result, sse_event, sse_response, supported_versions,
+    Listen, ListenFilter, META_SERVER_INFO, RequestEra as Era, SESSION_HEADER, SESSION_NOT_FOUND,
+    accepts_sse, error_response, event_stream, header_str, json_response, list_changed,
+    listen_honouring, notification as note_of, rpc_error, rpc_result, sse_event, sse_response,
+    supported_versions,
 };
 
 use super::calls::{Caller, CallerEra, Calls, LOG_LEVELS, Reply, ToolCall};
 use super::discovery;
 use super::listing::View;
 use super::metrics::Metrics;
-use super::resources_prompts::ListKind;
+use super::relay::Relayed;
+use super::resources_prompts::{ListKind, Narrowing};
 use super::sessions::{Session, SessionError, Sessions};
 
 const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
@@ -199,7 +209,11 @@ async fn dispatch(
             };
             granted_list(d.calls.list_granted(kind).await, &era, &id)
         }
-        "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
+        "resources/subscribe" | "resources/unsubscribe" => {
+            settled(&d).await;
+            subscribe(&d, &era, &id, method, &params).await
+        }
+        "resources/read" => {
             settled(&d).await;
             d.calls
                 .resource_request(method, params)
@@ -221,7 +235,10 @@ async fn dispatch(
                 .into_json_response(&id, matches!(era, Era::Modern))
         }
         "logging/setLevel" if matches!(era, Era::Legacy(_)) => set_level(&d, &era, &id, &params),
-        "subscriptions/listen" if matches!(era, Era::Modern) => listen(&d, id, &params),
+        "subscriptions/listen" if matches!(era, Era::Modern) => {
+            settled(&d).await;
+            listen(&d, id, &params).await
+        }
         _ => {
             super::traces::not_served();
             json_response(
@@ -294,8 +311,9 @@ fn server_info() -> Value {
 }
 
 /// What the sidecar serves: tools always; resources, prompts and completions only while the
-/// grants grant some (an agent is not told of a capability it could not use). Upstream
-/// list_changed and resource updates are not relayed, so neither is advertised for them.
+/// grants grant some (an agent is not told of a capability it could not use). Subscriptions and
+/// list changes are the relay's: a granted resource's updates, any list the grants or a
+/// granting server change.
 fn capabilities(view: &View) -> Value {
     let mut capabilities = json!({"tools": {"listChanged": true}});
     if let Some(grants) = &view.grants {
@@ -304,10 +322,10 @@ fn capabilities(view: &View) -> Value {
             grants.narrowing.grants_prompts(),
         );
         if resources {
-            capabilities["resources"] = json!({});
+            capabilities["resources"] = json!({"subscribe": true, "listChanged": true});
         }
         if prompts {
-            capabilities["prompts"] = json!({});
+            capabilities["prompts"] = json!({"listChanged": true});
         }
         if resources || prompts {
             capabilities["completions"] = json!({});
@@ -407,6 +425,42 @@ fn tools_list(d: &Downstream, era: &Era, id: &Value, params: &Map<String, Value>
         result.insert("cacheScope".into(), json!("private"));
     }
     json_response(StatusCode::OK, &rpc_result(id, result))
+}
+
+/// A legacy session's `resources/subscribe` or `unsubscribe`: recorded for the session (its GET
+/// stream hears the updates), the upstream told by the relay. The modern era has no such
+/// method: its agents name the resources in `subscriptions/listen`.
+async fn subscribe(
+    d: &Downstream,
+    era: &Era,
+    id: &Value,
+    method: &str,
+    params: &Map<String, Value>,
+) -> Response {
+    let Era::Legacy(session) = era else {
+        return json_response(
+            StatusCode::OK,
+            &rpc_error(
+                id,
+                ErrorCode::METHOD_NOT_FOUND.0 as i64,
+                &format!(
+                    "{method} is not part of protocol 2026-07-28: name the resources in subscriptions/listen (resourceSubscriptions)"
+                ),
+                None,
+            ),
+        );
+    };
+    let who = session.as_deref().unwrap_or("");
+    let qualified = params.get("uri").and_then(Value::as_str).unwrap_or("");
+    let reply = match d
+        .calls
+        .subscription(who, qualified, method == "resources/subscribe")
+        .await
+    {
+        Ok(()) => Reply::Result(Map::new()),
+        Err(reply) => reply,
+    };
+    reply.into_json_response(id, false)
 }
 
 fn set_level(d: &Downstream, era: &Era, id: &Value, params: &Map<String, Value>) -> Response {
@@ -623,53 +677,196 @@ fn notification(d: &Downstream, era: &Era, method: &str, params: &Map<String, Va
 
 // ─── event streams ───────────────────────────────────────────────────────────────────────
 
-/// Sends `first` (if any), then a list_changed whenever the view's digest moves, until the
+/// Which notifications an agent's stream carries besides its first and last message.
+struct Wants {
+    tools: bool,
+    prompts: bool,
+    resources: bool,
+    /// Whose resource subscriptions its updates follow: a legacy session, or a modern listen.
+    subscriber: Option<String>,
+    /// A modern listen's own subscriptions, dropped with its stream.
+    forget_on_end: bool,
+}
+
+/// Sends `first` (if any), then the agent's notifications (see the module comment), until the
 /// agent goes away or the sidecar stops; `last` is sent at shutdown.
 fn change_stream(
     d: &Downstream,
     first: Option<Value>,
     meta: Option<Value>,
     last: Option<Value>,
+    wants: Wants,
 ) -> mpsc::Receiver<Bytes> {
     let mut view = d.view.clone();
-    let seen = view.borrow_and_update().digest.clone();
-    let changes = futures::stream::unfold((view, seen), move |(mut view, mut seen)| {
-        let meta = meta.clone();
-        async move {
-            loop {
-                view.changed().await.ok()?;
-                let digest = view.borrow_and_update().digest.clone();
-                if digest != seen {
-                    seen = digest;
-                    return Some((list_changed(meta.as_ref()), (view, seen)));
-                }
-            }
-        }
+    let seen = Arc::clone(&view.borrow_and_update());
+    let feed = AgentFeed {
+        view,
+        seen,
+        events: d.calls.relay.events(),
+        calls: Arc::clone(&d.calls),
+        wants,
+        meta,
+        pending: VecDeque::new(),
+    };
+    let changes = futures::stream::unfold(feed, |mut feed| async move {
+        let note = feed.next().await?;
+        Some((note, feed))
     });
     event_stream(first, changes, last, d.shutdown.clone())
 }
 
-fn listen(d: &Downstream, id: Value, params: &Map<String, Value>) -> Response {
-    let Listen {
-        wants_tools,
-        ack,
-        meta,
-        last,
-    } = listen_messages(&id, params);
-    let rx = if wants_tools {
-        change_stream(d, Some(ack), Some(meta), Some(last))
-    } else {
-        // Nothing to send but the acknowledgement; the stream stays open (kept alive) until
-        // shutdown.
-        event_stream(
-            Some(ack),
-            futures::stream::pending(),
-            Some(last),
-            d.shutdown.clone(),
-        )
+/// One agent stream's source: the view (its grants and tools) and the relay.
+struct AgentFeed {
+    view: watch::Receiver<Arc<View>>,
+    /// The view the last notifications were judged against.
+    seen: Arc<View>,
+    events: tokio::sync::broadcast::Receiver<Relayed>,
+    calls: Arc<Calls>,
+    wants: Wants,
+    meta: Option<Value>,
+    pending: VecDeque<Value>,
+}
+
+impl AgentFeed {
+    async fn next(&mut self) -> Option<Value> {
+        use tokio::sync::broadcast::error::RecvError;
+        loop {
+            if let Some(note) = self.pending.pop_front() {
+                return Some(note);
+            }
+            tokio::select! {
+                changed = self.view.changed() => {
+                    changed.ok()?;
+                    let next = Arc::clone(&self.view.borrow_and_update());
+                    self.moved(&next);
+                    self.seen = next;
+                }
+                event = self.events.recv() => match event {
+                    Ok(event) => {
+                        if let Some(note) = self.relayed(&event) {
+                            return Some(note);
+                        }
+                    }
+                    // Some were missed: the lists may have changed.
+                    Err(RecvError::Lagged(_)) => {
+                        self.push_changed(self.wants.resources, "notifications/resources/list_changed");
+                        self.push_changed(self.wants.prompts, "notifications/prompts/list_changed");
+                    }
+                    Err(RecvError::Closed) => return None,
+                },
+            }
+        }
+    }
+
+    fn push_changed(&mut self, wanted: bool, method: &str) {
+        if wanted {
+            self.pending
+                .push_back(note_of(method, Map::new(), self.meta.as_ref()));
+        }
+    }
+
+    /// The notifications a new view makes: the tool list moved, or the grants changed what
+    /// resources or prompts are granted.
+    fn moved(&mut self, next: &View) {
+        if self.wants.tools && next.digest != self.seen.digest {
+            self.pending.push_back(list_changed(self.meta.as_ref()));
+        }
+        let empty = Narrowing::default();
+        let before = self.seen.grants.as_ref().map_or(&empty, |g| &g.narrowing);
+        let after = next.grants.as_ref().map_or(&empty, |g| &g.narrowing);
+        let resources_moved = !before.same_as(after, ListKind::Resources);
+        let prompts_moved = !before.same_as(after, ListKind::Prompts);
+        if resources_moved {
+            self.push_changed(self.wants.resources, "notifications/resources/list_changed");
+        }
+        if prompts_moved {
+            self.push_changed(self.wants.prompts, "notifications/prompts/list_changed");
+        }
+    }
+
+    /// What the agent hears of one relayed event: only what it asked for and is granted now.
+    fn relayed(&self, event: &Relayed) -> Option<Value> {
+        let view = Arc::clone(&self.view.borrow());
+        let narrowing = &view.grants.as_ref()?.narrowing;
+        let (method, params) = match event {
+            Relayed::ResourceUpdated { server, uri } => {
+                let who = self.wants.subscriber.as_deref()?;
+                if !self.calls.relay.subscribes(who, server, uri) {
+                    return None;
+                }
+                let qualified = narrowing.granted_resource(server, uri)?;
+                let mut params = Map::new();
+                params.insert("uri".into(), Value::String(qualified));
+                ("notifications/resources/updated", params)
+            }
+            Relayed::ResourcesChanged { server } => {
+                if !self.wants.resources || !narrowing.server_grants(server, ListKind::Resources) {
+                    return None;
+                }
+                ("notifications/resources/list_changed", Map::new())
+            }
+            Relayed::PromptsChanged { server } => {
+                if !self.wants.prompts || !narrowing.server_grants(server, ListKind::Prompts) {
+                    return None;
+                }
+                ("notifications/prompts/list_changed", Map::new())
+            }
+        };
+        Some(note_of(method, params, self.meta.as_ref()))
+    }
+}
+
+impl Drop for AgentFeed {
+    fn drop(&mut self) {
+        if self.wants.forget_on_end
+            && let Some(who) = &self.wants.subscriber
+        {
+            self.calls.forget_subscriber(who);
+        }
+    }
+}
+
+/// Names each modern listen for the relay (its request id is the agent's, not unique).
+static LISTENS: AtomicU64 = AtomicU64::new(1);
+
+/// A modern `subscriptions/listen`: honoured is what it asked for of what is granted; each
+/// granted resource it names is subscribed (upstream too) for as long as the stream is open.
+async fn listen(d: &Downstream, id: Value, params: &Map<String, Value>) -> Response {
+    let asked = ListenFilter::requested(params);
+    let (resources, prompts) = {
+        let view = d.view.borrow();
+        view.grants.as_ref().map_or((false, false), |g| {
+            (g.narrowing.grants_resources(), g.narrowing.grants_prompts())
+        })
     };
+    let who = format!("listen-{}", LISTENS.fetch_add(1, Ordering::Relaxed));
+    let mut honoured = ListenFilter {
+        tools: asked.tools,
+        prompts: asked.prompts && prompts,
+        resources: asked.resources && resources,
+        resource_uris: Vec::new(),
+    };
+    for uri in asked.resource_uris.iter().take(MAX_LISTEN_URIS) {
+        if d.calls.subscription(&who, uri, true).await.is_ok() {
+            honoured.resource_uris.push(uri.clone());
+        }
+    }
+    let Listen {
+        ack, meta, last, ..
+    } = listen_honouring(&id, &honoured);
+    let wants = Wants {
+        tools: honoured.tools,
+        prompts: honoured.prompts,
+        resources: honoured.resources,
+        subscriber: Some(who),
+        forget_on_end: true,
+    };
+    let rx = change_stream(d, Some(ack), Some(meta), Some(last), wants);
     sse_response(rx, vec![])
 }
+
+/// Resources one listen may name (each may open an upstream subscription).
+const MAX_LISTEN_URIS: usize = 256;
 
 async fn get_stream(State(d): State<Arc<Downstream>>, headers: HeaderMap) -> Response {
     if let Err(refused) = crate::mcp::serving::guard(d.check_host, &headers) {
@@ -710,7 +907,14 @@ async fn get_stream(State(d): State<Arc<Downstream>>, headers: HeaderMap) -> Res
                 None,
             )
         });
-    let rx = change_stream(&d, first, None, None);
+    let wants = Wants {
+        tools: true,
+        prompts: true,
+        resources: true,
+        subscriber: Some(session.to_string()),
+        forget_on_end: false,
+    };
+    let rx = change_stream(&d, first, None, None, wants);
     sse_response(rx, vec![])
 }
 
@@ -755,6 +959,7 @@ async fn delete_session(State(d): State<Arc<Downstream>>, headers: HeaderMap) ->
             "session not found",
         )
     } else {
+        d.calls.forget_subscriber(session);
         d.metrics.agent_sessions.set(d.sessions.cached() as i64);
         StatusCode::OK.into_response()
     }

@@ -26,6 +26,8 @@
 //! - [`resources_prompts`]: resources and prompts, narrowed by the grants' bounds (lists, read,
 //!   get, complete, subscribe), named `<prefix>+<uri>` and `<prefix>__<prompt>`.
 //! - [`prompt_pins`]: under pinning, a prompt is served only as approved (`promptDigests`).
+//! - [`relay`]: the upstreams' resource updates and resource/prompt list changes, relayed for
+//!   granted items only.
 //! - [`approval`]: asking the agent's client before a gated call (elicitation, both eras).
 //! - [`upstream`]: the connection pool.
 //! - [`downstream`]: the agent-facing `/mcp` handler, both protocol eras.
@@ -46,6 +48,7 @@ pub mod listing;
 pub mod metrics;
 pub mod ops;
 pub mod prompt_pins;
+pub mod relay;
 pub mod resources_prompts;
 pub mod sessions;
 pub mod traces;
@@ -322,6 +325,7 @@ async fn serve(args: SidecarArgs) -> Result<(), SidecarError> {
         pool: upstream::Pool::new(Arc::clone(&metrics)),
         metrics: Arc::clone(&metrics),
         approvals: approval::Approvals::new(key, args.approval_ttl, args.approval_timeout),
+        relay: relay::Relay::default(),
     });
     let readiness = Arc::new(Readiness::new(grants.clone(), view_rx.clone()));
     tokio::spawn(maintain_view(
@@ -373,6 +377,7 @@ async fn serve(args: SidecarArgs) -> Result<(), SidecarError> {
     tokio::select! {
         served = &mut server => {
             definitions.stop();
+            calls.relay.stop();
             return served.map_err(|e| SidecarError::Serve(std::io::Error::other(e)))?.map_err(SidecarError::Serve);
         }
         _ = crate::mcp::serving::terminated() => {}
@@ -387,6 +392,7 @@ async fn serve(args: SidecarArgs) -> Result<(), SidecarError> {
         ),
     }
     definitions.stop();
+    calls.relay.stop();
     Ok(())
 }
 
@@ -411,9 +417,14 @@ async fn maintain_view(
             digest = grants_digest;
             if let Some(loaded) = &current {
                 definitions.reconcile(&loaded.doc);
+                calls
+                    .relay
+                    .reconcile(&calls, &loaded.doc, &loaded.narrowing);
                 let names: Vec<String> =
                     loaded.doc.servers.iter().map(|s| s.name.clone()).collect();
                 calls.pool.retain_servers(&names).await;
+            } else {
+                calls.relay.stop();
             }
         }
         live.borrow_and_update();

@@ -21,8 +21,8 @@
 //!
 //! Listing asks the upstreams at the agent's request (resources change more often than tools,
 //! and nothing here is kept between requests). A server that cannot be listed is left out of the
-//! answer and named in the log; the others are still listed. Upstream `list_changed` and
-//! `notifications/resources/updated` are not relayed, so the sidecar does not advertise them.
+//! answer and named in the log; the others are still listed. Subscriptions, upstream
+//! `list_changed` and `notifications/resources/updated` are [`super::relay`]'s.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -48,7 +48,7 @@ const INVALID_PARAMS: i64 = -32602;
 const INTERNAL_ERROR: i64 = -32603;
 
 /// One server's resource and prompt grants.
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 pub struct Surface {
     pub server: String,
     pub prefix: String,
@@ -167,6 +167,34 @@ impl Narrowing {
         }
     }
 
+    /// The agent's name (`<prefix>+<uri>`) for `server`'s resource `uri`, if it is granted.
+    pub fn granted_resource(&self, server: &str, uri: &str) -> Option<String> {
+        self.servers
+            .iter()
+            .find(|s| s.server == server && s.resources.permits(uri))
+            .map(|s| qualified_uri(&s.prefix, uri))
+    }
+
+    /// Whether `server` grants the agent any item of `kind`.
+    pub fn server_grants(&self, server: &str, kind: ListKind) -> bool {
+        self.listing(kind).any(|s| s.server == server)
+    }
+
+    /// Whether `other` grants the same items of `kind` under the same names (else the agent's
+    /// list may have changed with the grants).
+    pub fn same_as(&self, other: &Narrowing, kind: ListKind) -> bool {
+        let bounds = |s: &Surface| match kind {
+            ListKind::Prompts => s.prompts.clone(),
+            _ => s.resources.clone(),
+        };
+        let of = |n: &Narrowing| {
+            n.listing(kind)
+                .map(|s| (s.server.clone(), s.prefix.clone(), bounds(s)))
+                .collect::<Vec<_>>()
+        };
+        of(self) == of(other)
+    }
+
     /// The server and raw name of a granted `<prefix>__<name>`, or the refusal's sentence.
     pub fn prompt<'n, 'q>(&'n self, qualified: &'q str) -> Result<(&'n Surface, &'q str), String> {
         let candidates: Vec<(&Surface, &str)> = self
@@ -269,6 +297,21 @@ pub fn rename_uris(prefix: &str, value: &mut Value) {
         Value::Array(items) => items.iter_mut().for_each(|v| rename_uris(prefix, v)),
         _ => {}
     }
+}
+
+/// A granted request on its way to the server: what it is, and how the agent and the audit
+/// line name it.
+struct Target<'a> {
+    method: &'a str,
+    /// The agent's name for it: `<prefix>+<uri>` or `<prefix>__<name>`.
+    qualified: &'a str,
+    /// "the resource" or "the prompt", and the refusal's verb, for the sentence the agent reads.
+    what: &'a str,
+    verb: &'a str,
+    /// The params' key the raw name goes under (`uri` or `name`), and that raw name.
+    key: &'static str,
+    raw: &'a str,
+    audited: bool,
 }
 
 /// What an upstream request ended as.
@@ -384,9 +427,10 @@ impl Calls {
         ))
     }
 
-    /// `resources/read`, `resources/subscribe` and `resources/unsubscribe`: a granted URI is
-    /// sent with the prefix stripped; anything else is refused without contacting a server.
-    pub async fn resource_request(&self, method: &str, mut params: Map<String, Value>) -> Reply {
+    /// `resources/read` (and, for [`super::relay`], `resources/subscribe` and
+    /// `resources/unsubscribe`): a granted URI is sent with the prefix stripped; anything else is
+    /// refused without contacting a server.
+    pub async fn resource_request(&self, method: &str, params: Map<String, Value>) -> Reply {
         let started = Instant::now();
         let view = Arc::clone(&self.view.borrow());
         let qualified = params
@@ -424,51 +468,21 @@ impl Calls {
                 );
             }
         };
-        let Some(endpoint) = endpoint_of(&grants.doc, &surface.server) else {
-            let text = format!(
-                "the resource {} cannot be read: the McpServer {} is not available (see its status)",
-                shown(&qualified),
-                surface.server
-            );
-            return self.refused(
-                audited,
-                method,
-                &qualified,
-                Some(&surface.server),
-                INTERNAL_ERROR,
-                text,
-                started,
-            );
-        };
-        params.insert("uri".into(), Value::String(uri.to_string()));
-        strip_envelope(&mut params);
-        let (forwarded, attempts) = self
-            .forward(&surface.server, endpoint, method, params)
-            .await;
-        let (reply, outcome) = answer(
-            forwarded,
-            &surface.prefix,
-            &surface.server,
+        let target = Target {
             method,
-            &qualified,
-        );
-        if audited {
-            self.audit_access(
-                method,
-                &qualified,
-                Some(&surface.server),
-                Some(uri),
-                Decision::Allowed,
-                outcome,
-                started,
-                attempts,
-            );
-        }
-        reply
+            qualified: &qualified,
+            what: "the resource",
+            verb: "read",
+            key: "uri",
+            raw: uri,
+            audited,
+        };
+        self.send_granted(&grants.doc, surface, target, params, started)
+            .await
     }
 
     /// `prompts/get`: a granted prompt is sent under its raw name.
-    pub async fn prompt_get(&self, mut params: Map<String, Value>) -> Reply {
+    pub async fn prompt_get(&self, params: Map<String, Value>) -> Reply {
         let method = "prompts/get";
         let started = Instant::now();
         let view = Arc::clone(&self.view.borrow());
@@ -506,42 +520,77 @@ impl Calls {
                 );
             }
         };
-        let Some(endpoint) = endpoint_of(&grants.doc, &surface.server) else {
+        let target = Target {
+            method,
+            qualified: &qualified,
+            what: "the prompt",
+            verb: "got",
+            key: "name",
+            raw,
+            audited: true,
+        };
+        self.send_granted(&grants.doc, surface, target, params, started)
+            .await
+    }
+
+    /// The tail a granted read, subscribe or get shares: the server's endpoint (refused when
+    /// the server is not available), the request sent under the raw name, the answer's URIs
+    /// renamed back, and one audit line when the method is audited.
+    async fn send_granted(
+        &self,
+        doc: &GrantsDocument,
+        surface: &Surface,
+        target: Target<'_>,
+        mut params: Map<String, Value>,
+        started: Instant,
+    ) -> Reply {
+        let Target {
+            method,
+            qualified,
+            what,
+            verb,
+            key,
+            raw,
+            audited,
+        } = target;
+        let Some(endpoint) = endpoint_of(doc, &surface.server) else {
             let text = format!(
-                "the prompt {} cannot be got: the McpServer {} is not available (see its status)",
-                shown(&qualified),
+                "{what} {} cannot be {verb}: the McpServer {} is not available (see its status)",
+                shown(qualified),
                 surface.server
             );
             return self.refused(
-                true,
+                audited,
                 method,
-                &qualified,
+                qualified,
                 Some(&surface.server),
                 INTERNAL_ERROR,
                 text,
                 started,
             );
         };
-        if let Some(pins) = prompt_pins::pins(&grants.doc, &surface.server) {
-            let live = self.list_all(&surface.server, endpoint, ListKind::Prompts);
-            let checked = live
-                .await
-                .and_then(|live| prompt_pins::check(pins, raw, &live));
-            if let Err(why) = checked {
-                let text = format!("the prompt {} is not served: {why}", shown(&qualified));
-                let server = Some(surface.server.as_str());
-                return self.refused(
-                    true,
-                    method,
-                    &qualified,
-                    server,
-                    INVALID_PARAMS,
-                    text,
-                    started,
-                );
+        if method == "prompts/get" {
+            if let Some(pins) = prompt_pins::pins(doc, &surface.server) {
+                let live = self.list_all(&surface.server, endpoint, ListKind::Prompts);
+                let checked = live
+                    .await
+                    .and_then(|live| prompt_pins::check(pins, raw, &live));
+                if let Err(why) = checked {
+                    let text = format!("{what} {} is not served: {why}", shown(qualified));
+                    let server = Some(surface.server.as_str());
+                    return self.refused(
+                        audited,
+                        method,
+                        qualified,
+                        server,
+                        INVALID_PARAMS,
+                        text,
+                        started,
+                    );
+                }
             }
         }
-        params.insert("name".into(), Value::String(raw.to_string()));
+        params.insert(key.into(), Value::String(raw.to_string()));
         strip_envelope(&mut params);
         let (forwarded, attempts) = self
             .forward(&surface.server, endpoint, method, params)
@@ -551,18 +600,20 @@ impl Calls {
             &surface.prefix,
             &surface.server,
             method,
-            &qualified,
+            qualified,
         );
-        self.audit_access(
-            method,
-            &qualified,
-            Some(&surface.server),
-            Some(raw),
-            Decision::Allowed,
-            outcome,
-            started,
-            attempts,
-        );
+        if audited {
+            self.audit_access(
+                method,
+                qualified,
+                Some(&surface.server),
+                Some(raw),
+                Decision::Allowed,
+                outcome,
+                started,
+                attempts,
+            );
+        }
         reply
     }
 

@@ -92,6 +92,27 @@ impl Pool {
         }
     }
 
+    /// Whether `session` is still the pool's connection for `server` with this credential (a
+    /// watcher on it moves to the new one when not).
+    pub async fn is_current(
+        &self,
+        server: &str,
+        resolved: &Resolved,
+        session: &Arc<ToolSession>,
+    ) -> bool {
+        let key = (server.to_string(), resolved.identity.clone());
+        let slot = self.slots.lock().expect("pool lock").get(&key).cloned();
+        match slot {
+            Some(slot) => slot
+                .session
+                .lock()
+                .await
+                .as_ref()
+                .is_some_and(|s| Arc::ptr_eq(s, session)),
+            None => false,
+        }
+    }
+
     /// Closes every connection whose server is not in `keep`.
     pub async fn retain_servers(&self, keep: &[String]) {
         let gone: Vec<(String, Arc<Slot>)> = {

@@ -1,14 +1,15 @@
 //! Resources and prompts through the sidecar, narrowed by the grants: the official Python SDK
 //! client (both eras) talks to `mcp-operator sidecar`, which talks to the Python SDK fixture
 //! server and server-everything on loopback. What the agent sees is asserted, and, from the
-//! fixture server's own record, that a refused read or get never reached it.
+//! fixture server's own record, that a refused read or get never reached it. Subscriptions and
+//! list changes come back through the sidecar for granted resources only.
 
 use crate::sidecar_support;
 use crate::support;
 
 use serde_json::{Value, json};
 
-use sidecar_support::{RawLegacyAgent, Sidecar, agent, grants_for, http, json_of};
+use sidecar_support::{RawLegacyAgent, Sidecar, agent, agent_with, grants_for, http, json_of};
 use support::Fixtures;
 
 const MODES: [&str; 2] = ["legacy", "auto"];
@@ -330,7 +331,202 @@ async fn capabilities_follow_what_is_granted() {
         }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     };
-    assert_eq!(capabilities(&answer)["resources"], json!({}), "{answer}");
+    // Subscriptions and list changes are relayed (see the tests above), so they are advertised.
+    assert_eq!(
+        capabilities(&answer)["resources"],
+        json!({"subscribe": true, "listChanged": true}),
+        "{answer}"
+    );
     assert!(capabilities(&answer).get("prompts").is_none(), "{answer}");
     assert_eq!(capabilities(&answer)["completions"], json!({}), "{answer}");
+}
+
+async fn control(url: &str, path_and_query: &str) -> Value {
+    let mut u = url::Url::parse(url).unwrap();
+    let (path, query) = path_and_query
+        .split_once('?')
+        .unwrap_or((path_and_query, ""));
+    u.set_path(path);
+    u.set_query(Some(query).filter(|q| !q.is_empty()));
+    let response = if path.starts_with("/control/add") || path.starts_with("/control/update") {
+        http().post(u).send().await.unwrap()
+    } else {
+        http().get(u).send().await.unwrap()
+    };
+    json_of(response).await
+}
+
+/// The agent's subscriptions through the sidecar, against the SDK fixture server in each
+/// upstream era, from the Python SDK client in each era: the granted resource it subscribed to
+/// comes back updated (under its `<prefix>+<uri>` name), list changes come back, and nothing
+/// else does — not an update of a resource it did not subscribe to, not one of a resource it is
+/// not granted (the server sends both to the sidecar's session), not one of a resource the
+/// grants stopped granting after it subscribed.
+#[tokio::test(flavor = "multi_thread")]
+async fn granted_resource_updates_and_list_changes_reach_the_agent_and_nothing_else() {
+    for upstream in ["legacy", "modern"] {
+        let server = Fixtures::load().sdk_server(&[]);
+        let grants = with_bounds(
+            grants_for(
+                "files",
+                "fs",
+                &server.url,
+                &["read_file"],
+                json!({"era": upstream}),
+                None,
+            )
+            .await,
+            json!([{"allow": ["file:///docs/*"]}]),
+            json!([{"allow": ["review"]}]),
+        );
+        let mut sidecar = Sidecar::start(Some(&grants));
+        sidecar.wait_ready().await;
+        for mode in MODES {
+            let url = server.url.clone();
+            let out = agent_with(
+                &sidecar.url,
+                mode,
+                json!([{"op": "watch_resources", "seconds": 3, "unsubscribe": true,
+                        "subscribe": ["fs+file:///docs/readme.md", "fs+file:///private/keys.txt"]}]),
+                || async move {
+                    control(&url, "/control/update-resource?uri=file:///docs/readme.md&text=v2").await;
+                    control(&url, "/control/update-resource?uri=file:///docs/guide.md&everyone=1").await;
+                    control(&url, "/control/update-resource?uri=file:///private/keys.txt&everyone=1").await;
+                    control(&url, &format!("/control/add-resource?uri=file:///docs/{mode}.md&text=x")).await;
+                    control(&url, &format!("/control/add-prompt?name=p-{mode}")).await;
+                },
+            )
+            .await;
+            let step = &out["steps"][0];
+            let context = format!("upstream {upstream}, agent {mode}: {out}");
+            if mode == "legacy" {
+                assert!(step["subscribed"][0]["error"].is_null(), "{context}");
+                assert_eq!(step["subscribed"][1]["error"]["code"], -32002, "{context}");
+            } else {
+                assert_eq!(
+                    step["honored"]["resourceSubscriptions"],
+                    json!(["fs+file:///docs/readme.md"]),
+                    "{context}"
+                );
+            }
+            let updated = strings(&step["updated"]);
+            assert!(!updated.is_empty(), "{context}");
+            assert!(
+                updated.iter().all(|u| u == "fs+file:///docs/readme.md"),
+                "only the subscribed, granted resource: {context}"
+            );
+            assert!(step["resourcesChanged"].as_u64() >= Some(1), "{context}");
+            assert!(step["promptsChanged"].as_u64() >= Some(1), "{context}");
+        }
+        // The server was asked to subscribe only to what was granted; in the legacy era the last
+        // subscriber leaving unsubscribed it (the modern era names the URIs in its listen).
+        let log = strings(&control(&server.url, "/control/subscriptions").await["subscriptions"]);
+        assert!(
+            log.iter().all(|l| !l.contains("private")),
+            "{upstream}: {log:?}"
+        );
+        if upstream == "legacy" {
+            assert!(
+                log.contains(&"resources/subscribe file:///docs/readme.md".to_string())
+                    && log.contains(&"resources/unsubscribe file:///docs/readme.md".to_string()),
+                "{log:?}"
+            );
+        }
+
+        // Granted when subscribed, no longer granted when it changes: the agent hears the list
+        // change and never the update.
+        let narrower = with_bounds(
+            grants_for(
+                "files",
+                "fs",
+                &server.url,
+                &["read_file"],
+                json!({"era": upstream}),
+                None,
+            )
+            .await,
+            json!([{"allow": ["file:///docs/guide.md"]}]),
+            json!([{"allow": ["review"]}]),
+        );
+        let wider = grants.clone();
+        for mode in MODES {
+            sidecar.swap_grants(wider.to_string().as_bytes());
+            tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+            let url = server.url.clone();
+            let sidecar_ref = &mut sidecar;
+            let narrower = narrower.clone();
+            let out = agent_with(
+                &sidecar_ref.url.clone(),
+                mode,
+                json!([{"op": "watch_resources", "seconds": 4,
+                        "subscribe": ["fs+file:///docs/readme.md"]}]),
+                || async move {
+                    sidecar_ref.swap_grants(narrower.to_string().as_bytes());
+                    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+                    control(
+                        &url,
+                        "/control/update-resource?uri=file:///docs/readme.md&everyone=1",
+                    )
+                    .await;
+                },
+            )
+            .await;
+            let step = &out["steps"][0];
+            let context = format!("upstream {upstream}, agent {mode}: {out}");
+            assert!(strings(&step["updated"]).is_empty(), "{context}");
+            assert!(step["resourcesChanged"].as_u64() >= Some(1), "{context}");
+        }
+    }
+}
+
+/// server-everything (legacy; its updates come every 5 s to the session that subscribed, once
+/// that session calls toggle-subscriber-updates): the agent subscribes and calls the tool
+/// through the sidecar, on the one upstream session, and hears the updates of its granted
+/// resource; an ungranted one it asks for is refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn server_everythings_updates_of_a_granted_resource_reach_the_agent() {
+    let server = Fixtures::load().everything_server();
+    let grants = with_bounds(
+        grants_for(
+            "everything",
+            "ev",
+            &server.url,
+            &["echo", "toggle-subscriber-updates"],
+            json!({}),
+            None,
+        )
+        .await,
+        json!([{"allow": ["demo://resource/static/document/*"]}]),
+        Value::Null,
+    );
+    for mode in MODES {
+        // A sidecar per agent: the tool toggles the updates of the upstream session.
+        let sidecar = Sidecar::start(Some(&grants));
+        sidecar.wait_ready().await;
+        let granted = "ev+demo://resource/static/document/architecture.md";
+        let out = agent(
+            &sidecar.url,
+            mode,
+            json!([{"op": "watch_resources", "seconds": 7, "call": "ev__toggle-subscriber-updates",
+                    "subscribe": [granted, "ev+demo://resource/dynamic/text/1"]}]),
+        )
+        .await;
+        let step = &out["steps"][0];
+        if mode == "legacy" {
+            assert!(step["subscribed"][0]["error"].is_null(), "{mode}: {out}");
+            assert_eq!(
+                step["subscribed"][1]["error"]["code"], -32002,
+                "{mode}: {out}"
+            );
+        } else {
+            assert_eq!(
+                step["honored"]["resourceSubscriptions"],
+                json!([granted]),
+                "{mode}: {out}"
+            );
+        }
+        let updated = strings(&step["updated"]);
+        assert!(!updated.is_empty(), "{mode}: {out}");
+        assert!(updated.iter().all(|u| u == granted), "{mode}: {out}");
+    }
 }

@@ -142,6 +142,10 @@ async fn hold(
                             reprobe();
                             break;
                         }
+                        // A tool watch is never sent these (it asks for tool changes only).
+                        WatchEvent::PromptsChanged
+                        | WatchEvent::ResourcesChanged
+                        | WatchEvent::ResourceUpdated(_) => {}
                     }
                 }
                 if opened.elapsed() > MAX_BACKOFF {

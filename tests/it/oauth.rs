@@ -261,6 +261,52 @@ async fn the_token_endpoint_is_checked_against_the_servers_ca_bundle() {
         issued_by(&issuer_client, &issuer, "client_credentials").await,
         2
     );
+
+    // The sidecar binary, on grants naming the CA bundle's Secret key (as the controller
+    // publishes spec.tls), and on grants saying insecureSkipVerify, which it logs.
+    let reader = with_tls(TlsSettings {
+        ca_pem: Some(std::fs::read(&ca).unwrap()),
+        insecure_skip_verify: false,
+    });
+    let oauth2 = json!({
+        "tokenUrl": format!("{}/token", issuer.url), "clientId": "agent",
+        "clientSecret": {"name": "upstream-oauth", "key": "client-secret"}, "scopes": ["mcp"],
+    });
+    for (tls, warned) in [
+        (
+            json!({"caBundleSecret": {"name": "issuer-ca", "key": "ca.crt"}}),
+            false,
+        ),
+        (json!({"insecureSkipVerify": true}), true),
+    ] {
+        let extra = json!({"oauth2": oauth2.clone(), "tls": tls});
+        let grants =
+            sidecar_support::grants_read_with("files", "fs", &reader, &["read_file"], extra).await;
+        let sidecar = Sidecar::start(Some(&grants));
+        sidecar.write_secret("upstream-oauth", "client-secret", "s3cret-one");
+        sidecar.write_secret(
+            "issuer-ca",
+            "ca.crt",
+            &std::fs::read_to_string(&ca).unwrap(),
+        );
+        sidecar.wait_ready().await;
+        let (agent, _) = RawLegacyAgent::initialize(&sidecar.url, "2025-11-25", json!({})).await;
+        let answer = json_of(
+            agent
+                .post(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                    "params": {"name": "fs__read_file", "arguments": {"path": "/a"}}}))
+                .await,
+        )
+        .await;
+        assert!(
+            answer["result"].is_object() && answer["result"]["isError"] != true,
+            "{answer}\n{}",
+            sidecar.log_text()
+        );
+        let log = sidecar.log_text();
+        assert_eq!(log.contains("InsecureTokenEndpoint"), warned, "{log}");
+        assert!(!log.contains("s3cret-one"), "the client secret in the log");
+    }
 }
 
 /// The sidecar binary, on a grants document naming the oauth2 settings and a client-secret file

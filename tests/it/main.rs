@@ -33,6 +33,7 @@ mod e2e_grants;
 mod e2e_mcp_admission;
 mod e2e_mcp_server;
 mod e2e_node;
+mod e2e_oauth;
 mod e2e_rbac;
 mod e2e_secret_guard;
 mod e2e_services;

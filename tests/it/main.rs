@@ -30,6 +30,7 @@ mod chart_alerts;
 mod e2e_crd_validation;
 mod e2e_dataplane_faults;
 mod e2e_grants;
+mod e2e_injected_traces;
 mod e2e_mcp_admission;
 mod e2e_mcp_server;
 mod e2e_node;

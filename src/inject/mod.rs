@@ -17,6 +17,8 @@
 //!  sidecar args       ◄── --grants-verify-keys, --agent-namespace, --agent-uid: the sidecar
 //!                                                  obeys only grants the operator signed for
 //!                                                  this AgentSpec ([`GrantsTrust`])
+//!  sidecar env        ◄── RUST_LOG; OTEL_* when the chart's telemetry.otlp.endpoint is set
+//!                                                  ([`traces`]: the sidecar exports its spans)
 //!  containers[*].env  ◄── MCP_SERVER_URL           http://127.0.0.1:<port>/mcp (unless set)
 //!  annotations        ◄── mcp-operator.dev/injected: bot
 //!                     ◄── mcp-operator.dev/mounted-credentials: the projected files
@@ -47,6 +49,8 @@ pub mod connect;
 pub mod drift;
 pub use drift::{MOUNTS_ANNOTATION, PodDrift, drift};
 pub mod secret_mounts;
+pub mod traces;
+pub use traces::TraceExport;
 pub mod validate;
 pub use validate::SIDECAR_VOLUMES;
 
@@ -123,6 +127,9 @@ pub struct SidecarSettings {
     /// Extra `mcp-operator sidecar` arguments.
     #[serde(default)]
     pub extra_args: Vec<String>,
+    /// Where the sidecars export their spans (the chart's `telemetry`); absent: they do not.
+    #[serde(default)]
+    pub traces: Option<TraceExport>,
 }
 
 fn default_pull_policy() -> String {
@@ -656,11 +663,7 @@ fn sidecar_container(
         image: Some(settings.image.clone()),
         image_pull_policy: Some(settings.image_pull_policy.clone()),
         args: Some(args),
-        env: Some(vec![EnvVar {
-            name: "RUST_LOG".into(),
-            value: Some(settings.log_level.clone()),
-            ..Default::default()
-        }]),
+        env: Some(sidecar_env(agent, trust, settings)),
         ports: Some(vec![ContainerPort {
             name: Some("mcp-health".into()),
             container_port: i32::from(settings.health_port),
@@ -687,6 +690,19 @@ fn sidecar_container(
         volume_mounts: Some(mounts),
         ..Default::default()
     }
+}
+
+/// `RUST_LOG`, and the OpenTelemetry settings when traces are exported.
+fn sidecar_env(agent: &str, trust: &GrantsTrust, settings: &SidecarSettings) -> Vec<EnvVar> {
+    let mut env = vec![EnvVar {
+        name: "RUST_LOG".into(),
+        value: Some(settings.log_level.clone()),
+        ..Default::default()
+    }];
+    if let Some(traces) = &settings.traces {
+        env.extend(traces.env(agent, &trust.namespace));
+    }
+    env
 }
 
 fn default_resources() -> ResourceRequirements {

@@ -571,3 +571,153 @@ proptest! {
         prop_assert_eq!(again, Outcome::AlreadyInjected);
     }
 }
+
+/// The sidecar of a pod injected with these settings.
+fn injected_sidecar(s: &SidecarSettings) -> Container {
+    let outcome = decide(
+        &agent_pod(),
+        "bot",
+        "bot-mcp-grants",
+        &References::default(),
+        &trust(),
+        s,
+    )
+    .unwrap();
+    sidecar(&admitted(&agent_pod(), &outcome)).clone()
+}
+
+fn env_value<'c>(c: &'c Container, name: &str) -> Option<&'c EnvVar> {
+    c.env.iter().flatten().find(|e| e.name == name)
+}
+
+#[test]
+fn the_charts_telemetry_reaches_the_injected_sidecar_as_the_otel_environment() {
+    let traced: SidecarSettings = serde_json::from_value(json!({
+        "image": "img:1",
+        "traces": {
+            "endpoint": "http://otel-collector.observability:4318",
+            "headersSecret": {"name": "otlp-auth", "key": "headers"},
+            "sampler": "parentbased_traceidratio", "samplerArg": "0.25",
+            "resourceAttributes": "deployment.environment=prod",
+        },
+    }))
+    .unwrap();
+    traced.traces.as_ref().unwrap().check().unwrap();
+    let sc = injected_sidecar(&traced);
+    let value = |name| env_value(&sc, name).and_then(|e| e.value.as_deref());
+    assert_eq!(
+        value("OTEL_EXPORTER_OTLP_ENDPOINT"),
+        Some("http://otel-collector.observability:4318")
+    );
+    assert_eq!(value("OTEL_EXPORTER_OTLP_PROTOCOL"), Some("http/protobuf"));
+    assert_eq!(
+        value("OTEL_TRACES_SAMPLER"),
+        Some("parentbased_traceidratio")
+    );
+    assert_eq!(value("OTEL_TRACES_SAMPLER_ARG"), Some("0.25"));
+    assert_eq!(
+        value("OTEL_RESOURCE_ATTRIBUTES"),
+        Some(
+            "k8s.namespace.name=team-a,k8s.pod.name=$(MCP_SIDECAR_POD_NAME),mcp_operator.agent=bot,deployment.environment=prod"
+        )
+    );
+    assert_eq!(value("RUST_LOG"), Some("info"));
+    // The headers stay in the Secret: the kubelet reads them, the pod spec names the key only.
+    let headers = env_value(&sc, "OTEL_EXPORTER_OTLP_HEADERS").unwrap();
+    assert_eq!(headers.value, None);
+    let from = headers
+        .value_from
+        .as_ref()
+        .unwrap()
+        .secret_key_ref
+        .as_ref()
+        .unwrap();
+    assert_eq!(
+        (from.name.as_str(), from.key.as_str(), from.optional),
+        ("otlp-auth", "headers", Some(true))
+    );
+    // $(MCP_SIDECAR_POD_NAME) expands only a variable defined before it.
+    let names: Vec<&str> = sc.env.iter().flatten().map(|e| e.name.as_str()).collect();
+    let pos = |n| names.iter().position(|x| *x == n).unwrap();
+    assert!(pos("MCP_SIDECAR_POD_NAME") < pos("OTEL_RESOURCE_ATTRIBUTES"));
+    let field = env_value(&sc, "MCP_SIDECAR_POD_NAME")
+        .unwrap()
+        .value_from
+        .as_ref()
+        .unwrap()
+        .field_ref
+        .clone()
+        .unwrap();
+    assert_eq!(field.field_path, "metadata.name");
+    assert_eq!(
+        field.api_version.as_deref(),
+        Some("v1"),
+        "as the apiserver defaults it"
+    );
+
+    // The agent's containers get none of it: only the sidecar exports.
+    let pod = {
+        let outcome = decide(
+            &agent_pod(),
+            "bot",
+            "bot-mcp-grants",
+            &References::default(),
+            &trust(),
+            &traced,
+        )
+        .unwrap();
+        admitted(&agent_pod(), &outcome)
+    };
+    let agent_env = pod.spec.as_ref().unwrap().containers[0]
+        .env
+        .clone()
+        .unwrap();
+    assert!(agent_env.iter().all(|e| !e.name.starts_with("OTEL_")));
+    // The injected sidecar is the one validation expects (re-admission keeps it).
+    assert_eq!(
+        decide(
+            &pod,
+            "bot",
+            "bot-mcp-grants",
+            &References::default(),
+            &trust(),
+            &traced
+        ),
+        Ok(Outcome::AlreadyInjected)
+    );
+}
+
+#[test]
+fn without_telemetry_the_sidecar_gets_no_otel_environment() {
+    let sc = injected_sidecar(&settings());
+    let names: Vec<&str> = sc.env.iter().flatten().map(|e| e.name.as_str()).collect();
+    assert_eq!(names, ["RUST_LOG"]);
+    // Optional fields stay unset: the sidecar's defaults (and no headers) apply.
+    let minimal: SidecarSettings = serde_json::from_value(
+        json!({"image": "img:1", "traces": {"endpoint": "https://otlp.example:4318"}}),
+    )
+    .unwrap();
+    let sc = injected_sidecar(&minimal);
+    assert!(env_value(&sc, "OTEL_EXPORTER_OTLP_HEADERS").is_none());
+    assert!(env_value(&sc, "OTEL_TRACES_SAMPLER").is_none());
+    assert!(env_value(&sc, "OTEL_EXPORTER_OTLP_ENDPOINT").is_some());
+}
+
+#[test]
+fn telemetry_settings_that_would_export_nothing_are_refused() {
+    let check = |traces: Value| {
+        serde_json::from_value::<TraceExport>(traces)
+            .map_err(|e| e.to_string())
+            .and_then(|t| t.check())
+    };
+    assert!(check(json!({"endpoint": "http://c:4318"})).is_ok());
+    let grpc = check(json!({"endpoint": "http://c:4317", "protocol": "grpc"})).unwrap_err();
+    assert!(grpc.contains("http/protobuf only"), "{grpc}");
+    assert!(check(json!({"endpoint": "c:4318"})).is_err());
+    assert!(check(json!({"endpoint": "not a url"})).is_err());
+    assert!(
+        check(json!({"endpoint": "http://c:4318", "headersSecret": {"name": "", "key": "h"}}))
+            .is_err()
+    );
+    assert!(check(json!({"endpoint": "http://c:4318", "sampler_arg": "1"})).is_err());
+}

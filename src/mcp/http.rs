@@ -75,7 +75,7 @@ impl Http {
             oauth: credentials
                 .oauth2
                 .as_ref()
-                .map(|settings| super::oauth::client(settings, policy)),
+                .map(|settings| super::oauth::client(settings, tls, policy)),
             endpoint,
             max_response_bytes,
             connect_timeout,
@@ -262,6 +262,35 @@ pub(crate) fn pinned_client(
     endpoint: &CheckedEndpoint,
     tls: &TlsSettings,
 ) -> Result<reqwest::Client, McpError> {
+    built_client(endpoint, tls, Roots::BundleOnly)
+}
+
+/// A client for the server's authorization server (its token endpoint, its RFC 9728
+/// metadata), pinned like [`pinned_client`]: spec.tls's CA bundle is trusted beside the
+/// system's roots, not instead of them, since a server on a private CA is often behind a
+/// public authorization server (and the other way round); insecureSkipVerify applies as to the
+/// server.
+pub(crate) fn authorization_server_client(
+    endpoint: &CheckedEndpoint,
+    tls: &TlsSettings,
+) -> Result<reqwest::Client, McpError> {
+    built_client(endpoint, tls, Roots::SystemAndBundle)
+}
+
+/// What a client built with a CA bundle trusts.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Roots {
+    /// The bundle alone (spec.tls for the server: "trust this instead of the system roots").
+    BundleOnly,
+    /// The system's roots and the bundle.
+    SystemAndBundle,
+}
+
+fn built_client(
+    endpoint: &CheckedEndpoint,
+    tls: &TlsSettings,
+    roots: Roots,
+) -> Result<reqwest::Client, McpError> {
     let mut builder = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .no_proxy()
@@ -289,7 +318,10 @@ pub(crate) fn pinned_client(
                 detail: "the CA bundle holds no certificate".into(),
             });
         }
-        builder = builder.tls_certs_only(certs);
+        builder = match roots {
+            Roots::BundleOnly => builder.tls_certs_only(certs),
+            Roots::SystemAndBundle => builder.tls_certs_merge(certs),
+        };
     }
     if tls.insecure_skip_verify {
         builder = builder.tls_danger_accept_invalid_certs(true);

@@ -114,7 +114,7 @@ async fn follow_challenge(e: McpError, url: &url::Url, conn: &ServerConnection) 
         McpError::Unauthorized {
             resource_metadata: Some(metadata),
             ..
-        } => oauth::required(url, &metadata, conn.endpoint_policy).await,
+        } => oauth::required(url, &metadata, &conn.tls, conn.endpoint_policy).await,
         e => e,
     }
 }

@@ -9,7 +9,8 @@
 //!        │ no: fetch (one at a time: concurrent callers wait for the same fetch)
 //!        ▼
 //!  POST tokenUrl  grant_type=client_credentials | refresh_token   (endpoint guard, no redirects,
-//!        │                                                          bounded time and size)
+//!        │                                                          bounded time and size; the
+//!        │                                                          system's roots + spec.tls)
 //!        ├─ 200 {access_token, expires_in} → cached until expires_in minus a margin
 //!        └─ 400/401 {error} → OAuthTokenRefused carrying the RFC 6749 §5.2 code, never the body
 //! ```
@@ -17,8 +18,11 @@
 //! The controller's probes and each sidecar build their connections through [`client`], so a
 //! token is fetched once per (settings, process) and reused by every connection and call until
 //! it nears expiry; a 401 from the server renews it once ([`TokenClient::renew`]). A rotated
-//! client secret is other settings, hence another client and a fresh token. Nothing here logs;
-//! no error carries a token, a secret or a response body.
+//! client secret is other settings, hence another client and a fresh token. The token endpoint
+//! and the metadata are checked against the system's roots and the server's `spec.tls` CA
+//! bundle, or not at all under `insecureSkipVerify`, which is logged once per token client (the
+//! client secret goes to whoever answers): the only thing here that logs. No error carries a
+//! token, a secret or a response body.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -89,7 +93,7 @@ impl OAuthSettings {
     }
 }
 
-/// The process's token clients by settings digest (and endpoint policy), with when each was
+/// The process's token clients by settings digest (and TLS settings, endpoint policy), with when each was
 /// last asked for. Held strongly: the controller's probes open a connection per read and drop
 /// it, and the token must outlive them (a weak registry fetched a token per read). A client
 /// nobody holds is dropped once unused for [`IDLE_CLIENT`], so settings that changed (a rotated
@@ -104,9 +108,19 @@ fn registry() -> &'static Registry {
     CLIENTS.get_or_init(Default::default)
 }
 
-/// The one token client for `settings` in this process.
-pub fn client(settings: &OAuthSettings, policy: EndpointPolicy) -> Arc<TokenClient> {
-    let key = format!("{}\0{}", settings.digest(), policy.allow_loopback);
+/// The one token client for `settings` in this process, reaching the token endpoint with the
+/// server's TLS settings `tls`.
+pub fn client(
+    settings: &OAuthSettings,
+    tls: &TlsSettings,
+    policy: EndpointPolicy,
+) -> Arc<TokenClient> {
+    let key = format!(
+        "{}\0{}\0{}",
+        settings.digest(),
+        tls_digest(tls),
+        policy.allow_loopback
+    );
     let now = Instant::now();
     let mut clients = registry().lock().expect("token clients lock");
     if let Some((found, used)) = clients.get_mut(&key) {
@@ -116,14 +130,34 @@ pub fn client(settings: &OAuthSettings, policy: EndpointPolicy) -> Arc<TokenClie
     clients.retain(|_, (c, used)| {
         Arc::strong_count(c) > 1 || now.saturating_duration_since(*used) < IDLE_CLIENT
     });
-    let made = Arc::new(TokenClient::new(settings.clone(), policy));
+    let made = Arc::new(TokenClient::new(settings.clone(), tls.clone(), policy));
+    if tls.insecure_skip_verify {
+        tracing::warn!(
+            reason = "InsecureTokenEndpoint",
+            token_endpoint = %made.endpoint_name(),
+            "the token endpoint's certificate is not verified (spec.tls.insecureSkipVerify): the client secret or refresh token goes to whoever answers at its address"
+        );
+    }
     clients.insert(key, (made.clone(), now));
     made
+}
+
+/// A digest of the TLS settings: a changed CA bundle is another token client.
+fn tls_digest(tls: &TlsSettings) -> String {
+    let mut h = Sha256::new();
+    h.update([u8::from(tls.insecure_skip_verify)]);
+    if let Some(pem) = &tls.ca_pem {
+        h.update(b"ca\0");
+        h.update(pem);
+    }
+    hex::encode(h.finalize())
 }
 
 /// Fetches, caches and renews the access token of one set of settings.
 pub struct TokenClient {
     settings: OAuthSettings,
+    /// The server's spec.tls: its CA bundle is trusted beside the system's roots.
+    tls: TlsSettings,
     policy: EndpointPolicy,
     /// Held across a fetch: concurrent callers share it.
     state: tokio::sync::Mutex<State>,
@@ -148,9 +182,10 @@ struct State {
 }
 
 impl TokenClient {
-    pub fn new(settings: OAuthSettings, policy: EndpointPolicy) -> Self {
+    pub fn new(settings: OAuthSettings, tls: TlsSettings, policy: EndpointPolicy) -> Self {
         TokenClient {
             settings,
+            tls,
             policy,
             state: tokio::sync::Mutex::new(State::default()),
             fetches: AtomicU64::new(0),
@@ -245,7 +280,7 @@ impl TokenClient {
         let checked = endpoint::check(&url, self.policy)
             .await
             .map_err(|e| self.failed(e.to_string()))?;
-        let client = pinned_client(&checked).map_err(|e| self.failed(e.to_string()))?;
+        let client = pinned_client(&checked, &self.tls).map_err(|e| self.failed(e.to_string()))?;
         let body = form_body(s, refresh);
         let mut request = client
             .post(checked.url.clone())
@@ -391,10 +426,13 @@ pub fn token_url(raw: &str, policy: EndpointPolicy) -> Result<url::Url, String> 
     }
 }
 
-/// A client pinned to the addresses the guard checked, refusing redirects, with the system's
-/// CA roots.
-fn pinned_client(checked: &CheckedEndpoint) -> Result<reqwest::Client, McpError> {
-    super::http::pinned_client(checked, &TlsSettings::default())
+/// A client pinned to the addresses the guard checked, refusing redirects, trusting the
+/// system's CA roots and the server's CA bundle (or nothing, under insecureSkipVerify).
+fn pinned_client(
+    checked: &CheckedEndpoint,
+    tls: &TlsSettings,
+) -> Result<reqwest::Client, McpError> {
+    super::http::authorization_server_client(checked, tls)
 }
 
 fn transport_detail(e: &reqwest::Error, checked: &CheckedEndpoint) -> String {
@@ -464,9 +502,11 @@ pub fn resource_metadata(challenges: &[&str]) -> Option<String> {
 pub async fn required(
     server_url: &url::Url,
     metadata_url: &str,
+    tls: &TlsSettings,
     policy: EndpointPolicy,
 ) -> McpError {
-    let authorization_servers = match protected_resource(server_url, metadata_url, policy).await {
+    let found = protected_resource(server_url, metadata_url, tls, policy).await;
+    let authorization_servers = match found {
         Ok(servers) => servers,
         Err(detail) => {
             return McpError::OAuthRequired {
@@ -484,6 +524,7 @@ pub async fn required(
 async fn protected_resource(
     server_url: &url::Url,
     metadata_url: &str,
+    tls: &TlsSettings,
     policy: EndpointPolicy,
 ) -> Result<Vec<String>, String> {
     let unreadable =
@@ -492,7 +533,7 @@ async fn protected_resource(
     let checked = endpoint::check(&url, policy)
         .await
         .map_err(|e| unreadable(&e.to_string()))?;
-    let client = pinned_client(&checked).map_err(|e| unreadable(&e.to_string()))?;
+    let client = pinned_client(&checked, tls).map_err(|e| unreadable(&e.to_string()))?;
     let fetch = async {
         let response = client
             .get(checked.url.clone())
@@ -628,9 +669,16 @@ mod tests {
         b.client_secret = Some(SecretValue::new("two"));
         assert_ne!(a.digest(), b.digest());
         let policy = EndpointPolicy::default();
-        let (ca, cb) = (client(&a, policy), client(&b, policy));
-        assert!(Arc::ptr_eq(&ca, &client(&a, policy)));
+        let tls = TlsSettings::default();
+        let (ca, cb) = (client(&a, &tls, policy), client(&b, &tls, policy));
+        assert!(Arc::ptr_eq(&ca, &client(&a, &tls, policy)));
         assert!(!Arc::ptr_eq(&ca, &cb));
+        // Another CA bundle is another client: its fetches are checked against other roots.
+        let bundle = TlsSettings {
+            ca_pem: Some(b"-----BEGIN CERTIFICATE-----".to_vec()),
+            insecure_skip_verify: false,
+        };
+        assert!(!Arc::ptr_eq(&ca, &client(&a, &bundle, policy)));
         assert!(!format!("{a:?}").contains("s3cret"));
     }
 }

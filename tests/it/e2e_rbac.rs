@@ -695,6 +695,97 @@ fn the_chart_lints_and_renders_its_options() {
 }
 
 /// `RUST_VERSION` in the Dockerfile is at least Cargo.toml's `rust-version`.
+/// `telemetry.*` reaches the controller's container as the OTEL_* environment and every
+/// injected sidecar through `--sidecar`; unset, neither gets any.
+#[test]
+fn the_charts_telemetry_reaches_the_controller_and_the_injected_sidecars() {
+    let sidecar_of = |objects: &[Value]| -> mcp_operator::inject::SidecarSettings {
+        serde_json::from_str(
+            container_args(objects)
+                .iter()
+                .find_map(|a| a.strip_prefix("--sidecar="))
+                .expect("--sidecar"),
+        )
+        .expect("--sidecar is what the controller reads")
+    };
+    let env_of = |objects: &[Value]| -> Vec<Value> {
+        one(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]["env"]
+            .as_array()
+            .expect("env")
+            .clone()
+    };
+    let defaults = render("mcp-operator", "mcp-operator", &[]);
+    assert_eq!(sidecar_of(&defaults).traces, None);
+    assert!(
+        env_of(&defaults)
+            .iter()
+            .all(|e| !e["name"].as_str().unwrap().starts_with("OTEL_")),
+        "{:?}",
+        env_of(&defaults)
+    );
+
+    let sets = [
+        "telemetry.otlp.endpoint=http://otel-collector.observability:4318",
+        "telemetry.otlp.headersSecret.name=otlp-auth",
+        "telemetry.sampler=parentbased_traceidratio",
+        "telemetry.samplerArg=0.25",
+        "telemetry.resourceAttributes=deployment.environment=prod",
+    ];
+    let mut lint = vec!["lint", "--strict", CHART];
+    for set in &sets {
+        lint.extend(["--set", set]);
+    }
+    helm(&lint);
+    let traced = render("mcp-operator", "mcp-operator", &sets);
+    let traces = sidecar_of(&traced).traces.expect("the sidecars' traces");
+    traces.check().expect("settings the controller starts with");
+    assert_eq!(traces.endpoint, "http://otel-collector.observability:4318");
+    assert_eq!(traces.protocol, "http/protobuf");
+    let headers = traces.headers_secret.as_ref().expect("headersSecret");
+    assert_eq!(
+        (headers.name.as_str(), headers.key.as_str()),
+        ("otlp-auth", "headers")
+    );
+    assert_eq!(traces.sampler.as_deref(), Some("parentbased_traceidratio"));
+    assert_eq!(traces.sampler_arg.as_deref(), Some("0.25"));
+    assert_eq!(
+        traces.resource_attributes.as_deref(),
+        Some("deployment.environment=prod")
+    );
+    let env = env_of(&traced);
+    let value = |name: &str| -> Value {
+        env.iter()
+            .find(|e| e["name"] == name)
+            .unwrap_or_else(|| panic!("{name} in {env:?}"))
+            .clone()
+    };
+    assert_eq!(
+        value("OTEL_EXPORTER_OTLP_ENDPOINT")["value"],
+        "http://otel-collector.observability:4318"
+    );
+    assert_eq!(
+        value("OTEL_EXPORTER_OTLP_PROTOCOL")["value"],
+        "http/protobuf"
+    );
+    assert_eq!(
+        value("OTEL_EXPORTER_OTLP_HEADERS")["valueFrom"]["secretKeyRef"],
+        json!({"name": "otlp-auth", "key": "headers", "optional": true})
+    );
+    assert_eq!(
+        value("OTEL_TRACES_SAMPLER")["value"],
+        "parentbased_traceidratio"
+    );
+    assert_eq!(value("OTEL_TRACES_SAMPLER_ARG")["value"], "0.25");
+    assert_eq!(
+        value("OTEL_RESOURCE_ATTRIBUTES")["value"],
+        "k8s.namespace.name=$(POD_NAMESPACE),k8s.pod.name=$(POD_NAME),deployment.environment=prod"
+    );
+    // $(POD_NAME) expands only variables defined before it.
+    let position = |name: &str| env.iter().position(|e| e["name"] == name).unwrap();
+    assert!(position("POD_NAME") < position("OTEL_RESOURCE_ATTRIBUTES"));
+    assert!(position("POD_NAMESPACE") < position("OTEL_RESOURCE_ATTRIBUTES"));
+}
+
 #[test]
 fn the_dockerfile_toolchain_satisfies_rust_version() {
     let version = |s: &str| -> (u32, u32) {

@@ -37,7 +37,7 @@ const TENANT: &str = "guard-tenant";
 const REFUSED: &str = "only the injected MCP sidecar may mount it";
 
 /// The chart's webhook entry `name` of the configuration `kind`, as `helm template` renders it.
-fn chart_entry(kind: &str, name: &str) -> Value {
+pub(crate) fn chart_entry(kind: &str, name: &str) -> Value {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
     let out = Command::new("bash")
         .arg(repo.join("e2e/helm.sh"))

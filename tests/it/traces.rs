@@ -2,8 +2,11 @@
 //! collector built from its Go modules (tests/fixtures/otelcol.sh: OTLP receiver, file
 //! exporter), the real sidecar exporting to it (OTEL_EXPORTER_OTLP_ENDPOINT), the Python SDK
 //! fixture server recording the trace context each request carried. The agent's span is made
-//! up here (a traceparent of our own), as an instrumented agent would send it.
+//! up here (a traceparent of our own), as an instrumented agent would send it. And the
+//! controller's probe spans, from the controller process on the e2e control plane.
 
+use crate::e2e;
+use crate::operator::{Operator, apply_server, server_manifest, wait_condition};
 use crate::sidecar_support;
 use crate::support;
 
@@ -95,21 +98,54 @@ impl Collector {
 
     /// Every span the collector wrote, flattened: (service.name, span).
     fn spans(&self) -> Vec<(String, Value)> {
+        self.spans_with_resource()
+            .into_iter()
+            .map(|(resource, span)| {
+                (
+                    attribute(&resource, "service.name").unwrap_or_default(),
+                    span,
+                )
+            })
+            .collect()
+    }
+
+    /// Every span the collector wrote, with the resource it came from.
+    fn spans_with_resource(&self) -> Vec<(Value, Value)> {
         let text = std::fs::read_to_string(&self.spans).unwrap_or_default();
         let mut out = Vec::new();
         for line in text.lines().filter(|l| !l.trim().is_empty()) {
             let doc: Value =
                 serde_json::from_str(line).expect("the file exporter writes JSON lines");
             for rs in doc["resourceSpans"].as_array().into_iter().flatten() {
-                let service = attribute(&rs["resource"], "service.name").unwrap_or_default();
                 for ss in rs["scopeSpans"].as_array().into_iter().flatten() {
                     for span in ss["spans"].as_array().into_iter().flatten() {
-                        out.push((service.clone(), span.clone()));
+                        out.push((rs["resource"].clone(), span.clone()));
                     }
                 }
             }
         }
         out
+    }
+
+    /// Waits until a span named `name` whose attribute `key` is `value` is in the file;
+    /// returns it with its resource.
+    async fn wait_named(&self, name: &str, key: &str, value: &str) -> (Value, Value) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(found) = self
+                .spans_with_resource()
+                .into_iter()
+                .find(|(_, s)| s["name"] == name && attribute(s, key).as_deref() == Some(value))
+            {
+                return found;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no span {name} with {key}={value} reached the collector; it has {:?}",
+                self.spans()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// Waits until a span of `trace` whose name starts with `name` is in the file.
@@ -445,5 +481,118 @@ async fn without_an_endpoint_the_agents_trace_context_passes_unchanged() {
         seen["headers"],
         json!([]),
         "no span, no header of the sidecar's: {seen}"
+    );
+}
+
+/// The controller, exporting as the chart's `telemetry` values make it (the OTEL_* environment,
+/// the pod's resource attributes): each probe is a span `probe <namespace>/<name>` with its
+/// result, and the server's requests of that probe are its children.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_controllers_probes_are_spans_with_their_result_and_the_servers_requests_as_children() {
+    let collector = Collector::start();
+    let (client, ns) = e2e::setup("probe-traces").await;
+    let server = Fixtures::load().sdk_server(&[]);
+    let attributes = format!("k8s.namespace.name={},k8s.pod.name=op-traced", ns.name());
+    let _op = Operator::start_with_env(
+        &e2e::kubeconfig_path().await,
+        ns.name(),
+        "op-traced",
+        &[],
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &collector.endpoint),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+            ("OTEL_RESOURCE_ATTRIBUTES", &attributes),
+            ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+        ],
+    );
+    let api: kube::Api<mcp_operator::api::mcp_server::McpServer> =
+        kube::Api::namespaced(client.clone(), ns.name());
+    apply_server(
+        &client,
+        ns.name(),
+        server_manifest("traced", &server.url, json!({})),
+    )
+    .await;
+    let gone = format!("http://127.0.0.1:{}/mcp", support::free_port());
+    apply_server(
+        &client,
+        ns.name(),
+        server_manifest("gone", &gone, json!({})),
+    )
+    .await;
+    wait_condition(
+        &api,
+        "traced",
+        "Ready",
+        "True",
+        None,
+        Duration::from_secs(30),
+    )
+    .await;
+    let down = wait_condition(
+        &api,
+        "gone",
+        "Ready",
+        "False",
+        None,
+        Duration::from_secs(30),
+    )
+    .await;
+    let reason = e2e::condition(&down, "Reachable").unwrap()["reason"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    // A probe that read the server: its result, its tools, and who made it.
+    let name = format!("probe {}/traced", ns.name());
+    let (resource, span) = collector
+        .wait_named(&name, "mcp_operator.probe.result", "ready")
+        .await;
+    assert_eq!(span["kind"], 1, "INTERNAL: {span}");
+    for (key, want) in [
+        ("mcp_operator.namespace", ns.name()),
+        ("mcp_operator.server", "traced"),
+        ("mcp_operator.probe.tools", "4"),
+    ] {
+        assert_eq!(
+            attribute(&span, key).as_deref(),
+            Some(want),
+            "{key} in {span}"
+        );
+    }
+    for (key, want) in [
+        ("service.name", "mcp-operator-controller"),
+        ("k8s.pod.name", "op-traced"),
+        ("k8s.namespace.name", ns.name()),
+    ] {
+        assert_eq!(
+            attribute(&resource, key).as_deref(),
+            Some(want),
+            "{key} in {resource}"
+        );
+    }
+    // The server heard whose child its work was: the probe's span.
+    let probe = (
+        span["traceId"].as_str().unwrap().to_string(),
+        span["spanId"].as_str().unwrap().to_string(),
+    );
+    let seen = upstream_traces(&server.url).await;
+    assert!(
+        seen["headers"].as_array().unwrap().iter().any(|h| {
+            let (trace, parent) = parent_of(h.as_str().unwrap());
+            (trace, parent) == (probe.0.as_str(), probe.1.as_str())
+        }),
+        "a request of the probe names its span as parent: {seen} / {probe:?}"
+    );
+
+    // A probe that failed: the reason the condition gives.
+    let name = format!("probe {}/gone", ns.name());
+    let (_, failed) = collector
+        .wait_named(&name, "mcp_operator.probe.result", "failed")
+        .await;
+    assert_eq!(
+        attribute(&failed, "mcp_operator.probe.reason").as_deref(),
+        Some(reason.as_str()),
+        "{failed}"
     );
 }

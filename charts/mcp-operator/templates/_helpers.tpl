@@ -74,5 +74,15 @@ app.kubernetes.io/component: controller
   "extraArgs" $s.extraArgs }}
 {{- /* Unset (null): the sidecar's own default. */}}
 {{- with $s.responseBudget }}{{ $_ := set $settings "responseBudget" (int64 .) }}{{ end }}
+{{- /* Traces: only with an endpoint. */}}
+{{- $t := .Values.telemetry }}
+{{- with $t.otlp.endpoint }}
+{{- $traces := dict "endpoint" . "protocol" $t.otlp.protocol }}
+{{- if $t.otlp.headersSecret.name }}{{ $_ := set $traces "headersSecret" (dict "name" $t.otlp.headersSecret.name "key" $t.otlp.headersSecret.key) }}{{ end }}
+{{- with $t.sampler }}{{ $_ := set $traces "sampler" . }}{{ end }}
+{{- if ne (toString $t.samplerArg) "" }}{{ $_ := set $traces "samplerArg" (toString $t.samplerArg) }}{{ end }}
+{{- with $t.resourceAttributes }}{{ $_ := set $traces "resourceAttributes" . }}{{ end }}
+{{- $_ := set $settings "traces" $traces }}
+{{- end }}
 {{- $settings | toJson }}
 {{- end }}

@@ -97,7 +97,8 @@ pub struct WebhookArgs {
     pub webhook_configuration: String,
     /// The injected sidecar as JSON: {"image": …, "port", "healthPort", "resources",
     /// "securityContext", "logLevel", "startupPeriodSeconds", "startupFailureThreshold",
-    /// "extraArgs"}. Required with --webhook-addr.
+    /// "responseBudget", "extraArgs", "traces": {"endpoint", "protocol", "headersSecret",
+    /// "sampler", "samplerArg", "resourceAttributes"}}. Required with --webhook-addr.
     #[arg(long, env = "MCP_OPERATOR_SIDECAR")]
     pub sidecar: Option<String>,
 }
@@ -117,6 +118,9 @@ pub fn settings(args: &WebhookArgs) -> Result<SidecarSettings, String> {
         return Err(format!(
             "--sidecar: responseBudget must be at least {MIN_SIDECAR_RESPONSE_BUDGET} bytes (1 MiB, the sidecar's own minimum), not {n}"
         ));
+    }
+    if let Some(traces) = &settings.traces {
+        traces.check().map_err(|e| format!("--sidecar: {e}"))?;
     }
     Ok(settings)
 }

@@ -32,6 +32,17 @@ impl Operator {
         identity: &str,
         extra: &[&str],
     ) -> Operator {
+        Operator::start_with_env(kubeconfig, namespace, identity, extra, &[])
+    }
+
+    /// The same with more flags and environment variables (e.g. `OTEL_*`).
+    pub fn start_with_env(
+        kubeconfig: &Path,
+        namespace: &str,
+        identity: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Operator {
         let metrics_port = crate::support::free_port();
         let mut args = [
             "controller",
@@ -48,7 +59,7 @@ impl Operator {
         .map(String::from)
         .to_vec();
         args.extend(extra.iter().map(|a| a.to_string()));
-        Operator::spawn(kubeconfig, identity, &args, &[], metrics_port)
+        Operator::spawn(kubeconfig, identity, &args, env, metrics_port)
     }
 
     /// The value of an unlabelled metric (`mcp_operator_probes_running`), 0 when absent.

@@ -305,7 +305,24 @@ pub async fn grants_for(
     if let Some(token) = token {
         conn.credentials.bearer_token = Some(mcp::SecretValue::new(token));
     }
-    let report = mcp::read_server(&conn)
+    let mut extra = endpoint_extra;
+    if token.is_some() {
+        extra["bearerToken"] = json!({"name": "upstream-token", "key": "token"});
+    }
+    grants_read_with(server, prefix, &conn, names, extra).await
+}
+
+/// The same, reading the server with `conn` as it is (its credentials: OAuth, a CA); the
+/// endpoint's credential references are in `endpoint_extra`.
+pub async fn grants_read_with(
+    server: &str,
+    prefix: &str,
+    conn: &ServerConnection,
+    names: &[&str],
+    endpoint_extra: Value,
+) -> Value {
+    let url = conn.url.as_str();
+    let report = mcp::read_server(conn)
         .await
         .expect("the fixture server is readable");
     let catalog = report.catalog(&Default::default());
@@ -328,9 +345,6 @@ pub async fn grants_for(
         "protocolVersion": report.protocol_version,
         "connectTimeoutMs": 5000, "callTimeoutMs": 10000, "retry": 1,
     });
-    if token.is_some() {
-        endpoint["bearerToken"] = json!({"name": "upstream-token", "key": "token"});
-    }
     for (k, v) in endpoint_extra.as_object().cloned().unwrap_or_default() {
         endpoint[k] = v;
     }

@@ -99,6 +99,20 @@ impl Fixtures {
         Server::start(cmd, "oauth_issuer")
     }
 
+    /// The OAuth issuer over HTTPS, with a certificate for 127.0.0.1 signed by a fresh CA in
+    /// `dir` (returned as a PEM path: the issuer's clients trust it, or not).
+    pub fn oauth_issuer_tls(&self, dir: &std::path::Path, args: &[&str]) -> (Server, PathBuf) {
+        let ca = make_test_ca(dir);
+        let mut cmd = Command::new(self.var("MCP_FIXTURES_OAUTH_PYTHON"));
+        cmd.arg(self.fixture("oauth_issuer.py"))
+            .args(["--port", "0", "--tls-cert"])
+            .arg(dir.join("server.pem"))
+            .arg("--tls-key")
+            .arg(dir.join("server.key"))
+            .args(args);
+        (Server::start(cmd, "oauth_issuer (TLS)"), ca)
+    }
+
     pub fn hostile_server(&self) -> Server {
         let mut cmd = Command::new(self.var("MCP_FIXTURES_PYTHON"));
         cmd.arg(self.fixture("hostile_server.py"))

@@ -569,25 +569,25 @@ impl Calls {
                 started,
             );
         };
-        if method == "prompts/get" {
-            if let Some(pins) = prompt_pins::pins(doc, &surface.server) {
-                let live = self.list_all(&surface.server, endpoint, ListKind::Prompts);
-                let checked = live
-                    .await
-                    .and_then(|live| prompt_pins::check(pins, raw, &live));
-                if let Err(why) = checked {
-                    let text = format!("{what} {} is not served: {why}", shown(qualified));
-                    let server = Some(surface.server.as_str());
-                    return self.refused(
-                        audited,
-                        method,
-                        qualified,
-                        server,
-                        INVALID_PARAMS,
-                        text,
-                        started,
-                    );
-                }
+        if method == "prompts/get"
+            && let Some(pins) = prompt_pins::pins(doc, &surface.server)
+        {
+            let live = self.list_all(&surface.server, endpoint, ListKind::Prompts);
+            let checked = live
+                .await
+                .and_then(|live| prompt_pins::check(pins, raw, &live));
+            if let Err(why) = checked {
+                let text = format!("{what} {} is not served: {why}", shown(qualified));
+                let server = Some(surface.server.as_str());
+                return self.refused(
+                    audited,
+                    method,
+                    qualified,
+                    server,
+                    INVALID_PARAMS,
+                    text,
+                    started,
+                );
             }
         }
         params.insert(key.into(), Value::String(raw.to_string()));

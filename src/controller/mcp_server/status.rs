@@ -1397,6 +1397,7 @@ mod tests {
 mod each_condition {
     use super::*;
     use crate::mcp::McpError;
+    use crate::mcp::listing::List;
 
     /// One finding of each kind: the Secret is missing, the stdio workload does not serve,
     /// connecting failed, the listing failed after the handshake, the catalogue was read.
@@ -1430,7 +1431,10 @@ mod each_condition {
                 "list",
                 Finding::Failed(ReadFailure {
                     stage: Stage::List,
-                    error: McpError::RepeatedCursor { page: 2 },
+                    error: McpError::RepeatedCursor {
+                        list: List::Tools,
+                        page: 2,
+                    },
                 }),
             ),
             (
@@ -1439,7 +1443,7 @@ mod each_condition {
                     era: Era::Modern,
                     protocol_version: "2026-07-28".into(),
                     server_info: ServerInfo::default(),
-                    catalog: Catalog::default(),
+                    catalog: Box::default(),
                 },
             ),
         ]

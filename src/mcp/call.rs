@@ -444,9 +444,9 @@ impl ToolSession {
                 "the answer to the call is not JSON".into(),
             ))
         })?;
-        match rpc::classify(&value, id) {
+        match rpc::classify(value, id) {
             Incoming::Reply(reply) => Ok(held_answer(reply, &allowance)),
-            Incoming::Other => Err(after_sending(McpError::ProtocolError(
+            Incoming::Other(_) => Err(after_sending(McpError::ProtocolError(
                 "the answer does not answer the call".into(),
             ))),
             Incoming::Malformed(why) => Err(after_sending(McpError::ProtocolError(format!(
@@ -526,7 +526,7 @@ async fn read_call_stream(
                 }
                 SseMessage::Empty | SseMessage::Endpoint(_) | SseMessage::Other => continue,
             };
-            match rpc::classify(&value, id) {
+            match rpc::classify(value, id) {
                 Incoming::Reply(reply) => {
                     // The event's bytes were charged as they came; its values and the agent's
                     // copy of them are what this answer holds beyond them.
@@ -535,7 +535,7 @@ async fn read_call_stream(
                         .map_err(after_sending)?;
                     return Ok(held_answer(reply, allowance));
                 }
-                Incoming::Other => {
+                Incoming::Other(value) => {
                     let has_method = value.get("method").is_some();
                     match value.get("id") {
                         None if has_method => {

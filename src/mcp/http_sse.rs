@@ -94,9 +94,9 @@ impl HttpSse {
                     ));
                 }
             };
-            match rpc::classify(&value, id) {
+            match rpc::classify(value, id) {
                 Incoming::Reply(reply) => return Ok(reply),
-                Incoming::Other => {}
+                Incoming::Other(_) => {}
                 Incoming::Malformed(why) => {
                     return Err(McpError::ProtocolError(format!(
                         "a message on the SSE stream is {why}"

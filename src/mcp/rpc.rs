@@ -20,8 +20,9 @@ pub enum RpcReply {
 pub enum Incoming {
     /// The response to our request.
     Reply(RpcReply),
-    /// A notification, a server request, or a response to someone else: not ours to handle.
-    Other,
+    /// A notification, a server request, or a response to someone else: not ours to handle,
+    /// handed back whole (of a batch, what is left of it).
+    Other(Value),
     /// Not JSON-RPC at all.
     Malformed(&'static str),
 }
@@ -43,41 +44,41 @@ pub fn reply_in_error_body(is_json: bool, body: &[u8], id: u64) -> Option<RpcRep
     is_json
         .then(|| serde_json::from_slice::<Value>(body).ok())
         .flatten()
-        .and_then(|v| match classify(&v, id) {
+        .and_then(|v| match classify(v, id) {
             Incoming::Reply(r) => Some(r),
             _ => None,
         })
 }
 
-/// Classifies one received value (an object or a batch) against the id we wait for.
-pub fn classify(value: &Value, id: u64) -> Incoming {
+/// Classifies one received value (an object or a batch) against the id we wait for. Takes the
+/// value: our reply's result moves out of it instead of being copied (a page of a large tool
+/// list is most of what a probe holds, issue 24).
+pub fn classify(value: Value, id: u64) -> Incoming {
     match value {
         Value::Array(batch) => {
-            let mut other = false;
+            if batch.is_empty() {
+                return Incoming::Malformed("an empty JSON-RPC batch");
+            }
+            let mut rest = Vec::new();
             for item in batch {
                 match classify(item, id) {
-                    Incoming::Reply(r) => return Incoming::Reply(r),
-                    Incoming::Other => other = true,
-                    Incoming::Malformed(why) => return Incoming::Malformed(why),
+                    Incoming::Other(item) => rest.push(item),
+                    ours_or_malformed => return ours_or_malformed,
                 }
             }
-            if other {
-                Incoming::Other
-            } else {
-                Incoming::Malformed("an empty JSON-RPC batch")
-            }
+            Incoming::Other(Value::Array(rest))
         }
         Value::Object(obj) => classify_object(obj, id),
         _ => Incoming::Malformed("a JSON value that is not a JSON-RPC message"),
     }
 }
 
-fn classify_object(obj: &Map<String, Value>, id: u64) -> Incoming {
+fn classify_object(mut obj: Map<String, Value>, id: u64) -> Incoming {
     if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
         return Incoming::Malformed("a JSON object that is not a JSON-RPC 2.0 message");
     }
     if obj.contains_key("method") {
-        return Incoming::Other;
+        return Incoming::Other(Value::Object(obj));
     }
     let ours = match obj.get("id") {
         Some(Value::Number(n)) => n.as_u64() == Some(id),
@@ -87,15 +88,15 @@ fn classify_object(obj: &Map<String, Value>, id: u64) -> Incoming {
         _ => return Incoming::Malformed("a JSON-RPC response with an invalid id"),
     };
     if !ours {
-        return Incoming::Other;
+        return Incoming::Other(Value::Object(obj));
     }
-    match (obj.get("result"), obj.get("error")) {
-        (Some(Value::Object(result)), None) => Incoming::Reply(RpcReply::Result(result.clone())),
+    match (obj.remove("result"), obj.remove("error")) {
+        (Some(Value::Object(result)), None) => Incoming::Reply(RpcReply::Result(result)),
         (Some(_), None) => Incoming::Malformed("a JSON-RPC result that is not an object"),
-        (None, Some(Value::Object(err))) => match err.get("code").and_then(Value::as_i64) {
+        (None, Some(Value::Object(mut err))) => match err.get("code").and_then(Value::as_i64) {
             Some(code) => Incoming::Reply(RpcReply::Error {
                 code,
-                data: err.get("data").cloned(),
+                data: err.remove("data"),
             }),
             None => Incoming::Malformed("a JSON-RPC error without an integer code"),
         },
@@ -123,17 +124,17 @@ mod tests {
             {"jsonrpc": "2.0", "id": 7, "result": {"tools": []}}
         ]);
         assert!(matches!(
-            classify(&v, 7),
+            classify(v.clone(), 7),
             Incoming::Reply(RpcReply::Result(_))
         ));
-        assert_eq!(classify(&v, 8), Incoming::Other);
+        assert_eq!(classify(v.clone(), 8), Incoming::Other(v));
     }
 
     #[test]
     fn errors_keep_code_and_data_only() {
         let v = json!({"jsonrpc": "2.0", "id": 1, "error": {"code": -32022, "message": "secret text", "data": {"supported": ["x"]}}});
         assert_eq!(
-            classify(&v, 1),
+            classify(v, 1),
             Incoming::Reply(RpcReply::Error {
                 code: -32022,
                 data: Some(json!({"supported": ["x"]}))
@@ -144,15 +145,15 @@ mod tests {
     #[test]
     fn non_json_rpc_is_malformed() {
         assert!(matches!(
-            classify(&json!({"foo": 1}), 1),
+            classify(json!({"foo": 1}), 1),
             Incoming::Malformed(_)
         ));
         assert!(matches!(
-            classify(&json!("hello"), 1),
+            classify(json!("hello"), 1),
             Incoming::Malformed(_)
         ));
         assert!(matches!(
-            classify(&json!({"jsonrpc": "2.0", "id": 1, "result": []}), 1),
+            classify(json!({"jsonrpc": "2.0", "id": 1, "result": []}), 1),
             Incoming::Malformed(_)
         ));
     }

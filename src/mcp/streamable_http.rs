@@ -117,9 +117,9 @@ impl StreamableHttp {
                     ctype
                 ))
             })?;
-            match rpc::classify(&value, id) {
+            match rpc::classify(value, id) {
                 Incoming::Reply(r) => r,
-                Incoming::Other => {
+                Incoming::Other(_) => {
                     return Err(McpError::ProtocolError(
                         "the reply does not answer the request that was sent".into(),
                     ));
@@ -198,9 +198,9 @@ impl StreamableHttp {
                     }
                     SseMessage::Empty | SseMessage::Endpoint(_) | SseMessage::Other => continue,
                 };
-                match rpc::classify(&value, id) {
+                match rpc::classify(value, id) {
                     Incoming::Reply(reply) => return Ok(reply),
-                    Incoming::Other => {}
+                    Incoming::Other(_) => {}
                     Incoming::Malformed(why) => {
                         return Err(McpError::ProtocolError(format!(
                             "an event in the reply stream is {why}"

@@ -33,16 +33,7 @@ LIMIT=${LIMIT:-900}   # longest wait for a size's McpServers to become Ready, in
 # shellcheck source=bench/lib.sh
 . "$(dirname "$0")/lib.sh"
 
-# Four official-SDK servers (modern era, they push tools/list_changed, so each McpServer on them
-# also holds a subscription) and the hostile fixture's bulk mode (legacy era, 50 tools, 2 pages).
-SDK=()
-for i in 1 2 3 4; do
-  start_fixture url "$DIR/sdk$i.out" "$MCP_FIXTURES_PYTHON" "$MCP_FIXTURES_SDK_SERVER" --port 0 --tools 20 --page-size 10
-  SDK+=("$url")
-done
-start_fixture url "$DIR/bulk.out" "$MCP_FIXTURES_PYTHON" "$MCP_FIXTURES_HOSTILE_SERVER" --port 0
-BULK="$url/bulk/mcp?tools=50&pages=2"
-HOSTILE_URLS=("$url/hang/mcp" "$url/sse-endless/mcp" "$url/huge/mcp")
+start_fleet_fixtures
 
 writes() { curl -s "http://127.0.0.1:$METRICS_PORT/metrics" | awk '/^mcp_operator_writes_total/{s+=$2} END{print s+0}'; }
 ready_count() { k get mcps -n "$1" -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' | grep -c True || true; }
@@ -54,7 +45,7 @@ versions() { k get mcps,configmaps -n "$1" -o jsonpath='{range .items[*]}{.metad
 run_size() {
   local N=$1 P=$2 NS="bench-$1-$2"
   k create namespace "$NS" >/dev/null
-  servers_yaml "$N" "$P" "$NS" >"$DIR/servers-$NS.yaml"
+  fleet_yaml "$N" "$P" "$NS" >"$DIR/servers-$NS.yaml"
   w0=$(writes)
   t0=$(date +%s.%N)
   k apply -f "$DIR/servers-$NS.yaml" >/dev/null
@@ -79,21 +70,11 @@ run_size() {
   return 0
 }
 
-servers_yaml() { # N P NS: N McpServers in NS, P % of them hostile
-  local N=$1 P=$2 NS=$3 i url
-  for i in $(seq 1 "$N"); do
-    if (( i % 10 == 0 )); then url=${SDK[$(( (i / 10) % 4 ))]}
-    elif (( i % 10 <= P / 10 )); then url=${HOSTILE_URLS[$(( i % 3 ))]}
-    else url=$BULK; fi
-    printf -- '---\napiVersion: mcp-operator.dev/v1alpha1\nkind: McpServer\nmetadata: {name: s%05d, namespace: %s}\nspec: {url: "%s"}\n' "$i" "$NS" "$url"
-  done
-}
-
 # One size, the controller started after the McpServers exist, then the floor of its writes.
 start_run() {
   local N=$1 NS="start-$1" FNS="floor-$1"
   k create namespace "$NS" >/dev/null
-  servers_yaml "$N" 0 "$NS" >"$DIR/servers-$NS.yaml"
+  fleet_yaml "$N" 0 "$NS" >"$DIR/servers-$NS.yaml"
   k apply -f "$DIR/servers-$NS.yaml" >/dev/null
   local f0 a0 e0 t0 t1
   f0=$(cpu_seconds "${FIXTURE_PIDS[@]}"); a0=$(cpu_seconds "$APISERVER_PID"); e0=$(cpu_seconds "$ETCD_PID")

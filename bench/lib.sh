@@ -87,3 +87,31 @@ floor() {
   FLOOR_SECONDS=$(echo "$line" | sed -n 's/.* clients: \([0-9.]*\) s,.*/\1/p')
   echo "floor: $line; apiserver CPU $FLOOR_APISERVER_CPU s, etcd $FLOOR_ETCD_CPU s"
 }
+
+# start_fleet_fixtures: the servers a fleet of McpServers reads (bench/controller.sh,
+# bench/memory.sh): four official-SDK servers (modern era, they push tools/list_changed, so each
+# McpServer on them also holds a subscription) and the hostile fixture's bulk mode (legacy era,
+# 50 tools, 2 pages). Sets the array SDK, BULK, and the array HOSTILE_URLS (hanging, streaming
+# events forever, answering 20 MB).
+start_fleet_fixtures() {
+  local i url
+  SDK=()
+  for i in 1 2 3 4; do
+    start_fixture url "$DIR/sdk$i.out" "$MCP_FIXTURES_PYTHON" "$MCP_FIXTURES_SDK_SERVER" --port 0 --tools 20 --page-size 10
+    SDK+=("$url")
+  done
+  start_fixture url "$DIR/bulk.out" "$MCP_FIXTURES_PYTHON" "$MCP_FIXTURES_HOSTILE_SERVER" --port 0
+  BULK="$url/bulk/mcp?tools=50&pages=2"
+  HOSTILE_URLS=("$url/hang/mcp" "$url/sse-endless/mcp" "$url/huge/mcp")
+}
+# fleet_yaml N P NS: N McpServers in NS on the fleet's fixtures, one in ten on an SDK server, P %
+# of them hostile, the rest on the bulk listing.
+fleet_yaml() {
+  local N=$1 P=$2 NS=$3 i url
+  for i in $(seq 1 "$N"); do
+    if (( i % 10 == 0 )); then url=${SDK[$(( (i / 10) % 4 ))]}
+    elif (( i % 10 <= P / 10 )); then url=${HOSTILE_URLS[$(( i % 3 ))]}
+    else url=$BULK; fi
+    printf -- '---\napiVersion: mcp-operator.dev/v1alpha1\nkind: McpServer\nmetadata: {name: s%05d, namespace: %s}\nspec: {url: "%s"}\n' "$i" "$NS" "$url"
+  done
+}

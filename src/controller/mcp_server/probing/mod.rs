@@ -111,7 +111,14 @@ pub async fn probe_if_due(
         (Step::StartProbe, _, Ok(resolved)) => {
             let (conn, identity) = connect(server, ctx, url, resolved);
             let lane = ctx.schedule.lane(key, &inputs);
-            ctx.prober.start(key, inputs, lane, conn, identity);
+            let overrides = server
+                .spec
+                .tools
+                .as_ref()
+                .map(|t| t.overrides.clone())
+                .unwrap_or_default();
+            ctx.prober
+                .start(key, inputs, lane, conn, identity, overrides);
             Probe::Running
         }
         (step, ..) => unreachable!("plan step {step:?} without what it needs"),
@@ -187,16 +194,11 @@ fn take_result(
             } else {
                 ctx.subscriptions.remove(key);
             }
-            let overrides = spec
-                .tools
-                .as_ref()
-                .map(|t| t.overrides.clone())
-                .unwrap_or_default();
             let finding = Finding::Read {
                 era: report.era,
-                protocol_version: report.protocol_version.clone(),
-                server_info: report.server_info.clone(),
-                catalog: Box::new(report.catalog(&overrides)),
+                protocol_version: report.protocol_version,
+                server_info: report.server_info,
+                catalog: Box::new(report.catalog),
             };
             Probe::Done(finding, wait)
         }

@@ -14,7 +14,7 @@
 //!   credentials, annotations, pinning) never decides a newer one's status.
 //! - [`Prober`]: the tasks themselves, the gauges, and the trigger back to the reconciler.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -25,7 +25,7 @@ use tokio::task::AbortHandle;
 
 use crate::api::mcp_server::McpServer;
 use crate::controller::health::metrics::Metrics;
-use crate::mcp::{self, ReadFailure, ServerConnection, ServerReport};
+use crate::mcp::{self, Access, Catalog, Era, ReadFailure, ServerConnection, ServerInfo};
 
 use super::schedule::{Lane, ServerKey};
 
@@ -230,10 +230,45 @@ impl<R> Book<R> {
     }
 }
 
+/// What a successful probe keeps until a reconcile slot writes its status: the classified
+/// catalogue and what status says beside it. Not the raw tool definitions, which parsed take
+/// many times their bytes, nor the share of the response budget their bodies held: with many
+/// servers read at once, most finished probes wait for a slot (status writes are what bounds
+/// the reconciler), and holding their definitions meanwhile was most of the controller's peak
+/// memory (issue 24).
+#[derive(Debug)]
+pub struct Read {
+    pub era: Era,
+    pub protocol_version: String,
+    pub server_info: ServerInfo,
+    /// Whether the server pushes `notifications/tools/list_changed`.
+    pub pushes_tool_changes: bool,
+    /// The smallest `ttlMs` a modern server gave for its tool list.
+    pub ttl_ms: Option<u64>,
+    pub catalog: Catalog,
+}
+
+impl Read {
+    /// The catalogue of `report` with `overrides` (the McpServer's `tools.overrides` of the
+    /// generation the probe was started for); the report, its definitions and its share of
+    /// the response budget are dropped here.
+    pub fn new(report: mcp::ServerReport, overrides: &BTreeMap<String, Access>) -> Self {
+        let catalog = report.catalog(overrides);
+        Read {
+            era: report.era,
+            protocol_version: report.protocol_version,
+            server_info: report.server_info,
+            pushes_tool_changes: report.pushes_tool_changes,
+            ttl_ms: report.ttl_ms,
+            catalog,
+        }
+    }
+}
+
 /// What a probe task hands back: the outcome, and the connection it used (a server that pushes
 /// changes gets a subscription over it) with its identity.
 pub struct Outcome {
-    pub report: Result<ServerReport, ReadFailure>,
+    pub report: Result<Read, ReadFailure>,
     pub conn: ServerConnection,
     pub identity: String,
 }
@@ -315,8 +350,9 @@ impl Prober {
         self.book.lock().expect("book lock").forget(key);
     }
 
-    /// Starts probing the server in its own task (waiting in `lane` for its turn); the
-    /// server's reconcile is triggered when it finished.
+    /// Starts probing the server in its own task (waiting in `lane` for its turn), its
+    /// catalogue classified with `overrides`; the server's reconcile is triggered when it
+    /// finished.
     pub fn start(
         self: &Arc<Self>,
         key: &ServerKey,
@@ -324,6 +360,7 @@ impl Prober {
         lane: Lane,
         conn: ServerConnection,
         identity: String,
+        overrides: BTreeMap<String, Access>,
     ) {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let prober = self.clone();
@@ -336,7 +373,9 @@ impl Prober {
             let report = {
                 let _running = GaugeGuard::new(&prober.metrics.probes_running);
                 let started = Instant::now();
-                let report = probe_traced(&key, &conn).await;
+                let report = probe_traced(&key, &conn)
+                    .await
+                    .map(|report| Read::new(report, &overrides));
                 prober
                     .metrics
                     .probe_duration
@@ -405,7 +444,7 @@ impl Drop for GaugeGuard<'_> {
 async fn probe_traced(
     key: &ServerKey,
     conn: &ServerConnection,
-) -> Result<ServerReport, ReadFailure> {
+) -> Result<mcp::ServerReport, ReadFailure> {
     use crate::telemetry::{self, Attribute};
     let span = telemetry::start_internal(
         || format!("probe {}/{}", key.0, key.1),

@@ -193,14 +193,22 @@ where
     }
 }
 
-/// What consumers hear of one watcher event, once the store has applied it.
+/// What consumers hear of one watcher event, once the store has applied it. An applied object
+/// is the store's own: the broadcast keeps its last [`BUFFER`] changes whether or not every
+/// consumer read them, and a copy of each beside the store's was up to 1,024 more McpServers
+/// with their catalogues held for nothing (issue 24).
 fn changes_of<K>(event: watcher::Event<K>, store: &Store<K>) -> Vec<Change<K>>
 where
     K: kube::Resource + Clone + 'static,
-    K::DynamicType: Eq + Hash + Clone,
+    K::DynamicType: Eq + Hash + Clone + Default,
 {
     match event {
-        watcher::Event::Apply(o) => vec![Change::Applied(Arc::new(o))],
+        watcher::Event::Apply(o) => {
+            let shared = store
+                .get(&reflector::ObjectRef::from_obj(&o))
+                .unwrap_or_else(|| Arc::new(o));
+            vec![Change::Applied(shared)]
+        }
         watcher::Event::Delete(o) => vec![Change::Deleted(Arc::new(o))],
         // The store buffers a relist until InitDone; announce it once the store holds it.
         watcher::Event::Init | watcher::Event::InitApply(_) => vec![],
@@ -272,8 +280,10 @@ mod tests {
             if let Change::Applied(o) = &change
                 && o.name_any() == "z"
             {
-                // Nothing deletes z later: a consumer that hears of it finds it in the store.
-                assert!(store.get(&ObjectRef::from_obj(o.as_ref())).is_some());
+                // Nothing deletes z later: a consumer that hears of it finds it in the store,
+                // the very object the store holds (not a copy of it).
+                let stored = store.get(&ObjectRef::from_obj(o.as_ref())).unwrap();
+                assert!(Arc::ptr_eq(o, &stored));
             }
             heard.push(describe(&change));
         }

@@ -14,7 +14,8 @@
 //!              e2e_crd_validation, e2e_rbac, e2e_mcp_server, e2e_grants,
 //!              e2e_sidecar, e2e_stdio, e2e_tenancy, e2e_mcp_admission          the real control plane
 //!              chart_alerts                                                    the chart's PrometheusRule, by promtool
-//!              image_contract, e2e_node, e2e_dataplane_faults                  the image; real pods on the node
+//!              image_contract, e2e_node, e2e_dataplane_faults,
+//!              e2e_node_resources                                              the image; real pods on the node
 //!              e2e_services                                                    ClusterIP Services on the node
 //! ```
 //!
@@ -34,6 +35,7 @@ mod e2e_injected_traces;
 mod e2e_mcp_admission;
 mod e2e_mcp_server;
 mod e2e_node;
+mod e2e_node_resources;
 mod e2e_oauth;
 mod e2e_rbac;
 mod e2e_secret_guard;

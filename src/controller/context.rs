@@ -42,7 +42,7 @@ impl Default for Settings {
             max_failure_backoff: Duration::from_secs(60),
             bridge_image: None,
             operator_namespace: None,
-            probe_concurrency: 512,
+            probe_concurrency: 128,
             response_budget: None,
             pin_store_namespace: None,
         }

@@ -835,13 +835,13 @@ async fn install_rbac(client: &Client, release_ns: &e2e::TestNamespace) -> Vec<V
         "ClusterRoleBinding",
         "Role",
         "RoleBinding",
-        // Their caBundle is the controller's to keep; no pod here carries the label they
-        // select.
+        // Their caBundle is the controller's to keep; they call nothing (see
+        // calling_no_namespace).
         "MutatingWebhookConfiguration",
         "ValidatingWebhookConfiguration",
     ] {
         for object in of_kind(&objects, kind) {
-            let object = &without_mcp_server_validation(object);
+            let object = &calling_no_namespace(object);
             e2e::write(
                 client,
                 e2e::Write::ServerSideApply,
@@ -875,17 +875,18 @@ async fn install_rbac(client: &Client, release_ns: &e2e::TestNamespace) -> Vec<V
     objects
 }
 
-/// The McpServer validation entry selects every namespace, and here nothing serves its
-/// Service: it is applied selecting no namespace (so its caBundle is still kept), else every
-/// McpServer written on the shared control plane would be refused while a test runs.
-fn without_mcp_server_validation(object: &Value) -> Value {
+/// Nothing serves this release's webhook Service, and a configuration is cluster-wide: every
+/// hook is applied selecting no namespace (its caBundle is still kept). Else every McpServer
+/// written on the shared control plane, and every labelled pod another test creates while this
+/// one runs (the real-node tests' agents), would be refused with "failed calling webhook".
+fn calling_no_namespace(object: &Value) -> Value {
     let mut object = object.clone();
-    if object["kind"] == "ValidatingWebhookConfiguration" {
+    if object["kind"] == "ValidatingWebhookConfiguration"
+        || object["kind"] == "MutatingWebhookConfiguration"
+    {
         for hook in object["webhooks"].as_array_mut().into_iter().flatten() {
-            if hook["name"] == "mcpservers.validate.mcp-operator.dev" {
-                hook["namespaceSelector"] =
-                    json!({"matchLabels": {"mcp-operator.dev/e2e": "no-namespace"}});
-            }
+            hook["namespaceSelector"] =
+                json!({"matchLabels": {"mcp-operator.dev/e2e": "no-namespace"}});
         }
     }
     object

@@ -371,6 +371,25 @@ impl Calls {
             .collect()
     }
 
+    /// Under pinning (the grants carry the server's `promptDigests`), whether the raw prompt
+    /// is served as a person approved it, judged on the server's live prompt list; every way to
+    /// a prompt (prompts/get, completion/complete) asks this. Unpinned servers: always.
+    async fn served_as_approved(
+        &self,
+        doc: &GrantsDocument,
+        surface: &Surface,
+        endpoint: &Endpoint,
+        raw: &str,
+    ) -> Result<(), String> {
+        let Some(pins) = prompt_pins::pins(doc, &surface.server) else {
+            return Ok(());
+        };
+        let live = self
+            .list_all(&surface.server, endpoint, ListKind::Prompts)
+            .await?;
+        prompt_pins::check(pins, raw, &live)
+    }
+
     /// Every page of one server's list, bounded like its tool list (`maxToolPages`, a
     /// repeated cursor ends it with an error).
     async fn list_all(
@@ -570,25 +589,19 @@ impl Calls {
             );
         };
         if method == "prompts/get"
-            && let Some(pins) = prompt_pins::pins(doc, &surface.server)
+            && let Err(why) = self.served_as_approved(doc, surface, endpoint, raw).await
         {
-            let live = self.list_all(&surface.server, endpoint, ListKind::Prompts);
-            let checked = live
-                .await
-                .and_then(|live| prompt_pins::check(pins, raw, &live));
-            if let Err(why) = checked {
-                let text = format!("{what} {} is not served: {why}", shown(qualified));
-                let server = Some(surface.server.as_str());
-                return self.refused(
-                    audited,
-                    method,
-                    qualified,
-                    server,
-                    INVALID_PARAMS,
-                    text,
-                    started,
-                );
-            }
+            let text = format!("{what} {} is not served: {why}", shown(qualified));
+            let server = Some(surface.server.as_str());
+            return self.refused(
+                audited,
+                method,
+                qualified,
+                server,
+                INVALID_PARAMS,
+                text,
+                started,
+            );
         }
         params.insert(key.into(), Value::String(raw.to_string()));
         strip_envelope(&mut params);
@@ -663,6 +676,14 @@ impl Calls {
                 surface.server
             ));
         };
+        // A prompt withheld by pinning is not served to anything: no completions either.
+        if key == "name"
+            && let Err(why) = self
+                .served_as_approved(&grants.doc, surface, endpoint, raw)
+                .await
+        {
+            return refused(format!("{} is not served: {why}", shown(&qualified)));
+        }
         let mut reference = reference.as_object().cloned().unwrap_or_default();
         reference.insert(key.into(), Value::String(raw.to_string()));
         params.insert("ref".into(), Value::Object(reference));

@@ -530,3 +530,97 @@ async fn server_everythings_updates_of_a_granted_resource_reach_the_agent() {
         assert!(updated.iter().all(|u| u == granted), "{mode}: {out}");
     }
 }
+
+/// The prompt digests a person approved, as the controller publishes them under pinning
+/// (`promptDigests`): read from the server's own listing, as the controller's probe reads it.
+async fn served_prompt_digests(url: &str) -> std::collections::BTreeMap<String, String> {
+    use mcp_operator::mcp::{self, EndpointPolicy, ServerConnection};
+    let mut conn = ServerConnection::new(url);
+    conn.endpoint_policy = EndpointPolicy {
+        allow_loopback: true,
+    };
+    let report = mcp::read_catalogue(&conn)
+        .await
+        .expect("the fixture server is readable");
+    report
+        .catalog(&Default::default())
+        .prompts
+        .into_iter()
+        .map(|p| (p.name, p.definition_digest))
+        .collect()
+}
+
+/// Under pinning a prompt whose definition differs from the approved one is withheld by every
+/// door to it — left out of prompts/list, its prompts/get and its completion/complete refused
+/// saying why — and none of those requests reaches the server; the approved one is served.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pinned_prompt_that_changed_is_withheld_from_list_get_and_completion() {
+    let server = Fixtures::load().sdk_server(&[]);
+    let served = served_prompt_digests(&server.url).await;
+    assert_eq!(served.keys().collect::<Vec<_>>(), ["exfiltrate", "review"]);
+    let mut grants = with_bounds(
+        grants_for("files", "fs", &server.url, &["read_file"], json!({}), None).await,
+        Value::Null,
+        json!([{"allow": ["*"]}]),
+    );
+    // `review` approved as served; `exfiltrate` approved at another definition (it changed
+    // since); a prompt the server adds later has no approval at all.
+    grants["servers"][0]["promptDigests"] = json!({
+        "review": served["review"],
+        "exfiltrate": format!("sha256:{}", "0".repeat(64)),
+    });
+    let sidecar = Sidecar::start(Some(&grants));
+    sidecar.wait_ready().await;
+    support::sdk_control_with(&server.url, "add-prompt", &[("name", "newcomer")]).await;
+    for mode in MODES {
+        let out = agent(
+            &sidecar.url,
+            mode,
+            json!([
+                {"op": "prompts"},
+                {"op": "get_prompt", "name": "fs__review", "arguments": {"path": "a.md"}},
+                {"op": "get_prompt", "name": "fs__exfiltrate"},
+                {"op": "get_prompt", "name": "fs__newcomer"},
+                {"op": "complete", "ref": {"type": "ref/prompt", "name": "fs__exfiltrate"},
+                 "argument": {"name": "path", "value": "r"}},
+                {"op": "complete", "ref": {"type": "ref/prompt", "name": "fs__review"},
+                 "argument": {"name": "path", "value": "r"}},
+            ]),
+        )
+        .await;
+        let steps = &out["steps"];
+        assert_eq!(
+            strings(&steps[0]["prompts"]),
+            ["fs__review"],
+            "{mode}: {out}"
+        );
+        assert_eq!(
+            steps[1]["messages"][0]["content"]["text"], "review a.md",
+            "{mode}: {out}"
+        );
+        for (step, why) in [
+            (&steps[2], "differs from the definition a person approved"),
+            (&steps[3], "differs from the definition a person approved"),
+            (&steps[4], "differs from the definition a person approved"),
+        ] {
+            let message = step["error"]["message"].as_str().unwrap_or("");
+            assert!(
+                message.contains("is not served") && message.contains(why),
+                "{mode}: {out}"
+            );
+            assert_eq!(step["error"]["code"], -32602, "{mode}: {out}");
+        }
+        assert_eq!(
+            steps[5]["values"],
+            json!(["readme.md", "guide.md"]),
+            "{mode}: {out}"
+        );
+    }
+    // The server heard only the approved prompt's get and completion, never the others'.
+    let reads = upstream_reads(&server.url).await;
+    assert_eq!(
+        reads,
+        ["prompts/get review", "completion/complete review"].repeat(MODES.len()),
+        "{reads:?}"
+    );
+}

@@ -433,7 +433,7 @@ async fn no_secret_for_a_tenant_who_cannot_read_it_and_no_pin_approved_without_t
         .expect("the tenant's approval under requirePinning is refused");
     for part in [
         &format!(
-            "user \"tenant-a\" may not approve tool definitions of McpServer \"files\" in namespace \"{namespace}\""
+            "user \"tenant-a\" may not approve tool or prompt definitions of McpServer \"files\" in namespace \"{namespace}\""
         ),
         &format!("McpTenantPolicy/{policy_name} requires pinning for it"),
         "the verb approve on mcpservers/approval (group mcp-operator.dev)",
@@ -452,6 +452,20 @@ async fn no_secret_for_a_tenant_who_cannot_read_it_and_no_pin_approved_without_t
     assert!(
         refused_spec.contains("spec.pinning.approved echo="),
         "{refused_spec}"
+    );
+    // Prompts are pinned too: approving one by its name is the same door, equally shut.
+    let refused_prompt = merge(
+        &tenant,
+        namespace,
+        "files",
+        json!({"spec": {"pinning": {"approved": {"review": format!("sha256:{}", "d".repeat(64))}}}}),
+    )
+    .await
+    .expect("approving a prompt in spec.pinning.approved is refused too");
+    assert!(
+        refused_prompt.contains("spec.pinning.approved review=")
+            && refused_prompt.contains("the verb approve on mcpservers/approval"),
+        "{refused_prompt}"
     );
     // Other edits of the tenant's still pass; so does withdrawing the approval it gave before.
     assert_eq!(

@@ -214,7 +214,7 @@ pub fn approvals_refusal(
         String::new()
     };
     format!(
-        "user {:?} may not approve tool definitions of McpServer {server:?} in namespace \
+        "user {:?} may not approve tool or prompt definitions of McpServer {server:?} in namespace \
          {namespace:?} ({}{more}): {} requires pinning for it, and approving needs the verb \
          {APPROVAL_VERB} on {APPROVAL_RESOURCE}/{APPROVAL_SUBRESOURCE} (group \
          {APPROVAL_GROUP}) in that namespace. Ask someone bound to the ClusterRole \

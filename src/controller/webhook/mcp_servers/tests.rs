@@ -289,7 +289,7 @@ fn refusals_name_the_secret_the_field_the_permission_and_what_to_do() {
         "mcp-operator-pin-approver",
     );
     for part in [
-        "user \"tenant-a\" may not approve tool definitions of McpServer \"files\" in namespace \"team-a\"",
+        "user \"tenant-a\" may not approve tool or prompt definitions of McpServer \"files\" in namespace \"team-a\"",
         "approval 4 and 2 more",
         "McpTenantPolicy/platform requires pinning for it",
         "the verb approve on mcpservers/approval (group mcp-operator.dev)",

@@ -5,7 +5,9 @@
 # answering tools/call at once), called directly, through a release `mcp-operator sidecar` and
 # through vMCP (static backends, anonymous, prefix naming like ours, a tool filter of the granted
 # tools), in both eras, by one agent with 1 and with 64 concurrent tasks (bench/sidecar_load.rs:
-# reqwest, TCP_NODELAY, keep-alive). Two more rows, sidecar only (vMCP has neither): a deferred
+# reqwest, TCP_NODELAY, keep-alive), and through the floor: bench/floor_proxy.rs, a bare hyper
+# proxy that checks nothing and streams each answer back untouched — what any proxy pays for the
+# two loopback hops on this machine, the physical limit the sidecar is measured against. Two more rows, sidecar only (vMCP has neither): a deferred
 # server's tool called through discovery's `call_tool`, and an approval-gated tool called by an
 # agent that cannot be asked (refused before anything is sent). Then `resources/read` and
 # `prompts/get` through the sidecar beside the same request sent directly (both eras), and the
@@ -43,11 +45,12 @@ fi
 [ -n "${BENCH_BIN:-}" ] || cargo build --release --quiet
 # BENCH_LOAD: a load client built earlier (building it builds the binary once more with the
 # dev-dependencies' features, ~10 min here).
-if [ -z "${BENCH_LOAD:-}" ]; then
-  cargo bench --no-run --quiet --bench sidecar_load 2>/dev/null
+if [ -z "${BENCH_LOAD:-}" ] || [ -z "${BENCH_FLOOR:-}" ]; then
+  cargo bench --no-run --quiet --bench sidecar_load --bench floor_proxy 2>/dev/null
 fi
 BIN=${BENCH_BIN:-${CARGO_TARGET_DIR:-$ROOT/target}/release/mcp-operator}
 LOAD=${BENCH_LOAD:-$(ls -t "${CARGO_TARGET_DIR:-$ROOT/target}"/release/deps/sidecar_load-* | grep -v '\.d$' | head -1)}
+FLOOR=${BENCH_FLOOR:-$(ls -t "${CARGO_TARGET_DIR:-$ROOT/target}"/release/deps/floor_proxy-* | grep -v '\.d$' | head -1)}
 DIR=$(mktemp -d)
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$DIR"; }
@@ -107,6 +110,13 @@ SIDECAR=$!
 PIDS+=($SIDECAR)
 for _ in $(seq 100); do curl -sf "http://127.0.0.1:$PORT/readyz" >/dev/null && break; sleep 0.1; done
 
+# The floor: the bare proxy in front of the same fixture (paths kept: /ok/mcp, /modern/mcp).
+"$FLOOR" 127.0.0.1:0 "$BASE" >"$DIR/floor.out" 2>&1 &
+FLOORPID=$!
+PIDS+=($FLOORPID)
+for _ in $(seq 100); do grep -q READY "$DIR/floor.out" && break; sleep 0.1; done
+FPORT=$(awk '/READY/{print $2}' "$DIR/floor.out")
+
 # vMCP over the same two upstreams, tools named like ours (legacy__alpha, modern__alpha).
 VMCP=
 if [[ $BENCH_PEER != none ]]; then
@@ -161,6 +171,9 @@ for era in legacy modern; do
     line "$era" "$c" direct "$d50" "$d95" "$d99" "$dtp" -
     line "$era" "$c" sidecar "$s50" "$s95" "$s99" "$stp" "$scpu"
     line "$era" "$c" sidecar-added "$((s50 - d50))" "$((s95 - d95))" "$((s99 - d99))" "$((100 * stp / dtp))%" ""
+    read -r f50 f95 f99 ftp fcpu < <(row "http://127.0.0.1:$FPORT/$mode/mcp" "$era" alpha "$c" "$FLOORPID")
+    line "$era" "$c" floor "$f50" "$f95" "$f99" "$ftp" "$fcpu"
+    line "$era" "$c" floor-added "$((f50 - d50))" "$((f95 - d95))" "$((f99 - d99))" "$((100 * ftp / dtp))%" ""
     vadded=- vcpu=- vshare=-
     if [[ -n $VMCP ]]; then
       read -r v50 v95 v99 vtp vcpu < <(row "http://127.0.0.1:$VPORT/mcp" "$era" "${era}__alpha" "$c" "$VMCP")
@@ -169,8 +182,8 @@ for era in legacy modern; do
       vadded="$((v50 - d50)) µs" vshare="$((100 * vtp / dtp)) %"
       vcpu="$vcpu µs"
     fi
-    SUMMARY+=("$(printf '| %s, %s | %s µs | %s µs | %s | %s µs | %s | %s %% | %s |' "$era" "$c" "$d50" \
-      "$((s50 - d50))" "$vadded" "$scpu" "$vcpu" "$((100 * stp / dtp))" "$vshare")")
+    SUMMARY+=("$(printf '| %s, %s | %s µs | %s µs | %s | %s µs | %s | %s %% | %s | %s µs, %s µs, %s %% |' "$era" "$c" "$d50" \
+      "$((s50 - d50))" "$vadded" "$scpu" "$vcpu" "$((100 * stp / dtp))" "$vshare" "$((f50 - d50))" "$fcpu" "$((100 * ftp / dtp))")")
   done
 done
 # Sidecar only: a deferred server's tool through call_tool, and an approval-gated tool's
@@ -184,8 +197,8 @@ for c in 1 64; do
   line modern "$c" call_tool "$s50" "$s95" "$s99" "$stp" "$scpu"
   line modern "$c" call_tool-added "$((s50 - d50))" "$((s95 - d95))" "$((s99 - d99))" "$((100 * stp / dtp))%" ""
   line legacy "$c" gated-refusal "$g50" "$g95" "$g99" "$gtp" "$gcpu"
-  SUMMARY+=("$(printf '| call_tool (deferred), %s | %s µs | %s µs | – | %s µs | – | %s %% | – |' "$c" "$d50" "$((s50 - d50))" "$scpu" "$((100 * stp / dtp))")")
-  SUMMARY+=("$(printf '| approval refusal, %s | – | %s µs (whole call) | – | %s µs | – | %s calls/s | – |' "$c" "$g50" "$gcpu" "$gtp")")
+  SUMMARY+=("$(printf '| call_tool (deferred), %s | %s µs | %s µs | – | %s µs | – | %s %% | – | – |' "$c" "$d50" "$((s50 - d50))" "$scpu" "$((100 * stp / dtp))")")
+  SUMMARY+=("$(printf '| approval refusal, %s | – | %s µs (whole call) | – | %s µs | – | %s calls/s | – | – |' "$c" "$g50" "$gcpu" "$gtp")")
 done
 fi
 # resources/read and prompts/get, direct and through the sidecar (vMCP is not asked: the
@@ -201,7 +214,7 @@ for era in legacy modern; do
       line "$era" "$c" "$what-direct" "$d50" "$d95" "$d99" "$dtp" -
       line "$era" "$c" "$what-sidecar" "$s50" "$s95" "$s99" "$stp" "$scpu"
       line "$era" "$c" "$what-added" "$((s50 - d50))" "$((s95 - d95))" "$((s99 - d99))" "$((100 * stp / dtp))%" ""
-      SUMMARY+=("$(printf '| %s %s, %s | %s µs | %s µs | – | %s µs | – | %s %% | – |' \
+      SUMMARY+=("$(printf '| %s %s, %s | %s µs | %s µs | – | %s µs | – | %s %% | – | – |' \
         "$([ "$what" = read ] && echo resources/read || echo prompts/get)" "$era" "$c" "$d50" "$((s50 - d50))" "$scpu" "$((100 * stp / dtp))")")
     done
   done
@@ -215,13 +228,13 @@ for c in 1 64; do
   OAUTH_CALLS=$((OAUTH_CALLS + CALLS + 200))
   line legacy "$c" plain-sidecar "$p50" "$p95" "$p99" "$ptp" "$pcpu"
   line legacy "$c" oauth-sidecar "$o50" "$o95" "$o99" "$otp" "$ocpu"
-  SUMMARY+=("$(printf '| oauth2 upstream, %s | %s µs (plain, through the sidecar) | %s µs more | – | %s µs (plain %s µs) | – | %s %% of plain | – |' \
+  SUMMARY+=("$(printf '| oauth2 upstream, %s | %s µs (plain, through the sidecar) | %s µs more | – | %s µs (plain %s µs) | – | %s %% of plain | – | – |' \
     "$c" "$p50" "$((o50 - p50))" "$ocpu" "$pcpu" "$((100 * otp / ptp))")")
 done
 echo "oauth: the issuer issued $(issued) token(s) over $OAUTH_CALLS calls through the sidecar"
 echo
-echo "| era, clients | direct p50 | sidecar added p50 | vMCP added p50 | sidecar CPU/call | vMCP CPU/call | sidecar tput vs direct | vMCP tput vs direct |"
-echo "|---|---|---|---|---|---|---|---|"
+echo "| era, clients | direct p50 | sidecar added p50 | vMCP added p50 | sidecar CPU/call | vMCP CPU/call | sidecar tput vs direct | vMCP tput vs direct | floor: added p50, CPU/call, tput |"
+echo "|---|---|---|---|---|---|---|---|---|"
 printf '%s\n' "${SUMMARY[@]}"
 echo "sidecar RSS: idle $IDLE_RSS, after load $(rss $SIDECAR)"
 [ -z "$VMCP" ] || echo "vMCP $THV_VERSION RSS: idle $IDLE_VMCP_RSS, after load $(rss $VMCP)"

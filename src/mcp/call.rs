@@ -516,8 +516,15 @@ async fn read_call_stream(
             .take(chunk.len() as u64)
             .await
             .map_err(after_sending)?;
-        for message in reader.feed(&chunk).map_err(after_sending)? {
-            let value = match message {
+        for event in reader.feed_events(&chunk).map_err(after_sending)? {
+            // The usual answer goes on as the event's bytes: never parsed into values, nothing
+            // held beyond what its chunks took.
+            if event.carries_message()
+                && let Some(raw) = RawResult::of_answer(event.data.clone(), id)
+            {
+                return Ok(CallAnswer::Passed(raw.holding(Arc::clone(allowance))));
+            }
+            let value = match event.message() {
                 SseMessage::Json(value) => value,
                 SseMessage::NotJson => {
                     return Err(after_sending(McpError::ProtocolError(

@@ -173,8 +173,19 @@ fn peak_rss(pid: u32) -> u64 {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn sixty_four_big_answers_at_once_pass_the_sidecar_inside_its_memory_limit() {
+    sixty_four_big_answers("big-answers").await;
+}
+
+/// The same answers as events on the call's stream (the SDK servers' default): passed on as the
+/// event's bytes, like a JSON body, not parsed into values and written out again.
+#[tokio::test(flavor = "multi_thread")]
+async fn sixty_four_big_answers_as_events_pass_the_sidecar_inside_its_memory_limit() {
+    sixty_four_big_answers("big-answers-sse").await;
+}
+
+async fn sixty_four_big_answers(mode: &str) {
     let server = Fixtures::load().hostile_server();
-    let url = format!("{}/big-answers/mcp", server.url);
+    let url = format!("{}/{mode}/mcp", server.url);
     let grants = grants_for(
         "big",
         "big",

@@ -15,8 +15,9 @@
 //!
 //! Per call, only what the call itself needs is built: the connection's headers are made once
 //! at open. With a response budget, each call's answer is charged to an allowance of its own,
-//! held until the answer has gone on: a JSON answer's result as the server's bytes
-//! ([`super::pass_through`], held once), any other answer as bytes plus its parsed copies.
+//! held until the answer has gone on: an answer's result as the server's bytes, whether it came
+//! as a JSON body or as an event on the call's stream ([`super::pass_through`], held once), any
+//! other answer (an error, an unusual envelope) as bytes plus its parsed copies.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 

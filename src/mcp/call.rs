@@ -28,7 +28,7 @@ use tokio::sync::{Mutex, mpsc};
 
 use std::sync::Arc;
 
-use super::budget::{Allowance, ResponseBudget};
+use super::budget::{Allowance, ResponseBudget, UnannouncedAnswer};
 use super::connection::{ServerConnection, TransportKind};
 use super::endpoint;
 use super::error::McpError;
@@ -429,7 +429,7 @@ impl ToolSession {
             .await;
         }
         let body = http
-            .read_body_charged(response, &allowance)
+            .read_answer_charged(response, &allowance)
             .await
             .map_err(after_sending)?;
         if let Some(raw) = RawResult::of_answer(body.clone(), id) {
@@ -503,6 +503,7 @@ async fn read_call_stream(
     refuse: impl Fn(Value),
 ) -> Result<CallAnswer, CallFailure> {
     let mut reader = SseReader::whole(http.max_response_bytes);
+    let mut charge = UnannouncedAnswer::reserving(http.max_response_bytes);
     loop {
         let chunk = response
             .chunk()
@@ -513,8 +514,8 @@ async fn read_call_stream(
                 "the server closed the call's stream without answering".into(),
             )));
         };
-        allowance
-            .take(chunk.len() as u64)
+        charge
+            .arrived(allowance, chunk.len() as u64)
             .await
             .map_err(after_sending)?;
         for event in reader.feed_events(&chunk).map_err(after_sending)? {
@@ -523,6 +524,7 @@ async fn read_call_stream(
             if event.carries_message()
                 && let Some(raw) = RawResult::of_answer(event.data.clone(), id)
             {
+                charge.done(allowance);
                 return Ok(CallAnswer::Passed(raw.holding(Arc::clone(allowance))));
             }
             let value = match event.message() {
@@ -538,6 +540,7 @@ async fn read_call_stream(
                 Incoming::Reply(reply) => {
                     // The event's bytes were charged as they came; its values and the agent's
                     // copy of them are what this answer holds beyond them.
+                    charge.done(allowance);
                     charge_copies(allowance, allowance.held() as usize)
                         .await
                         .map_err(after_sending)?;
@@ -562,6 +565,7 @@ async fn read_call_stream(
                 }
             }
         }
+        charge.handled_up_to(allowance, reader.pending_bytes());
     }
 }
 

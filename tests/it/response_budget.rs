@@ -220,7 +220,12 @@ async fn sixty_four_big_answers(mode: &str) {
             &answer.to_string()[..200.min(answer.to_string().len())]
         );
         let text = result["content"][0]["text"].as_str().unwrap_or_default();
-        assert_eq!(text.len(), 8_000_000, "the whole answer");
+        assert_eq!(
+            text.len(),
+            8_000_000,
+            "the whole answer, not: {}",
+            &text[..300.min(text.len())]
+        );
     }
     let peak = peak_rss(pid);
     eprintln!(

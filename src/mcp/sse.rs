@@ -184,14 +184,16 @@ impl SseParser {
             if line.last() == Some(&b'\r') {
                 line.pop();
             }
-            self.line_done(&line, &mut out);
+            self.line_done(line, &mut out);
             rest = &rest[end + 1..];
         }
         self.line.extend_from_slice(rest);
         out
     }
 
-    fn line_done(&mut self, line: &[u8], out: &mut Vec<SseEvent>) {
+    /// One line without its line end. Taken by value: a data line (an answer may be one line of
+    /// megabytes) becomes the event's data without being copied.
+    fn line_done(&mut self, mut line: Vec<u8>, out: &mut Vec<SseEvent>) {
         if line.is_empty() {
             if let Some(data) = self.data.take() {
                 out.push(SseEvent {
@@ -205,23 +207,27 @@ impl SseParser {
         if line[0] == b':' {
             return;
         }
-        let text = String::from_utf8_lossy(line);
-        let (field, value) = match text.find(':') {
-            Some(i) => {
-                let v = &text[i + 1..];
-                (&text[..i], v.strip_prefix(' ').unwrap_or(v))
-            }
-            None => (&text[..], ""),
+        let (field_end, value_start) = match line.iter().position(|&b| b == b':') {
+            Some(i) if line.get(i + 1) == Some(&b' ') => (i, i + 2),
+            Some(i) => (i, i + 1),
+            None => (line.len(), line.len()),
         };
-        match field {
-            "event" => self.event = Some(value.to_string()),
-            "data" => match &mut self.data {
-                Some(d) => {
-                    d.push('\n');
-                    d.push_str(value);
+        match &line[..field_end] {
+            b"event" => {
+                self.event = Some(String::from_utf8_lossy(&line[value_start..]).into_owned());
+            }
+            b"data" => {
+                line.drain(..value_start);
+                let value = String::from_utf8(line)
+                    .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
+                match &mut self.data {
+                    Some(d) => {
+                        d.push('\n');
+                        d.push_str(&value);
+                    }
+                    None => self.data = Some(value),
                 }
-                None => self.data = Some(value.to_string()),
-            },
+            }
             _ => {}
         }
     }

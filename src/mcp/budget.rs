@@ -332,6 +332,11 @@ impl Allowance {
         }
     }
 
+    /// The whole budget this allowance draws on (None: unlimited).
+    pub fn budget_total(&self) -> Option<u64> {
+        self.budget.as_ref().map(|b| b.inner.total)
+    }
+
     /// Gives back everything held (a long-lived stream, once an event has been handled).
     pub fn release(&self) {
         self.hold_at_most(0);
@@ -362,6 +367,85 @@ impl Drop for Allowance {
         self.release();
         if let Some(budget) = &self.budget {
             budget.inner.books().refused.remove(&self.id);
+        }
+    }
+}
+
+/// Charges one answer whose length is not announced (a call's event stream, a chunked body) as
+/// it arrives, so that many partial answers cannot fill the budget between them and all wait:
+/// its first [`SMALL_TAKE`] bytes chunk by chunk (a small answer, a progress line), then, once it
+/// grows past that, at once what it may still grow to (its cap, within the whole budget). A
+/// reader that has its reservation never waits again, so it finishes and gives room back; the
+/// others wait holding at most `SMALL_TAKE` each. [`done`](Self::done) gives back what the
+/// answer did not use. A call cannot be read again — its server may have run it — so for a call
+/// this takes the place of the budget's last resort (refusing the newest waiter), which only a
+/// crowd of waiters holding `SMALL_TAKE` each could still reach.
+#[derive(Debug)]
+pub struct UnannouncedAnswer {
+    /// What it may grow to; None: charged chunk by chunk, never ahead (a read that can be
+    /// tried again, the controller's).
+    cap: Option<u64>,
+    received: u64,
+    held: u64,
+}
+
+impl UnannouncedAnswer {
+    /// An answer of at most `cap` bytes (the server's maxResponseBytes), reserved ahead.
+    pub fn reserving(cap: u64) -> Self {
+        UnannouncedAnswer {
+            cap: Some(cap),
+            received: 0,
+            held: 0,
+        }
+    }
+
+    /// A body charged only as its chunks arrive.
+    pub fn chunk_by_chunk() -> Self {
+        UnannouncedAnswer {
+            cap: None,
+            received: 0,
+            held: 0,
+        }
+    }
+
+    /// Charges `bytes` that arrived to `allowance` (waiting for room as [`Allowance::take`]).
+    pub async fn arrived(&mut self, allowance: &Allowance, bytes: u64) -> Result<(), McpError> {
+        self.received += bytes;
+        if self.received <= self.held {
+            return Ok(());
+        }
+        let need = self.received - self.held;
+        let take = match self.cap {
+            Some(cap) if self.received > SMALL_TAKE => {
+                let reach = allowance.budget_total().map_or(cap, |total| cap.min(total));
+                need.max(reach.saturating_sub(self.held))
+            }
+            _ => need,
+        };
+        allowance.take(take).await?;
+        self.held += take;
+        Ok(())
+    }
+
+    /// A stream's events so far are handled (notifications passed on): only the `pending` bytes
+    /// of the event still being read stay held, so a long call's progress lines never add up to
+    /// a reservation. A reservation made for a big event is kept until [`done`](Self::done).
+    pub fn handled_up_to(&mut self, allowance: &Allowance, pending: u64) {
+        if self.held > self.received || pending >= self.received {
+            return;
+        }
+        let handled = self.received - pending;
+        allowance.hold_at_most(allowance.held().saturating_sub(handled));
+        self.received = pending;
+        self.held = pending;
+    }
+
+    /// The answer is whole: what it reserved beyond its bytes goes back (and nothing else the
+    /// allowance holds).
+    pub fn done(&self, allowance: &Allowance) {
+        let unused = self.held.saturating_sub(self.received);
+        if unused > 0 {
+            allowance.hold_at_most(allowance.held().saturating_sub(unused));
         }
     }
 }
@@ -421,6 +505,77 @@ mod tests {
             Ok(()) => "Granted",
             Err(e) => e.reason(),
         }
+    }
+
+    /// 32 answers of 1 MiB arriving 16 KiB at a time, all at once, through a 4 MiB budget.
+    async fn many_unannounced_answers(charge: fn() -> UnannouncedAnswer) -> Vec<&'static str> {
+        const MIB: u64 = 1024 * 1024;
+        let budget = ResponseBudget::new(4 * MIB);
+        let readers: Vec<_> = (0..32)
+            .map(|_| {
+                let allowance = budget.allowance();
+                tokio::spawn(async move {
+                    let mut answer = charge();
+                    for _ in 0..64 {
+                        answer.arrived(&allowance, 16 * 1024).await?;
+                        tokio::task::yield_now().await;
+                    }
+                    answer.done(&allowance);
+                    assert_eq!(allowance.held(), MIB, "an answer holds its bytes, no more");
+                    Ok::<(), McpError>(())
+                })
+            })
+            .collect();
+        let mut outcomes = Vec::new();
+        for r in readers {
+            outcomes.push(reason(r.await.unwrap()));
+        }
+        assert!(budget.high_water() <= 4 * MIB);
+        assert_eq!(budget.in_use(), 0);
+        outcomes
+    }
+
+    #[tokio::test]
+    async fn answers_of_unannounced_length_that_reserve_ahead_all_finish_within_the_budget() {
+        let outcomes = many_unannounced_answers(|| UnannouncedAnswer::reserving(1024 * 1024)).await;
+        assert!(outcomes.iter().all(|o| *o == "Granted"), "{outcomes:?}");
+        // Charged chunk by chunk, the same answers fill the budget between them, all partial,
+        // and the budget's last resort refuses some: what a call must not suffer.
+        let outcomes = many_unannounced_answers(UnannouncedAnswer::chunk_by_chunk).await;
+        assert!(outcomes.contains(&"ResponseBudgetBusy"), "{outcomes:?}");
+    }
+
+    #[tokio::test]
+    async fn an_answer_gives_back_its_unused_reservation_and_a_streams_handled_events() {
+        let budget = ResponseBudget::new(1024 * 1024);
+        let allowance = budget.allowance();
+        allowance.take(10).await.unwrap();
+        let mut answer = UnannouncedAnswer::reserving(512 * 1024);
+        // Progress lines: charged as they come, given back once handled.
+        answer.arrived(&allowance, 1000).await.unwrap();
+        answer.handled_up_to(&allowance, 100);
+        assert_eq!(allowance.held(), 10 + 100);
+        // The answer grows past SMALL_TAKE: its cap is reserved at once, then all but its bytes
+        // given back when it is whole (and nothing the allowance held before).
+        answer.arrived(&allowance, SMALL_TAKE).await.unwrap();
+        assert_eq!(allowance.held(), 10 + 512 * 1024);
+        answer.arrived(&allowance, 1000).await.unwrap();
+        answer.handled_up_to(&allowance, 10);
+        assert_eq!(
+            allowance.held(),
+            10 + 512 * 1024,
+            "a reservation stays until done"
+        );
+        answer.done(&allowance);
+        assert_eq!(allowance.held(), 10 + 100 + SMALL_TAKE + 1000);
+        // Within a budget smaller than the cap, the reservation is the whole budget.
+        let small = ResponseBudget::new(200 * 1024);
+        let allowance = small.allowance();
+        let mut answer = UnannouncedAnswer::reserving(1024 * 1024);
+        answer.arrived(&allowance, SMALL_TAKE + 1).await.unwrap();
+        assert_eq!(allowance.held(), 200 * 1024);
+        let e = answer.arrived(&allowance, 200 * 1024).await.unwrap_err();
+        assert_eq!(e.reason(), "ResponseBudgetExceeded");
     }
 
     #[tokio::test]

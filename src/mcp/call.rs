@@ -15,8 +15,9 @@
 //!
 //! Per call, only what the call itself needs is built: the connection's headers are made once
 //! at open. With a response budget, each call's answer is charged to an allowance of its own,
-//! held until the answer has gone on: a JSON answer's result as the server's bytes
-//! ([`super::pass_through`], held once), any other answer as bytes plus its parsed copies.
+//! held until the answer has gone on: an answer's result as the server's bytes, whether it came
+//! as a JSON body or as an event on the call's stream ([`super::pass_through`], held once), any
+//! other answer (an error, an unusual envelope) as bytes plus its parsed copies.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -27,7 +28,7 @@ use tokio::sync::{Mutex, mpsc};
 
 use std::sync::Arc;
 
-use super::budget::{Allowance, ResponseBudget};
+use super::budget::{Allowance, ResponseBudget, UnannouncedAnswer};
 use super::connection::{ServerConnection, TransportKind};
 use super::endpoint;
 use super::error::McpError;
@@ -428,7 +429,7 @@ impl ToolSession {
             .await;
         }
         let body = http
-            .read_body_charged(response, &allowance)
+            .read_answer_charged(response, &allowance)
             .await
             .map_err(after_sending)?;
         if let Some(raw) = RawResult::of_answer(body.clone(), id) {
@@ -502,6 +503,7 @@ async fn read_call_stream(
     refuse: impl Fn(Value),
 ) -> Result<CallAnswer, CallFailure> {
     let mut reader = SseReader::whole(http.max_response_bytes);
+    let mut charge = UnannouncedAnswer::reserving(http.max_response_bytes);
     loop {
         let chunk = response
             .chunk()
@@ -512,12 +514,20 @@ async fn read_call_stream(
                 "the server closed the call's stream without answering".into(),
             )));
         };
-        allowance
-            .take(chunk.len() as u64)
+        charge
+            .arrived(allowance, chunk.len() as u64)
             .await
             .map_err(after_sending)?;
-        for message in reader.feed(&chunk).map_err(after_sending)? {
-            let value = match message {
+        for event in reader.feed_events(&chunk).map_err(after_sending)? {
+            // The usual answer goes on as the event's bytes: never parsed into values, nothing
+            // held beyond what its chunks took.
+            if event.carries_message()
+                && let Some(raw) = RawResult::of_answer(event.data.clone(), id)
+            {
+                charge.done(allowance);
+                return Ok(CallAnswer::Passed(raw.holding(Arc::clone(allowance))));
+            }
+            let value = match event.message() {
                 SseMessage::Json(value) => value,
                 SseMessage::NotJson => {
                     return Err(after_sending(McpError::ProtocolError(
@@ -530,6 +540,7 @@ async fn read_call_stream(
                 Incoming::Reply(reply) => {
                     // The event's bytes were charged as they came; its values and the agent's
                     // copy of them are what this answer holds beyond them.
+                    charge.done(allowance);
                     charge_copies(allowance, allowance.held() as usize)
                         .await
                         .map_err(after_sending)?;
@@ -554,6 +565,7 @@ async fn read_call_stream(
                 }
             }
         }
+        charge.handled_up_to(allowance, reader.pending_bytes());
     }
 }
 

@@ -88,7 +88,7 @@ pub enum McpError {
     /// The response budget was full with other servers' responses, all waiting for more: this
     /// read gave its share back so the others could finish. Tried again shortly.
     #[error(
-        "the controller's response budget of {budget} bytes was full with the responses of servers being read at once; the read is tried again shortly"
+        "the response budget of {budget} bytes (--response-budget) was full with answers being read at once, all waiting for more; this one gave its share back so the others could finish"
     )]
     ResponseBudgetBusy { budget: u64 },
     /// The listing needs more pages than `maxToolPages` (the bound of every list).

@@ -11,7 +11,7 @@ use bytes::Bytes;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use reqwest::{Response, StatusCode};
 
-use super::budget::Allowance;
+use super::budget::{Allowance, UnannouncedAnswer};
 use super::connection::{Credentials, TlsSettings};
 use super::endpoint::{CheckedEndpoint, EndpointPolicy};
 use super::error::McpError;
@@ -152,8 +152,30 @@ impl Http {
     /// connection's.
     pub async fn read_body_charged(
         &self,
+        response: Response,
+        allowance: &Allowance,
+    ) -> Result<Bytes, McpError> {
+        self.read_charged(response, allowance, UnannouncedAnswer::chunk_by_chunk())
+            .await
+    }
+
+    /// A call's answer, charged to its own `allowance`: a body of unannounced length reserves
+    /// ahead ([`UnannouncedAnswer`]), because a call, unlike a read, cannot be tried again when
+    /// the budget gives way.
+    pub async fn read_answer_charged(
+        &self,
+        response: Response,
+        allowance: &Allowance,
+    ) -> Result<Bytes, McpError> {
+        let charge = UnannouncedAnswer::reserving(self.max_response_bytes);
+        self.read_charged(response, allowance, charge).await
+    }
+
+    async fn read_charged(
+        &self,
         mut response: Response,
         allowance: &Allowance,
+        mut unannounced: UnannouncedAnswer,
     ) -> Result<Bytes, McpError> {
         let limit = self.max_response_bytes;
         let announced = response.content_length();
@@ -182,10 +204,11 @@ impl Http {
             // Hyper holds a body to its announced length; only a body without one is charged
             // as it comes.
             if announced.is_none() {
-                allowance.take(chunk.len() as u64).await?;
+                unannounced.arrived(allowance, chunk.len() as u64).await?;
             }
             body.extend_from_slice(&chunk);
         }
+        unannounced.done(allowance);
         Ok(body.into())
     }
 

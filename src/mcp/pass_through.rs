@@ -103,8 +103,8 @@ impl RawResult {
         })
     }
 
-    /// A result that was parsed (an answer on an event stream, or one the general path read),
-    /// written out once to go on as bytes.
+    /// A result that was parsed (an answer the general path read: one [`of_answer`](Self::of_answer)
+    /// did not take), written out once to go on as bytes.
     pub fn of_map(result: &Map<String, Value>) -> RawResult {
         let body = Bytes::from(serde_json::to_vec(result).expect("JSON serialises"));
         RawResult {

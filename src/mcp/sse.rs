@@ -3,9 +3,13 @@
 //! or something to skip). Streamable HTTP replies, the old HTTP+SSE transport and the
 //! list_changed watch all read their streams through [`SseReader`].
 //!
+//! A caller that passes an answer on as bytes ([`SseReader::feed_events`], a call's reply
+//! stream) gets each event's data as the server sent it, never parsed into values.
+//!
 //! Two budgets: a reply stream ([`SseReader::whole`]) may not pass the cap in total; a
 //! long-lived stream ([`SseReader::per_event`]) bounds each event and lets keep-alives be free.
 
+use bytes::Bytes;
 use serde_json::Value;
 
 use super::error::McpError;
@@ -31,6 +35,34 @@ impl SseMessage {
             "endpoint" => SseMessage::Endpoint(event.data),
             "message" if event.data.is_empty() => SseMessage::Empty,
             "message" => serde_json::from_str(&event.data)
+                .map(SseMessage::Json)
+                .unwrap_or(SseMessage::NotJson),
+            _ => SseMessage::Other,
+        }
+    }
+}
+
+/// One event as it came, for a caller that may pass its data on without parsing it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RawEvent {
+    /// The `event:` field; `message` when absent.
+    pub event: String,
+    /// The `data:` lines joined by `\n`, as bytes.
+    pub data: Bytes,
+}
+
+impl RawEvent {
+    /// A `message` event with data: what may carry a JSON-RPC message.
+    pub fn carries_message(&self) -> bool {
+        self.event == "message" && !self.data.is_empty()
+    }
+
+    /// The event classified as [`SseReader::feed`] would have (its data parsed when JSON).
+    pub fn message(self) -> SseMessage {
+        match self.event.as_str() {
+            "endpoint" => SseMessage::Endpoint(String::from_utf8_lossy(&self.data).into_owned()),
+            "message" if self.data.is_empty() => SseMessage::Empty,
+            "message" => serde_json::from_slice(&self.data)
                 .map(SseMessage::Json)
                 .unwrap_or(SseMessage::NotJson),
             _ => SseMessage::Other,
@@ -81,6 +113,30 @@ impl SseReader {
 
     /// Feeds the bytes that arrived; the events they complete, or `ResponseTooLarge`.
     pub fn feed(&mut self, bytes: &[u8]) -> Result<Vec<SseMessage>, McpError> {
+        self.account(bytes)?;
+        Ok(self
+            .parser
+            .feed(bytes)
+            .into_iter()
+            .map(SseMessage::of)
+            .collect())
+    }
+
+    /// Like [`feed`](Self::feed), the events unclassified: their data as bytes.
+    pub fn feed_events(&mut self, bytes: &[u8]) -> Result<Vec<RawEvent>, McpError> {
+        self.account(bytes)?;
+        Ok(self
+            .parser
+            .feed(bytes)
+            .into_iter()
+            .map(|e| RawEvent {
+                event: e.event,
+                data: Bytes::from(e.data.into_bytes()),
+            })
+            .collect())
+    }
+
+    fn account(&mut self, bytes: &[u8]) -> Result<(), McpError> {
         match &mut self.budget {
             Budget::Whole { limit, received } => {
                 *received += bytes.len() as u64;
@@ -93,12 +149,7 @@ impl SseReader {
             }
             Budget::PerEvent(budget) => budget.feed(bytes)?,
         }
-        Ok(self
-            .parser
-            .feed(bytes)
-            .into_iter()
-            .map(SseMessage::of)
-            .collect())
+        Ok(())
     }
 }
 
@@ -124,21 +175,25 @@ impl SseParser {
     /// Feeds bytes and returns the events they complete.
     fn feed(&mut self, bytes: &[u8]) -> Vec<SseEvent> {
         let mut out = Vec::new();
-        for &b in bytes {
-            if b == b'\n' {
-                let mut line = std::mem::take(&mut self.line);
-                if line.last() == Some(&b'\r') {
-                    line.pop();
-                }
-                self.line_done(&line, &mut out);
-            } else {
-                self.line.push(b);
+        let mut rest = bytes;
+        // Whole stretches up to each line end, not byte by byte: an answer's one data line may be
+        // megabytes long.
+        while let Some(end) = rest.iter().position(|&b| b == b'\n') {
+            self.line.extend_from_slice(&rest[..end]);
+            let mut line = std::mem::take(&mut self.line);
+            if line.last() == Some(&b'\r') {
+                line.pop();
             }
+            self.line_done(line, &mut out);
+            rest = &rest[end + 1..];
         }
+        self.line.extend_from_slice(rest);
         out
     }
 
-    fn line_done(&mut self, line: &[u8], out: &mut Vec<SseEvent>) {
+    /// One line without its line end. Taken by value: a data line (an answer may be one line of
+    /// megabytes) becomes the event's data without being copied.
+    fn line_done(&mut self, mut line: Vec<u8>, out: &mut Vec<SseEvent>) {
         if line.is_empty() {
             if let Some(data) = self.data.take() {
                 out.push(SseEvent {
@@ -152,23 +207,27 @@ impl SseParser {
         if line[0] == b':' {
             return;
         }
-        let text = String::from_utf8_lossy(line);
-        let (field, value) = match text.find(':') {
-            Some(i) => {
-                let v = &text[i + 1..];
-                (&text[..i], v.strip_prefix(' ').unwrap_or(v))
-            }
-            None => (&text[..], ""),
+        let (field_end, value_start) = match line.iter().position(|&b| b == b':') {
+            Some(i) if line.get(i + 1) == Some(&b' ') => (i, i + 2),
+            Some(i) => (i, i + 1),
+            None => (line.len(), line.len()),
         };
-        match field {
-            "event" => self.event = Some(value.to_string()),
-            "data" => match &mut self.data {
-                Some(d) => {
-                    d.push('\n');
-                    d.push_str(value);
+        match &line[..field_end] {
+            b"event" => {
+                self.event = Some(String::from_utf8_lossy(&line[value_start..]).into_owned());
+            }
+            b"data" => {
+                line.drain(..value_start);
+                let value = String::from_utf8(line)
+                    .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
+                match &mut self.data {
+                    Some(d) => {
+                        d.push('\n');
+                        d.push_str(&value);
+                    }
+                    None => self.data = Some(value),
                 }
-                None => self.data = Some(value.to_string()),
-            },
+            }
             _ => {}
         }
     }
@@ -322,6 +381,42 @@ mod tests {
         let mut reader = SseReader::per_event(16);
         for _ in 0..100 {
             reader.feed(b": 0123456789\n").unwrap();
+        }
+    }
+
+    const STREAM: &[u8] = b"event: endpoint\ndata: /messages?s=1\n\ndata: {\"id\":1}\n\ndata: nope\n\nevent: ping\ndata: x\n\nevent: message\ndata:\n\n: ping\r\ndata: {\"a\":\r\ndata: [1,\n\ndata:2]}\n\n";
+
+    #[test]
+    fn raw_events_keep_the_data_as_sent_and_classify_as_feed_does() {
+        let raw = SseReader::whole(1024).feed_events(STREAM).unwrap();
+        let carrying: Vec<&[u8]> = raw
+            .iter()
+            .filter(|e| e.carries_message())
+            .map(|e| &e.data[..])
+            .collect();
+        assert_eq!(
+            carrying,
+            [&b"{\"id\":1}"[..], b"nope", b"{\"a\":\n[1,", b"2]}"]
+        );
+        let classified: Vec<SseMessage> = raw.into_iter().map(RawEvent::message).collect();
+        assert_eq!(classified, SseReader::whole(1024).feed(STREAM).unwrap());
+    }
+
+    proptest::proptest! {
+        /// However the stream is cut into chunks, the same events come out.
+        #[test]
+        fn chunking_never_changes_the_events(cuts in proptest::collection::vec(0..STREAM.len(), 0..8)) {
+            let mut cuts = cuts;
+            cuts.sort_unstable();
+            cuts.push(STREAM.len());
+            let mut reader = SseReader::whole(1024);
+            let mut events = Vec::new();
+            let mut from = 0;
+            for to in cuts {
+                events.extend(reader.feed_events(&STREAM[from..to]).unwrap());
+                from = to;
+            }
+            proptest::prop_assert_eq!(events, SseReader::whole(1024).feed_events(STREAM).unwrap());
         }
     }
 }

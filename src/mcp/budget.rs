@@ -429,13 +429,14 @@ impl UnannouncedAnswer {
 
     /// A stream's events so far are handled (notifications passed on): only the `pending` bytes
     /// of the event still being read stay held, so a long call's progress lines never add up to
-    /// a reservation. A reservation made for a big event is kept until [`done`](Self::done).
+    /// a reservation, and a big notification's reservation goes back once it is handled. While
+    /// a big event is still being read (more than [`SMALL_TAKE`] pending) its reservation stays.
     pub fn handled_up_to(&mut self, allowance: &Allowance, pending: u64) {
-        if self.held > self.received || pending >= self.received {
+        if pending > SMALL_TAKE || pending >= self.received {
             return;
         }
-        let handled = self.received - pending;
-        allowance.hold_at_most(allowance.held().saturating_sub(handled));
+        let give_back = self.held.saturating_sub(pending);
+        allowance.hold_at_most(allowance.held().saturating_sub(give_back));
         self.received = pending;
         self.held = pending;
     }
@@ -560,14 +561,23 @@ mod tests {
         answer.arrived(&allowance, SMALL_TAKE).await.unwrap();
         assert_eq!(allowance.held(), 10 + 512 * 1024);
         answer.arrived(&allowance, 1000).await.unwrap();
-        answer.handled_up_to(&allowance, 10);
+        answer.handled_up_to(&allowance, SMALL_TAKE + 1000);
         assert_eq!(
             allowance.held(),
             10 + 512 * 1024,
-            "a reservation stays until done"
+            "a reservation stays while its big event is read"
         );
         answer.done(&allowance);
         assert_eq!(allowance.held(), 10 + 100 + SMALL_TAKE + 1000);
+        // A big notification, handled: its reservation goes back; the next one reserves again.
+        let allowance = budget.allowance();
+        let mut stream = UnannouncedAnswer::reserving(512 * 1024);
+        stream.arrived(&allowance, SMALL_TAKE + 1).await.unwrap();
+        assert_eq!(allowance.held(), 512 * 1024);
+        stream.handled_up_to(&allowance, 10);
+        assert_eq!(allowance.held(), 10);
+        stream.arrived(&allowance, SMALL_TAKE).await.unwrap();
+        assert_eq!(allowance.held(), 512 * 1024);
         // Within a budget smaller than the cap, the reservation is the whole budget.
         let small = ResponseBudget::new(200 * 1024);
         let allowance = small.allowance();

@@ -41,8 +41,7 @@ use serde_json::{Value, json};
 use crate::e2e;
 use crate::e2e_node::{
     MODERN_CLIENT, Node, ONE_RELEASE, TS_CLIENT, Uninstall, agent_pod, container_log,
-    container_pid, install_chart, kubectl, node, node_image, operator_image, pod_finished,
-    pod_ready, run, running_pods,
+    container_pid, kubectl, node_image, on_node, pod_finished, pod_ready, run, running_pods,
 };
 use crate::operator::eventually;
 use crate::sidecar_support::{http, json_of};
@@ -258,15 +257,11 @@ struct Bench {
 }
 
 async fn bench(test: &str) -> Bench {
-    let (client, ns) = e2e::setup(test).await;
-    let kubeconfig = e2e::kubeconfig_path().await;
-    let cluster_dir = kubeconfig.parent().expect("the cluster dir").to_path_buf();
-    let node = node(&cluster_dir);
-    let scratch = tempfile::tempdir().expect("a temp dir");
-    let (repository, tag) = operator_image(&cluster_dir, scratch.path());
-    let (uninstall, _fullname) = install_chart(&ns, &repository, &tag, &kubeconfig);
+    let on = on_node(test).await;
+    let (client, ns, cluster_dir, node) = on.parts();
+    let (uninstall, _fullname) = on.install_chart();
     let node_image = {
-        let (repository, tag) = node_image(&cluster_dir, scratch.path());
+        let (repository, tag) = node_image(cluster_dir, on.scratch.path());
         format!("{repository}:{tag}")
     };
     let files = Fixtures::load().sdk_server(&["--host", &node.ip]);
@@ -283,7 +278,7 @@ async fn bench(test: &str) -> Bench {
         }),
     ] {
         e2e::write(
-            &client,
+            client,
             e2e::Write::ServerSideApply,
             &object,
             Some(ns.name()),
@@ -305,13 +300,13 @@ async fn bench(test: &str) -> Bench {
     Bench {
         pods: Api::namespaced(client.clone(), ns.name()),
         specs,
-        ns,
-        cluster_dir,
-        node,
+        ns: on.ns,
+        cluster_dir: on.cluster_dir,
+        node: on.node,
         node_image,
         files,
         _uninstall: uninstall,
-        _scratch: scratch,
+        _scratch: on.scratch,
     }
 }
 
@@ -781,14 +776,10 @@ async fn agents_of_both_eras_keep_calling_through_a_containerd_restart_and_a_liv
 #[tokio::test]
 async fn webhook_replicas_killed_during_a_burst_never_let_a_pod_in_without_its_sidecar() {
     let _one = ONE_RELEASE.lock().await;
-    let (client, ns) = e2e::setup("webhook-kills").await;
-    let kubeconfig = e2e::kubeconfig_path().await;
-    let cluster_dir = kubeconfig.parent().expect("the cluster dir").to_path_buf();
-    let node = node(&cluster_dir);
-    let scratch = tempfile::tempdir().expect("a temp dir");
-    let (repository, tag) = operator_image(&cluster_dir, scratch.path());
-    let image = format!("{repository}:{tag}");
-    let (_uninstall, _fullname) = install_chart(&ns, &repository, &tag, &kubeconfig);
+    let on = on_node("webhook-kills").await;
+    let (client, ns, _, node) = on.parts();
+    let image = format!("{}:{}", on.repository, on.tag);
+    let (_uninstall, _fullname) = on.install_chart();
     for object in [
         // Optional and unreachable: the pods need not run, only be admitted.
         json!({
@@ -803,7 +794,7 @@ async fn webhook_replicas_killed_during_a_burst_never_let_a_pod_in_without_its_s
         }),
     ] {
         e2e::write(
-            &client,
+            client,
             e2e::Write::ServerSideApply,
             &object,
             Some(ns.name()),

@@ -62,6 +62,9 @@ pub(crate) struct Node {
     pub(crate) crictl: PathBuf,
     /// kube-proxy's mode when ClusterIP Services answer on this node, else why they do not.
     pub(crate) kube_proxy: Result<String, String>,
+    /// The pause image's reference, as the node's containerd has it (for pods whose only
+    /// container must do nothing).
+    pub(crate) pause_image: String,
 }
 
 /// The node scripts/test.sh started, or one started here for this test binary (its watchdog
@@ -100,6 +103,12 @@ pub(crate) fn node(cluster_dir: &Path) -> Node {
         .lines()
         .find_map(|l| l.strip_prefix("CRICTL="))
         .expect("node.sh paths names crictl");
+    let pause_image = image_reference(Path::new(
+        paths
+            .lines()
+            .find_map(|l| l.strip_prefix("PAUSE_IMAGE="))
+            .expect("node.sh paths names the pause image"),
+    ));
     let kube_proxy = match vars.get("E2E_NODE_KUBE_PROXY") {
         Some(mode) => Ok(mode.clone()),
         None => Err(vars
@@ -112,6 +121,53 @@ pub(crate) fn node(cluster_dir: &Path) -> Node {
         containerd: vars["E2E_NODE_CONTAINERD"].clone(),
         crictl: PathBuf::from(crictl),
         kube_proxy,
+        pause_image,
+    }
+}
+
+/// What every real-node test stands on: its namespace, the node, and the operator image in the
+/// node's containerd. The test holds [`ONE_RELEASE`] before asking for it and installs the
+/// chart itself (timed, or watching a tenant's namespace).
+pub(crate) struct OnNode {
+    pub(crate) client: kube::Client,
+    pub(crate) ns: e2e::TestNamespace,
+    pub(crate) kubeconfig: PathBuf,
+    pub(crate) cluster_dir: PathBuf,
+    pub(crate) node: Node,
+    /// Where image tarballs are packed (kept while the test may import more).
+    pub(crate) scratch: tempfile::TempDir,
+    pub(crate) repository: String,
+    pub(crate) tag: String,
+}
+
+impl OnNode {
+    /// What most of a test uses: its client, namespace, cluster dir and node.
+    pub(crate) fn parts(&self) -> (&kube::Client, &e2e::TestNamespace, &Path, &Node) {
+        (&self.client, &self.ns, &self.cluster_dir, &self.node)
+    }
+
+    /// The chart, installed into the test's namespace from its operator image.
+    pub(crate) fn install_chart(&self) -> (Uninstall, String) {
+        install_chart(&self.ns, &self.repository, &self.tag, &self.kubeconfig)
+    }
+}
+
+pub(crate) async fn on_node(test: &str) -> OnNode {
+    let (client, ns) = e2e::setup(test).await;
+    let kubeconfig = e2e::kubeconfig_path().await;
+    let cluster_dir = kubeconfig.parent().expect("the cluster dir").to_path_buf();
+    let node = node(&cluster_dir);
+    let scratch = tempfile::tempdir().expect("a temp dir");
+    let (repository, tag) = operator_image(&cluster_dir, scratch.path());
+    OnNode {
+        client,
+        ns,
+        kubeconfig,
+        cluster_dir,
+        node,
+        scratch,
+        repository,
+        tag,
     }
 }
 
@@ -269,15 +325,11 @@ pub(crate) static ONE_RELEASE: tokio::sync::Mutex<()> = tokio::sync::Mutex::cons
 async fn the_chart_runs_on_a_real_node_and_fails_over() {
     // Dropped last: the release is uninstalled before the next test installs its own.
     let _one = ONE_RELEASE.lock().await;
-    let (client, ns) = e2e::setup("node-chart").await;
-    let kubeconfig = e2e::kubeconfig_path().await;
-    let cluster_dir = kubeconfig.parent().expect("the cluster dir").to_path_buf();
-    let node = node(&cluster_dir);
-    let scratch = tempfile::tempdir().expect("a temp dir");
-    let (repository, tag) = operator_image(&cluster_dir, scratch.path());
+    let on = on_node("node-chart").await;
+    let (client, ns, cluster_dir, node) = on.parts();
 
     let started = Instant::now();
-    let (_uninstall, fullname) = install_chart(&ns, &repository, &tag, &kubeconfig);
+    let (_uninstall, fullname) = on.install_chart();
     eprintln!(
         "e2e_node: helm install --wait took {:.1}s",
         started.elapsed().as_secs_f64()
@@ -302,7 +354,7 @@ async fn the_chart_runs_on_a_real_node_and_fails_over() {
         let container = &spec.containers[0];
         assert!(container.liveness_probe.is_some() && container.readiness_probe.is_some());
         // What the kernel says, not what the spec asks for.
-        let (uid, root_ro) = process_identity(container_pid(&node, pod));
+        let (uid, root_ro) = process_identity(container_pid(node, pod));
         assert_eq!(uid, "65532", "{} runs as uid {uid}", pod.name_any());
         assert!(
             root_ro,
@@ -343,12 +395,12 @@ async fn the_chart_runs_on_a_real_node_and_fails_over() {
         .as_str()
         .expect("a name")
         .to_owned();
-    apply_server(&client, ns.name(), example).await;
+    apply_server(client, ns.name(), example).await;
     let servers: Api<McpServer> = Api::namespaced(client.clone(), ns.name());
     wait_condition(&servers, &name, "Ready", "True", None, SOON).await;
     // ...while 127.0.0.1 (the operator's own pod) stays refused.
     apply_server(
-        &client,
+        client,
         ns.name(),
         server_manifest("loopback", "http://127.0.0.1:9/mcp", serde_json::json!({})),
     )
@@ -360,9 +412,9 @@ async fn the_chart_runs_on_a_real_node_and_fails_over() {
 
     // --- a stdio McpServer under the chart: its pods take the bridge from the image the chart
     // deploys (--bridge-image), and the in-cluster controller reaches it at its ClusterIP.
-    let (node_repository, node_tag) = node_image(&cluster_dir, scratch.path());
+    let (node_repository, node_tag) = node_image(cluster_dir, on.scratch.path());
     apply_server(
-        &client,
+        client,
         ns.name(),
         serde_json::json!({
             "apiVersion": "mcp-operator.dev/v1alpha1", "kind": "McpServer",
@@ -402,10 +454,10 @@ async fn the_chart_runs_on_a_real_node_and_fails_over() {
         .and_then(|s| s.template.spec)
         .and_then(|p| p.init_containers)
         .and_then(|c| c.first().and_then(|c| c.image.clone()));
-    assert_eq!(bridge_image, Some(format!("{repository}:{tag}")));
+    assert_eq!(bridge_image, Some(format!("{}:{}", on.repository, on.tag)));
 
     // --- kubectl logs: JSON lines, the leader saying it leads.
-    let logs = run(kubectl(&cluster_dir).args(["logs", "-n", ns.name(), &leader]));
+    let logs = run(kubectl(cluster_dir).args(["logs", "-n", ns.name(), &leader]));
     let lines: Vec<&str> = logs.lines().filter(|l| !l.trim().is_empty()).collect();
     assert!(!lines.is_empty(), "the leader logged nothing");
     for line in &lines {
@@ -422,7 +474,7 @@ async fn the_chart_runs_on_a_real_node_and_fails_over() {
     // standby or the ReplicaSet's replacement pod, whichever asks first (both are real
     // candidates; on this node the replacement is often up within two seconds).
     let deleted = Instant::now();
-    run(kubectl(&cluster_dir).args(["delete", "pod", "-n", ns.name(), &leader, "--wait=false"]));
+    run(kubectl(cluster_dir).args(["delete", "pod", "-n", ns.name(), &leader, "--wait=false"]));
     let mut holder = None;
     while deleted.elapsed() < SOON {
         holder = lease_holder(&leases, &fullname).await;
@@ -432,7 +484,7 @@ async fn the_chart_runs_on_a_real_node_and_fails_over() {
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     let Some(new_leader) = holder.clone().filter(|h| *h != leader) else {
-        let logs = kubectl(&cluster_dir)
+        let logs = kubectl(cluster_dir)
             .args(["logs", "-n", ns.name(), &standby, "--tail=40"])
             .output()
             .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
@@ -463,9 +515,9 @@ async fn the_chart_runs_on_a_real_node_and_fails_over() {
     );
     let mut second = server_manifest("after-failover", &upstream.url, serde_json::json!({}));
     second["metadata"]["namespace"] = ns.name().into();
-    apply_server(&client, ns.name(), second).await;
+    apply_server(client, ns.name(), second).await;
     wait_condition(&servers, "after-failover", "Ready", "True", None, SOON).await;
-    let logs = run(kubectl(&cluster_dir).args(["logs", "-n", ns.name(), &new_leader]));
+    let logs = run(kubectl(cluster_dir).args(["logs", "-n", ns.name(), &new_leader]));
     assert!(
         logs.contains("became the leader"),
         "the new leader's log: {logs}"
@@ -488,7 +540,7 @@ async fn the_chart_runs_on_a_real_node_and_fails_over() {
         .iter()
         .find(|p| p.name_any() == new_leader)
         .expect("the new leader's pod");
-    let pid = container_pid(&node, leader_pod);
+    let pid = container_pid(node, leader_pod);
     let killed = Instant::now();
     run(Command::new("kill").args(["-KILL", &pid.to_string()]));
     eventually(SOON, "the killed container restarted and Ready", || async {
@@ -514,7 +566,7 @@ async fn the_chart_runs_on_a_real_node_and_fails_over() {
     );
     let mut third = server_manifest("after-crash", &upstream.url, serde_json::json!({}));
     third["metadata"]["namespace"] = ns.name().into();
-    apply_server(&client, ns.name(), third).await;
+    apply_server(client, ns.name(), third).await;
     wait_condition(
         &servers,
         "after-crash",
@@ -536,21 +588,17 @@ async fn the_chart_runs_on_a_real_node_and_fails_over() {
 #[tokio::test]
 async fn helm_test_passes_while_the_operator_answers_and_fails_once_it_does_not() {
     let _one = ONE_RELEASE.lock().await;
-    let (client, ns) = e2e::setup("node-helm-test").await;
-    let kubeconfig = e2e::kubeconfig_path().await;
-    let cluster_dir = kubeconfig.parent().expect("the cluster dir").to_path_buf();
-    let node = node(&cluster_dir);
+    let on = on_node("node-helm-test").await;
+    let (client, ns, cluster_dir, node) = on.parts();
     if let Err(reason) = &node.kube_proxy {
         panic!("helm test needs ClusterIP Services, which this node has not: {reason}");
     }
-    let scratch = tempfile::tempdir().expect("a temp dir");
-    let (repository, tag) = operator_image(&cluster_dir, scratch.path());
-    let (_uninstall, fullname) = install_chart(&ns, &repository, &tag, &kubeconfig);
+    let (_uninstall, fullname) = on.install_chart();
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns.name());
     let selector = format!("app.kubernetes.io/instance={}", ns.name());
 
     let tested = Instant::now();
-    let (passed, out) = helm_test(ns.name(), &kubeconfig);
+    let (passed, out) = helm_test(ns.name(), &on.kubeconfig);
     assert!(passed && out.contains("Phase:          Succeeded"), "{out}");
     eprintln!(
         "e2e_node: helm test passed in {:.1}s",
@@ -558,7 +606,7 @@ async fn helm_test_passes_while_the_operator_answers_and_fails_once_it_does_not(
     );
 
     // --- with no replica left, `helm test` fails and says so.
-    run(kubectl(&cluster_dir).args([
+    run(kubectl(cluster_dir).args([
         "scale",
         "deployment",
         "-n",
@@ -580,7 +628,7 @@ async fn helm_test_passes_while_the_operator_answers_and_fails_once_it_does_not(
         }
     })
     .await;
-    let (passed, out) = helm_test(ns.name(), &kubeconfig);
+    let (passed, out) = helm_test(ns.name(), &on.kubeconfig);
     assert!(!passed && out.contains("Failed"), "{out}");
 }
 
@@ -837,24 +885,13 @@ pub(crate) fn agent_pod(name: &str, agent: Option<&str>, container: Value, resta
 #[tokio::test]
 async fn a_labelled_pod_gets_its_sidecar_and_calls_exactly_its_granted_tools() {
     let _one = ONE_RELEASE.lock().await;
-    let (client, ns) = e2e::setup("node-inject").await;
-    let kubeconfig = e2e::kubeconfig_path().await;
-    let cluster_dir = kubeconfig.parent().expect("the cluster dir").to_path_buf();
-    let node = node(&cluster_dir);
-    let scratch = tempfile::tempdir().expect("a temp dir");
-    let (repository, tag) = operator_image(&cluster_dir, scratch.path());
-    let operator_image = format!("{repository}:{tag}");
-    let paths = run(Command::new("bash")
-        .arg(repo().join("e2e/node.sh"))
-        .arg("paths"));
-    let pause_tar = paths
-        .lines()
-        .find_map(|l| l.strip_prefix("PAUSE_IMAGE="))
-        .expect("node.sh paths names the pause image");
-    let pause_image = image_reference(Path::new(pause_tar));
+    let on = on_node("node-inject").await;
+    let (client, ns, cluster_dir, node) = on.parts();
+    let operator_image = format!("{}:{}", on.repository, on.tag);
+    let pause_image = node.pause_image.clone();
 
     let started = Instant::now();
-    let (_uninstall, fullname) = install_chart(&ns, &repository, &tag, &kubeconfig);
+    let (_uninstall, fullname) = on.install_chart();
     eprintln!(
         "e2e_node: helm install --wait (with the injection webhook) took {:.1}s",
         started.elapsed().as_secs_f64()
@@ -906,7 +943,7 @@ async fn a_labelled_pod_gets_its_sidecar_and_calls_exactly_its_granted_tools() {
             _ => {}
         }
         e2e::write(
-            &client,
+            client,
             e2e::Write::ServerSideApply,
             &object,
             Some(ns.name()),
@@ -929,7 +966,7 @@ async fn a_labelled_pod_gets_its_sidecar_and_calls_exactly_its_granted_tools() {
         .expect("a name")
         .to_owned();
     e2e::write(
-        &client,
+        client,
         e2e::Write::ServerSideApply,
         &agent_spec,
         Some(ns.name()),
@@ -1031,7 +1068,7 @@ async fn a_labelled_pod_gets_its_sidecar_and_calls_exactly_its_granted_tools() {
             break pod;
         }
         if admitted.elapsed() > Duration::from_secs(90) {
-            let logs = kubectl(&cluster_dir)
+            let logs = kubectl(cluster_dir)
                 .args(["logs", "-n", ns.name(), "agent", "-c", "mcp-sidecar"])
                 .output()
                 .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
@@ -1063,7 +1100,7 @@ async fn a_labelled_pod_gets_its_sidecar_and_calls_exactly_its_granted_tools() {
     // then waits for list_changed while the tenant policy below narrows its grants, lists
     // again and tries a tool the policy took away. Its one JSON line is in `kubectl logs`.
     let node_image = {
-        let (repository, tag) = node_image(&cluster_dir, scratch.path());
+        let (repository, tag) = node_image(cluster_dir, on.scratch.path());
         format!("{repository}:{tag}")
     };
     let steps = serde_json::json!([
@@ -1085,12 +1122,12 @@ async fn a_labelled_pod_gets_its_sidecar_and_calls_exactly_its_granted_tools() {
     .unwrap_or_else(|e| panic!("creating the TypeScript agent: {}", e2e::describe(&e)));
     let listening = Instant::now();
     loop {
-        let log = container_log(&cluster_dir, ns.name(), "ts-agent", "agent");
+        let log = container_log(cluster_dir, ns.name(), "ts-agent", "agent");
         if log.contains(r#"{"listening":true}"#) {
             break;
         }
         if listening.elapsed() > Duration::from_secs(90) {
-            let sidecar = container_log(&cluster_dir, ns.name(), "ts-agent", "mcp-sidecar");
+            let sidecar = container_log(cluster_dir, ns.name(), "ts-agent", "mcp-sidecar");
             panic!(
                 "the TypeScript agent never waited for list_changed: {:?}\n--- agent:\n{log}\n--- sidecar:\n{sidecar}",
                 pods.get("ts-agent").await.map(|p| p.status)
@@ -1131,7 +1168,7 @@ async fn a_labelled_pod_gets_its_sidecar_and_calls_exactly_its_granted_tools() {
         .expect("applying the policy");
     let phase = pod_finished(&pods, "ts-agent", Duration::from_secs(90)).await;
     let narrowed_in = applied.elapsed();
-    let log = container_log(&cluster_dir, ns.name(), "ts-agent", "agent");
+    let log = container_log(cluster_dir, ns.name(), "ts-agent", "agent");
     assert_eq!(phase, "Succeeded", "the TypeScript agent failed:\n{log}");
     let out: Value = log
         .lines()
@@ -1182,7 +1219,7 @@ async fn a_labelled_pod_gets_its_sidecar_and_calls_exactly_its_granted_tools() {
 
     // --- the host-side official Python SDK client, through `kubectl port-forward` to the
     // first agent pod's sidecar: what a long-lived agent sees as the cluster changes under it.
-    let forward = PortForward::start(&cluster_dir, ns.name(), "agent", 9500);
+    let forward = PortForward::start(cluster_dir, ns.name(), "agent", 9500);
     // The kubelet updates each pod's ConfigMap volume on that pod's own sync: this pod's
     // sidecar obeys the narrowed grants once its volume has them.
     eventually(
@@ -1365,7 +1402,7 @@ async fn a_labelled_pod_gets_its_sidecar_and_calls_exactly_its_granted_tools() {
     );
     assert!(!stale.message.contains("k-123"), "{}", stale.message);
     drop(forward);
-    let logs = run(kubectl(&cluster_dir).args([
+    let logs = run(kubectl(cluster_dir).args([
         "logs",
         "-n",
         ns.name(),
@@ -1624,21 +1661,10 @@ fn kubectl_as(
 #[tokio::test]
 async fn a_tenant_cannot_get_around_the_sidecar() {
     let _one = ONE_RELEASE.lock().await;
-    let (client, ns) = e2e::setup("node-admission").await;
-    let kubeconfig = e2e::kubeconfig_path().await;
-    let cluster_dir = kubeconfig.parent().expect("the cluster dir").to_path_buf();
-    let _node = node(&cluster_dir);
-    let scratch = tempfile::tempdir().expect("a temp dir");
-    let (repository, tag) = operator_image(&cluster_dir, scratch.path());
-    let paths = run(Command::new("bash")
-        .arg(repo().join("e2e/node.sh"))
-        .arg("paths"));
-    let pause_tar = paths
-        .lines()
-        .find_map(|l| l.strip_prefix("PAUSE_IMAGE="))
-        .expect("node.sh paths names the pause image");
-    let pause_image = image_reference(Path::new(pause_tar));
-    let (_uninstall, fullname) = install_chart(&ns, &repository, &tag, &kubeconfig);
+    let on = on_node("node-admission").await;
+    let (client, ns, cluster_dir, node) = on.parts();
+    let pause_image = node.pause_image.clone();
+    let (_uninstall, fullname) = on.install_chart();
 
     let secrets: Api<Secret> = Api::namespaced(client.clone(), ns.name());
     let validations: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
@@ -1732,7 +1758,7 @@ async fn a_tenant_cannot_get_around_the_sidecar() {
         }),
     ] {
         e2e::write(
-            &client,
+            client,
             e2e::Write::ServerSideApply,
             &object,
             Some(namespace),
@@ -1754,7 +1780,7 @@ async fn a_tenant_cannot_get_around_the_sidecar() {
         serde_json::json!({"name": "agent", "image": pause_image, "imagePullPolicy": "Never"});
     let create = |manifest: &Value| {
         kubectl_as(
-            &cluster_dir,
+            cluster_dir,
             tenant,
             &["create", "-n", namespace, "-f", "-"],
             Some(manifest),
@@ -1860,7 +1886,7 @@ async fn a_tenant_cannot_get_around_the_sidecar() {
     refused(
         "an ephemeral container mounting mcp-credentials",
         kubectl_as(
-            &cluster_dir,
+            cluster_dir,
             tenant,
             &[
                 "patch",
@@ -1886,7 +1912,7 @@ async fn a_tenant_cannot_get_around_the_sidecar() {
     refused(
         "kubectl debug --target=mcp-sidecar",
         kubectl_as(
-            &cluster_dir,
+            cluster_dir,
             tenant,
             &[
                 "debug",
@@ -1910,7 +1936,7 @@ async fn a_tenant_cannot_get_around_the_sidecar() {
         ],
     );
     let (ok, said) = kubectl_as(
-        &cluster_dir,
+        cluster_dir,
         tenant,
         &[
             "debug",
@@ -1934,7 +1960,7 @@ async fn a_tenant_cannot_get_around_the_sidecar() {
     refused(
         "removing the agent label",
         kubectl_as(
-            &cluster_dir,
+            cluster_dir,
             tenant,
             &[
                 "label",
@@ -1952,7 +1978,7 @@ async fn a_tenant_cannot_get_around_the_sidecar() {
         )],
     );
     let (ok, said) = kubectl_as(
-        &cluster_dir,
+        cluster_dir,
         tenant,
         &[
             "annotate",
@@ -2002,7 +2028,7 @@ async fn a_tenant_cannot_get_around_the_sidecar() {
     refused(
         "kubectl exec into the mcp-sidecar",
         kubectl_as(
-            &cluster_dir,
+            cluster_dir,
             tenant,
             &[
                 "exec",
@@ -2022,11 +2048,11 @@ async fn a_tenant_cannot_get_around_the_sidecar() {
             "exec into the mcp-sidecar container is refused: it holds the agent's MCP credentials",
         )],
     );
-    let copied = scratch.path().join("copied");
+    let copied = on.scratch.path().join("copied");
     refused(
         "kubectl cp from the mcp-sidecar",
         kubectl_as(
-            &cluster_dir,
+            cluster_dir,
             tenant,
             &[
                 "cp",
@@ -2043,7 +2069,7 @@ async fn a_tenant_cannot_get_around_the_sidecar() {
     refused(
         "kubectl attach to the mcp-sidecar",
         kubectl_as(
-            &cluster_dir,
+            cluster_dir,
             tenant,
             &[
                 "attach",
@@ -2059,7 +2085,7 @@ async fn a_tenant_cannot_get_around_the_sidecar() {
         &[(CONNECT, "attach to the mcp-sidecar container is refused")],
     );
     let (ok, said) = kubectl_as(
-        &cluster_dir,
+        cluster_dir,
         tenant,
         &[
             "exec", "agent", "-n", namespace, "-c", "agent", "--", "/pause", "-v",
@@ -2087,7 +2113,7 @@ async fn a_tenant_cannot_get_around_the_sidecar() {
     refused(
         "kubectl exec into a stdio server's container",
         kubectl_as(
-            &cluster_dir,
+            cluster_dir,
             tenant,
             &[
                 "exec", &stdio_pod, "-n", namespace, "-c", "server", "--", "/pause", "-v",
@@ -2104,7 +2130,7 @@ async fn a_tenant_cannot_get_around_the_sidecar() {
     refused(
         "kubectl exec into a stdio server's pod, no container named",
         kubectl_as(
-            &cluster_dir,
+            cluster_dir,
             tenant,
             &["exec", &stdio_pod, "-n", namespace, "--", "/pause", "-v"],
             None,
@@ -2114,7 +2140,7 @@ async fn a_tenant_cannot_get_around_the_sidecar() {
     refused(
         "kubectl attach to a stdio server's container",
         kubectl_as(
-            &cluster_dir,
+            cluster_dir,
             tenant,
             &[
                 "attach",
@@ -2207,25 +2233,13 @@ async fn a_tenant_cannot_get_around_the_sidecar() {
 #[tokio::test]
 async fn a_tenant_cannot_widen_what_its_running_agent_may_call() {
     let _one = ONE_RELEASE.lock().await;
-    let (client, ns) = e2e::setup("node-story").await;
-    let tenant_ns = e2e::TestNamespace::create(&client, "node-story-tenant").await;
+    let on = on_node("node-story").await;
+    let (client, ns, cluster_dir, node) = on.parts();
+    let tenant_ns = e2e::TestNamespace::create(client, "node-story-tenant").await;
     let namespace = tenant_ns.name();
-    let kubeconfig = e2e::kubeconfig_path().await;
-    let cluster_dir = kubeconfig.parent().expect("the cluster dir").to_path_buf();
-    let node = node(&cluster_dir);
-    let scratch = tempfile::tempdir().expect("a temp dir");
-    let (repository, tag) = operator_image(&cluster_dir, scratch.path());
-    let paths = run(Command::new("bash")
-        .arg(repo().join("e2e/node.sh"))
-        .arg("paths"));
-    let pause_image = image_reference(Path::new(
-        paths
-            .lines()
-            .find_map(|l| l.strip_prefix("PAUSE_IMAGE="))
-            .expect("node.sh paths names the pause image"),
-    ));
+    let pause_image = node.pause_image.clone();
     let (_uninstall, _fullname) =
-        install_chart_watching(&ns, namespace, &repository, &tag, &kubeconfig);
+        install_chart_watching(ns, namespace, &on.repository, &on.tag, &on.kubeconfig);
 
     // --- the platform's side: the server, the policy, the tenant's Role.
     let fixtures = Fixtures::load();
@@ -2261,13 +2275,13 @@ async fn a_tenant_cannot_widen_what_its_running_agent_may_call() {
             Some(namespace),
         ),
     ] {
-        e2e::write(&client, e2e::Write::ServerSideApply, &object, ns, false)
+        e2e::write(client, e2e::Write::ServerSideApply, &object, ns, false)
             .await
             .unwrap_or_else(|e| panic!("applying {object}: {}", e2e::describe(&e)));
     }
     const TENANT: &str = "story-tenant@example";
     e2e::grant_role(
-        &client,
+        client,
         namespace,
         "tenant",
         TENANT,
@@ -2283,7 +2297,7 @@ async fn a_tenant_cannot_widen_what_its_running_agent_may_call() {
     let tenant = |args: &[&str], manifest: Option<&Value>| {
         let mut all = vec!["-n", namespace];
         all.extend_from_slice(args);
-        let (ok, said) = kubectl_as(&cluster_dir, TENANT, &all, manifest);
+        let (ok, said) = kubectl_as(cluster_dir, TENANT, &all, manifest);
         assert!(ok, "the tenant's kubectl {args:?}: {said}");
         said
     };
@@ -2317,7 +2331,7 @@ async fn a_tenant_cannot_widen_what_its_running_agent_may_call() {
     tenant(&["create", "-f", "-"], Some(&agent));
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
     wait_condition(&pods, "agent", "Ready", "True", None, SOON).await;
-    let forward = PortForward::start(&cluster_dir, namespace, "agent", 9500);
+    let forward = PortForward::start(cluster_dir, namespace, "agent", 9500);
     let only_read = || async {
         let out = sidecar_support::agent(
             &forward.url,

@@ -26,8 +26,7 @@ use serde_json::{Value, json};
 
 use crate::e2e;
 use crate::e2e_node::{
-    ONE_RELEASE, TS_CLIENT, agent_pod, container_log, install_chart, node, node_image,
-    operator_image, pod_finished,
+    ONE_RELEASE, TS_CLIENT, agent_pod, container_log, node_image, on_node, pod_finished,
 };
 use crate::sidecar_support::{self, http, json_of};
 use crate::support::Fixtures;
@@ -54,16 +53,12 @@ async fn upstream_reads(url: &str) -> Vec<String> {
 #[tokio::test]
 async fn an_agent_pod_reads_exactly_its_granted_resources_and_prompts_of_real_servers() {
     let _one = ONE_RELEASE.lock().await;
-    let (client, ns) = e2e::setup("node-resources").await;
-    let kubeconfig = e2e::kubeconfig_path().await;
-    let cluster_dir = kubeconfig.parent().expect("the cluster dir").to_path_buf();
-    let node = node(&cluster_dir);
-    let scratch = tempfile::tempdir().expect("a temp dir");
-    let (repository, tag) = operator_image(&cluster_dir, scratch.path());
+    let on = on_node("node-resources").await;
+    let (client, ns, cluster_dir, node) = on.parts();
     let started = Instant::now();
-    let (_uninstall, _fullname) = install_chart(&ns, &repository, &tag, &kubeconfig);
+    let (_uninstall, _fullname) = on.install_chart();
     let node_image = {
-        let (repository, tag) = node_image(&cluster_dir, scratch.path());
+        let (repository, tag) = node_image(cluster_dir, on.scratch.path());
         format!("{repository}:{tag}")
     };
 
@@ -105,7 +100,7 @@ async fn an_agent_pod_reads_exactly_its_granted_resources_and_prompts_of_real_se
         ]}}),
     ] {
         e2e::write(
-            &client,
+            client,
             e2e::Write::ServerSideApply,
             &object,
             Some(ns.name()),
@@ -218,9 +213,9 @@ async fn an_agent_pod_reads_exactly_its_granted_resources_and_prompts_of_real_se
     .await
     .unwrap_or_else(|e| panic!("creating the agent pod: {}", e2e::describe(&e)));
     let phase = pod_finished(&pods, "reader", Duration::from_secs(120)).await;
-    let log = container_log(&cluster_dir, ns.name(), "reader", "agent");
+    let log = container_log(cluster_dir, ns.name(), "reader", "agent");
     let sidecar_log = container_log(
-        &cluster_dir,
+        cluster_dir,
         ns.name(),
         "reader",
         mcp_operator::inject::SIDECAR_CONTAINER,

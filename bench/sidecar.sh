@@ -15,8 +15,10 @@
 # `oauth2` client credentials (tests/fixtures/oauth_issuer.py issues the token; the upstream
 # ignores it), its CPU per call beside the plain call's, and how many tokens the issuer issued
 # over all of it (1: only the first call fetches one).
-# Prints p50/p95/p99 latency and throughput per row; each proxy's CPU time per call, from
-# /proc/<pid>/stat (utime+stime over the row, divided by the calls of the row, warm-up included);
+# The main rows (direct, sidecar, floor, vMCP) run ROUNDS times (3), interleaved, and print the
+# median of each figure. Prints p50/p95/p99 latency and throughput per row; each proxy's CPU
+# time per call, from /proc/<pid>/stat (utime+stime over the row, divided by the calls of the
+# row, warm-up included);
 # the latency each adds over the direct call and its throughput against direct; then both
 # proxies' RSS idle and after the load. Asserts nothing about time.
 # Not quite the same job: the sidecar checks every call against the agent's grants and the
@@ -30,6 +32,7 @@
 #   BENCH_ONLY=resources bash bench/sidecar.sh   # only the read/get and OAuth rows
 set -euo pipefail
 CALLS=${CALLS:-5000}
+ROUNDS=${ROUNDS:-3}
 BENCH_PEER=${BENCH_PEER:-vmcp}
 BENCH_ONLY=${BENCH_ONLY:-all}
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -159,6 +162,12 @@ r = json.loads(sys.argv[1]); cpu = int(sys.argv[2]) * int(sys.argv[3]) / r["call
 print("%.0f %.0f %.0f %.0f %s" % (r["p50_us"], r["p95_us"], r["p99_us"], r["calls_per_s"], "%.0f" % cpu if sys.argv[4] else "-"))' \
     "$out" "$((after - before))" "$TICK_US" "${5:-}"
 }
+# The median of each column over rows of "p50 p95 p99 calls/s cpu" ("-": none).
+median() {
+  python3 -c 'import statistics, sys
+rows = [l.split() for l in sys.stdin if l.strip()]
+print(" ".join("-" if rows[0][i] == "-" else "%.0f" % statistics.median(float(r[i]) for r in rows) for i in range(5)))'
+}
 printf '%-7s %-4s %-13s %8s %8s %8s %9s %11s\n' era conc path p50_us p95_us p99_us calls/s cpu_us/call
 line() { printf '%-7s %-4s %-13s %8s %8s %8s %9s %11s\n' "$@"; }
 SUMMARY=()
@@ -166,17 +175,26 @@ if [[ $BENCH_ONLY == all ]]; then
 for era in legacy modern; do
   mode=$([ "$era" = legacy ] && echo ok || echo modern)
   for c in 1 64; do
-    read -r d50 d95 d99 dtp _ < <(row "$BASE/$mode/mcp" "$era" alpha "$c")
-    read -r s50 s95 s99 stp scpu < <(row "http://127.0.0.1:$PORT/mcp" "$era" "${era}__alpha" "$c" "$SIDECAR")
+    # ROUNDS rounds, the four paths interleaved in each, so drift on the shared cores falls on
+    # all of them; each figure is the median over the rounds.
+    : >"$DIR/direct"; : >"$DIR/sidecar"; : >"$DIR/floor"; : >"$DIR/vmcp"
+    for _ in $(seq "$ROUNDS"); do
+      row "$BASE/$mode/mcp" "$era" alpha "$c" >>"$DIR/direct"
+      row "http://127.0.0.1:$PORT/mcp" "$era" "${era}__alpha" "$c" "$SIDECAR" >>"$DIR/sidecar"
+      row "http://127.0.0.1:$FPORT/$mode/mcp" "$era" alpha "$c" "$FLOORPID" >>"$DIR/floor"
+      [[ -z $VMCP ]] || row "http://127.0.0.1:$VPORT/mcp" "$era" "${era}__alpha" "$c" "$VMCP" >>"$DIR/vmcp"
+    done
+    read -r d50 d95 d99 dtp _ < <(median <"$DIR/direct")
+    read -r s50 s95 s99 stp scpu < <(median <"$DIR/sidecar")
     line "$era" "$c" direct "$d50" "$d95" "$d99" "$dtp" -
     line "$era" "$c" sidecar "$s50" "$s95" "$s99" "$stp" "$scpu"
     line "$era" "$c" sidecar-added "$((s50 - d50))" "$((s95 - d95))" "$((s99 - d99))" "$((100 * stp / dtp))%" ""
-    read -r f50 f95 f99 ftp fcpu < <(row "http://127.0.0.1:$FPORT/$mode/mcp" "$era" alpha "$c" "$FLOORPID")
+    read -r f50 f95 f99 ftp fcpu < <(median <"$DIR/floor")
     line "$era" "$c" floor "$f50" "$f95" "$f99" "$ftp" "$fcpu"
     line "$era" "$c" floor-added "$((f50 - d50))" "$((f95 - d95))" "$((f99 - d99))" "$((100 * ftp / dtp))%" ""
     vadded=- vcpu=- vshare=-
     if [[ -n $VMCP ]]; then
-      read -r v50 v95 v99 vtp vcpu < <(row "http://127.0.0.1:$VPORT/mcp" "$era" "${era}__alpha" "$c" "$VMCP")
+      read -r v50 v95 v99 vtp vcpu < <(median <"$DIR/vmcp")
       line "$era" "$c" vmcp "$v50" "$v95" "$v99" "$vtp" "$vcpu"
       line "$era" "$c" vmcp-added "$((v50 - d50))" "$((v95 - d95))" "$((v99 - d99))" "$((100 * vtp / dtp))%" ""
       vadded="$((v50 - d50)) µs" vshare="$((100 * vtp / dtp)) %"

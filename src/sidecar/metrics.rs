@@ -40,6 +40,10 @@ pub struct Metrics {
     pub requests_refused: Family<Vec<(String, String)>, Counter>,
     /// The most bytes of agent request bodies held at once so far.
     pub request_bytes_high_water: Gauge,
+    /// The upstream answers' budget (`--response-budget`), read at every scrape.
+    response_budget: std::sync::OnceLock<crate::mcp::ResponseBudget>,
+    response_budget_bytes: Gauge,
+    response_budget_high_water: Gauge,
 }
 
 impl Metrics {
@@ -113,8 +117,23 @@ impl Metrics {
             "The most bytes of agent request bodies held at once (bounded by --request-budget)",
             request_bytes_high_water.clone(),
         );
+        let response_budget_bytes = Gauge::default();
+        registry.register(
+            "response_budget_bytes",
+            "Bytes of upstream answers the sidecar may hold at once (--response-budget)",
+            response_budget_bytes.clone(),
+        );
+        let response_budget_high_water = Gauge::default();
+        registry.register(
+            "response_budget_high_water_bytes",
+            "The most bytes of upstream answers held (or reserved) at once so far",
+            response_budget_high_water.clone(),
+        );
         Metrics {
             registry,
+            response_budget: std::sync::OnceLock::new(),
+            response_budget_bytes,
+            response_budget_high_water,
             calls,
             call_duration,
             upstream_connections,
@@ -129,7 +148,17 @@ impl Metrics {
         }
     }
 
+    /// Reports `budget` (the upstream answers' one) from now on.
+    pub fn report_response_budget(&self, budget: &crate::mcp::ResponseBudget, total: u64) {
+        let _ = self.response_budget.set(budget.clone());
+        self.response_budget_bytes.set(total as i64);
+    }
+
     pub fn render(&self) -> String {
+        if let Some(budget) = self.response_budget.get() {
+            self.response_budget_high_water
+                .set(budget.high_water() as i64);
+        }
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)
             .expect("encoding to a String");

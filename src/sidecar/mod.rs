@@ -300,6 +300,7 @@ async fn serve(args: SidecarArgs) -> Result<(), SidecarError> {
         allow_loopback: args.allow_loopback,
     };
     let budget = crate::mcp::ResponseBudget::new(args.response_budget);
+    metrics.report_response_budget(&budget, args.response_budget);
     let mut credentials =
         CredentialsDir::new(args.credentials_dir.clone()).with_budget(budget.clone());
     if let Some(mounted) = args.mounted_credentials.clone() {

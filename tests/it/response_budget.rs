@@ -236,6 +236,20 @@ async fn sixty_four_big_answers(mode: &str) {
     // What the budget guarantees: over the sidecar's own footprint before the load, the answers
     // held at once (the budget) plus buffers that are not answers (the HTTP connections' read
     // and write buffers, the agents' requests, the allocator's slack).
+    // What the sidecar itself reports: the budget, and a high-water mark within it that saw
+    // several answers at once.
+    let metrics = sidecar.metrics().await;
+    let gauge = |name: &str| -> u64 {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("mcp_sidecar_{name} ")))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{name} in /metrics:\n{metrics}"))
+    };
+    let budget = mcp_operator::sidecar::DEFAULT_RESPONSE_BUDGET;
+    assert_eq!(gauge("response_budget_bytes"), budget);
+    let high = gauge("response_budget_high_water_bytes");
+    assert!((16_000_000..=budget).contains(&high), "{high}");
     let growth = peak.saturating_sub(idle);
     let overhead = 32 * MIB;
     assert!(

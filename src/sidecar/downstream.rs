@@ -171,7 +171,13 @@ async fn post(State(d): State<Arc<Downstream>>, headers: HeaderMap, body: Body) 
         return StatusCode::ACCEPTED.into_response();
     };
     let span = super::traces::request(&d.calls.agent, &method, &id, &params, &headers);
-    crate::telemetry::within(span, dispatch(d, era, &method, id, params, &headers)).await
+    // Boxed: the dispatch future is large, and every layer above (the span, axum's handler,
+    // hyper's service) would otherwise move all of it again for every request.
+    crate::telemetry::within(
+        span,
+        Box::pin(dispatch(d, era, &method, id, params, &headers)),
+    )
+    .await
 }
 
 async fn dispatch(
@@ -579,7 +585,8 @@ async fn tools_call(
             stream: streams.then_some(&stream_tx),
             log_level: log_level.as_deref(),
         };
-        let reply = discovery::call(&calls, call, &caller, cancel.notified()).await;
+        // Boxed, so the task tokio allocates for this call holds a pointer, not the whole call.
+        let reply = Box::pin(discovery::call(&calls, call, &caller, cancel.notified())).await;
         let _ = reply_tx.send(reply);
         drop(in_flight);
     }));

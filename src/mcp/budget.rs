@@ -380,6 +380,10 @@ impl Drop for Allowance {
 /// answer did not use. A call cannot be read again — its server may have run it — so for a call
 /// this takes the place of the budget's last resort (refusing the newest waiter), which only a
 /// crowd of waiters holding `SMALL_TAKE` each could still reach.
+///
+/// One server's reservations are bounded by its [`ReservationShare`]: an untrusted server that
+/// sends 64 KiB of each answer and then drips the rest reserves at most its share, and other
+/// servers' answers still find room.
 #[derive(Debug)]
 pub struct UnannouncedAnswer {
     /// What it may grow to; None: charged chunk by chunk, never ahead (a read that can be
@@ -387,15 +391,43 @@ pub struct UnannouncedAnswer {
     cap: Option<u64>,
     received: u64,
     held: u64,
+    share: Option<ReservationShare>,
+    /// This answer's part of its server's share, while it holds a reservation.
+    permit: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
+/// How much of the budget one server's answers may reserve ahead at once: half the budget, or
+/// one answer's whole reach when that is more. Cloning shares it (one per server connection).
+#[derive(Clone, Debug)]
+pub struct ReservationShare(Arc<tokio::sync::Semaphore>);
+
+impl ReservationShare {
+    /// The share of a server whose answers may reach `cap` bytes, within `budget`.
+    pub fn of(budget: &ResponseBudget, cap: u64) -> Self {
+        let total = budget.total();
+        let bytes = (total / 2).max(cap.min(total));
+        let permits = usize::try_from(bytes)
+            .unwrap_or(usize::MAX)
+            .min(tokio::sync::Semaphore::MAX_PERMITS);
+        ReservationShare(Arc::new(tokio::sync::Semaphore::new(permits)))
+    }
+
+    /// Bytes of the share not reserved now.
+    pub fn available(&self) -> usize {
+        self.0.available_permits()
+    }
 }
 
 impl UnannouncedAnswer {
-    /// An answer of at most `cap` bytes (the server's maxResponseBytes), reserved ahead.
-    pub fn reserving(cap: u64) -> Self {
+    /// An answer of at most `cap` bytes (the server's maxResponseBytes), reserved ahead within
+    /// its server's `share`.
+    pub fn reserving(cap: u64, share: Option<ReservationShare>) -> Self {
         UnannouncedAnswer {
             cap: Some(cap),
             received: 0,
             held: 0,
+            share,
+            permit: None,
         }
     }
 
@@ -405,7 +437,28 @@ impl UnannouncedAnswer {
             cap: None,
             received: 0,
             held: 0,
+            share: None,
+            permit: None,
         }
+    }
+
+    /// Waits for `bytes` of the server's share (at most [`MAX_WAIT`], then the read gives way
+    /// as when the budget is busy).
+    async fn reserve_share(&mut self, allowance: &Allowance, bytes: u64) -> Result<(), McpError> {
+        let Some(share) = &self.share else {
+            return Ok(());
+        };
+        let permits = u32::try_from(bytes).unwrap_or(u32::MAX);
+        let busy = || McpError::ResponseBudgetBusy {
+            budget: allowance.budget_total().unwrap_or(0),
+        };
+        let permit =
+            tokio::time::timeout(MAX_WAIT, Arc::clone(&share.0).acquire_many_owned(permits))
+                .await
+                .map_err(|_| busy())?
+                .map_err(|_| busy())?;
+        self.permit = Some(permit);
+        Ok(())
     }
 
     /// Charges `bytes` that arrived to `allowance` (waiting for room as [`Allowance::take`]).
@@ -418,6 +471,9 @@ impl UnannouncedAnswer {
         let take = match self.cap {
             Some(cap) if self.received > SMALL_TAKE => {
                 let reach = allowance.budget_total().map_or(cap, |total| cap.min(total));
+                if self.permit.is_none() {
+                    self.reserve_share(allowance, reach).await?;
+                }
                 need.max(reach.saturating_sub(self.held))
             }
             _ => need,
@@ -439,15 +495,17 @@ impl UnannouncedAnswer {
         allowance.hold_at_most(allowance.held().saturating_sub(give_back));
         self.received = pending;
         self.held = pending;
+        self.permit = None;
     }
 
     /// The answer is whole: what it reserved beyond its bytes goes back (and nothing else the
-    /// allowance holds).
-    pub fn done(&self, allowance: &Allowance) {
+    /// allowance holds), and so does its part of the server's share.
+    pub fn done(&mut self, allowance: &Allowance) {
         let unused = self.held.saturating_sub(self.received);
         if unused > 0 {
             allowance.hold_at_most(allowance.held().saturating_sub(unused));
         }
+        self.permit = None;
     }
 }
 
@@ -538,7 +596,8 @@ mod tests {
 
     #[tokio::test]
     async fn answers_of_unannounced_length_that_reserve_ahead_all_finish_within_the_budget() {
-        let outcomes = many_unannounced_answers(|| UnannouncedAnswer::reserving(1024 * 1024)).await;
+        let outcomes =
+            many_unannounced_answers(|| UnannouncedAnswer::reserving(1024 * 1024, None)).await;
         assert!(outcomes.iter().all(|o| *o == "Granted"), "{outcomes:?}");
         // Charged chunk by chunk, the same answers fill the budget between them, all partial,
         // and the budget's last resort refuses some: what a call must not suffer.
@@ -547,11 +606,61 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn one_servers_dripping_answers_reserve_at_most_its_share_and_others_find_room() {
+        const MIB: u64 = 1024 * 1024;
+        let budget = ResponseBudget::new(8 * MIB);
+        let cap = 2 * MIB;
+        let dripper = ReservationShare::of(&budget, cap);
+        let other = ReservationShare::of(&budget, cap);
+        assert_eq!(dripper.available() as u64, 4 * MIB, "half the budget");
+        // Two answers of the dripping server pass 64 KiB and stop there: they reserve its share.
+        let mut dripping = Vec::new();
+        for _ in 0..2 {
+            let allowance = budget.allowance();
+            let mut answer = UnannouncedAnswer::reserving(cap, Some(dripper.clone()));
+            answer.arrived(&allowance, SMALL_TAKE + 1).await.unwrap();
+            dripping.push((allowance, answer));
+        }
+        assert_eq!(dripper.available(), 0);
+        // A third waits for its server's share, holding nothing of the budget meanwhile.
+        let allowance = budget.allowance();
+        let share = dripper.clone();
+        let third = tokio::spawn(async move {
+            let mut answer = UnannouncedAnswer::reserving(cap, Some(share));
+            answer
+                .arrived(&allowance, SMALL_TAKE + 1)
+                .await
+                .map(|()| (allowance, answer))
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(
+            !third.is_finished(),
+            "the dripping server's third answer waits"
+        );
+        // Another server's big answer reserves and finishes meanwhile.
+        let allowance = budget.allowance();
+        let mut answer = UnannouncedAnswer::reserving(cap, Some(other.clone()));
+        answer.arrived(&allowance, SMALL_TAKE + 1).await.unwrap();
+        answer.arrived(&allowance, MIB).await.unwrap();
+        answer.done(&allowance);
+        assert_eq!(allowance.held(), SMALL_TAKE + 1 + MIB);
+        assert_eq!(
+            other.available() as u64,
+            4 * MIB,
+            "its share back once it is whole"
+        );
+        // One dripping answer ends (its call timed out): the third goes on.
+        drop(dripping.pop());
+        let (_allowance, _answer) = third.await.unwrap().unwrap();
+        assert!(budget.high_water() <= 8 * MIB);
+    }
+
+    #[tokio::test]
     async fn an_answer_gives_back_its_unused_reservation_and_a_streams_handled_events() {
         let budget = ResponseBudget::new(1024 * 1024);
         let allowance = budget.allowance();
         allowance.take(10).await.unwrap();
-        let mut answer = UnannouncedAnswer::reserving(512 * 1024);
+        let mut answer = UnannouncedAnswer::reserving(512 * 1024, None);
         // Progress lines: charged as they come, given back once handled.
         answer.arrived(&allowance, 1000).await.unwrap();
         answer.handled_up_to(&allowance, 100);
@@ -571,7 +680,7 @@ mod tests {
         assert_eq!(allowance.held(), 10 + 100 + SMALL_TAKE + 1000);
         // A big notification, handled: its reservation goes back; the next one reserves again.
         let allowance = budget.allowance();
-        let mut stream = UnannouncedAnswer::reserving(512 * 1024);
+        let mut stream = UnannouncedAnswer::reserving(512 * 1024, None);
         stream.arrived(&allowance, SMALL_TAKE + 1).await.unwrap();
         assert_eq!(allowance.held(), 512 * 1024);
         stream.handled_up_to(&allowance, 10);
@@ -581,7 +690,7 @@ mod tests {
         // Within a budget smaller than the cap, the reservation is the whole budget.
         let small = ResponseBudget::new(200 * 1024);
         let allowance = small.allowance();
-        let mut answer = UnannouncedAnswer::reserving(1024 * 1024);
+        let mut answer = UnannouncedAnswer::reserving(1024 * 1024, None);
         answer.arrived(&allowance, SMALL_TAKE + 1).await.unwrap();
         assert_eq!(allowance.held(), 200 * 1024);
         let e = answer.arrived(&allowance, 200 * 1024).await.unwrap_err();

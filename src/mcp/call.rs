@@ -28,7 +28,7 @@ use tokio::sync::{Mutex, mpsc};
 
 use std::sync::Arc;
 
-use super::budget::{Allowance, ResponseBudget, UnannouncedAnswer};
+use super::budget::{Allowance, ReservationShare, ResponseBudget, UnannouncedAnswer};
 use super::connection::{ServerConnection, TransportKind};
 use super::endpoint;
 use super::error::McpError;
@@ -81,6 +81,8 @@ pub struct ToolSession {
     call_headers: HeaderMap,
     /// The bound on answer bytes held at once, shared by every call of the process.
     budget: Option<ResponseBudget>,
+    /// What this server's answers may reserve of it at once.
+    share: Option<ReservationShare>,
 }
 
 enum CallWire {
@@ -143,6 +145,10 @@ impl ToolSession {
             next_id: AtomicU64::new(100),
             call_headers: HeaderMap::new(),
             budget: conn.budget.clone(),
+            share: conn
+                .budget
+                .as_ref()
+                .map(|b| ReservationShare::of(b, conn.limits.max_response_bytes)),
         };
         let mut headers = session.headers("tools/call", None);
         headers.insert(
@@ -423,13 +429,14 @@ impl ToolSession {
                 response,
                 id,
                 &allowance,
+                self.share.clone(),
                 notifications,
                 |request_id| self.refuse_server_request(http, session_id, &headers, request_id),
             )
             .await;
         }
         let body = http
-            .read_answer_charged(response, &allowance)
+            .read_answer_charged(response, &allowance, self.share.clone())
             .await
             .map_err(after_sending)?;
         if let Some(raw) = RawResult::of_answer(body.clone(), id) {
@@ -499,11 +506,12 @@ async fn read_call_stream(
     mut response: reqwest::Response,
     id: u64,
     allowance: &Arc<Allowance>,
+    share: Option<ReservationShare>,
     notifications: Option<&mpsc::UnboundedSender<Value>>,
     refuse: impl Fn(Value),
 ) -> Result<CallAnswer, CallFailure> {
     let mut reader = SseReader::whole(http.max_response_bytes);
-    let mut charge = UnannouncedAnswer::reserving(http.max_response_bytes);
+    let mut charge = UnannouncedAnswer::reserving(http.max_response_bytes, share);
     loop {
         let chunk = response
             .chunk()

@@ -11,7 +11,7 @@ use bytes::Bytes;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use reqwest::{Response, StatusCode};
 
-use super::budget::{Allowance, UnannouncedAnswer};
+use super::budget::{Allowance, ReservationShare, UnannouncedAnswer};
 use super::connection::{Credentials, TlsSettings};
 use super::endpoint::{CheckedEndpoint, EndpointPolicy};
 use super::error::McpError;
@@ -166,8 +166,9 @@ impl Http {
         &self,
         response: Response,
         allowance: &Allowance,
+        share: Option<ReservationShare>,
     ) -> Result<Bytes, McpError> {
-        let charge = UnannouncedAnswer::reserving(self.max_response_bytes);
+        let charge = UnannouncedAnswer::reserving(self.max_response_bytes, share);
         self.read_charged(response, allowance, charge).await
     }
 

@@ -172,6 +172,7 @@ fn connection(args: &ProbeArgs) -> Result<(ServerConnection, Overrides), String>
             allow_loopback: args.allow_loopback,
         },
         budget: None,
+        reservations: None,
     };
     Ok((conn, overrides))
 }

@@ -416,6 +416,11 @@ impl ReservationShare {
     pub fn available(&self) -> usize {
         self.0.available_permits()
     }
+
+    /// Whether both are the same share (one server's).
+    pub fn same_as(&self, other: &ReservationShare) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
 }
 
 impl UnannouncedAnswer {

@@ -145,10 +145,11 @@ impl ToolSession {
             next_id: AtomicU64::new(100),
             call_headers: HeaderMap::new(),
             budget: conn.budget.clone(),
-            share: conn
-                .budget
-                .as_ref()
-                .map(|b| ReservationShare::of(b, conn.limits.max_response_bytes)),
+            share: conn.reservations.clone().or_else(|| {
+                conn.budget
+                    .as_ref()
+                    .map(|b| ReservationShare::of(b, conn.limits.max_response_bytes))
+            }),
         };
         let mut headers = session.headers("tools/call", None);
         headers.insert(

@@ -1,7 +1,7 @@
 //! What it takes to reach one MCP server: URL, transport, credentials, TLS and limits. The
 //! controller builds this from an McpServer and its Secrets; the probe from its flags.
 
-use super::budget::ResponseBudget;
+use super::budget::{ReservationShare, ResponseBudget};
 use super::endpoint::EndpointPolicy;
 use crate::core::{Limits, Transport};
 use std::fmt;
@@ -63,6 +63,10 @@ pub struct ServerConnection {
     /// The process-wide bound on response bytes held at once (the controller's); `None`: only
     /// the per-response cap applies.
     pub budget: Option<ResponseBudget>,
+    /// What this server's answers may reserve of `budget` at once. Shared by every connection
+    /// to the server (the sidecar keeps one per upstream), so a server that makes the sidecar
+    /// reconnect does not get a fresh share; `None`: a share of this connection's own.
+    pub reservations: Option<ReservationShare>,
 }
 
 impl ServerConnection {
@@ -75,6 +79,7 @@ impl ServerConnection {
             limits: Limits::default(),
             endpoint_policy: EndpointPolicy::default(),
             budget: None,
+            reservations: None,
         }
     }
 }

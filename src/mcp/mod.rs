@@ -52,7 +52,7 @@ use serde_json::{Map, Value};
 pub use crate::core::catalog;
 use crate::core::resources_prompts::{ListRead, OfferedRead};
 pub use crate::core::{Access, Catalog, CatalogTool, Limits, Transport};
-pub use budget::{Allowance, ResponseBudget};
+pub use budget::{Allowance, ReservationShare, ResponseBudget};
 pub use connection::{Credentials, SecretValue, ServerConnection, TlsSettings, TransportKind};
 pub use endpoint::EndpointPolicy;
 pub use error::McpError;

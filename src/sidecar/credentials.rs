@@ -10,8 +10,9 @@
 //! (`--mounted-credentials`), a key the grants came to reference later is reported as such: the
 //! pod must be restarted to mount it (a running pod's volumes never change).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
@@ -20,8 +21,8 @@ use crate::core::{SecretKeySelector, Transport};
 use crate::grants::Endpoint;
 use crate::mcp::oauth::OAuthSettings;
 use crate::mcp::{
-    Credentials, EndpointPolicy, Limits, ResponseBudget, SecretValue, ServerConnection,
-    TlsSettings, TransportKind,
+    Credentials, EndpointPolicy, Limits, ReservationShare, ResponseBudget, SecretValue,
+    ServerConnection, TlsSettings, TransportKind,
 };
 
 /// A server's connection with its credentials read, and their identity.
@@ -42,6 +43,9 @@ pub struct CredentialsDir {
     /// The sidecar's bound on upstream answer bytes held at once (`--response-budget`),
     /// given to every connection.
     budget: Option<ResponseBudget>,
+    /// Each upstream's share of `budget` for reservations, by URL: one per server for the
+    /// sidecar's life, whichever connection (or reconnection) its answers come on.
+    shares: Arc<Mutex<HashMap<String, ReservationShare>>>,
 }
 
 impl CredentialsDir {
@@ -50,7 +54,20 @@ impl CredentialsDir {
             root,
             mounted: None,
             budget: None,
+            shares: Arc::default(),
         }
+    }
+
+    /// The reservation share of the upstream at `url` (made on first use).
+    fn share_of(&self, url: &str, cap: u64) -> Option<ReservationShare> {
+        let budget = self.budget.as_ref()?;
+        let mut shares = self.shares.lock().unwrap_or_else(|p| p.into_inner());
+        Some(
+            shares
+                .entry(url.to_string())
+                .or_insert_with(|| ReservationShare::of(budget, cap))
+                .clone(),
+        )
     }
 
     /// Every connection's answers are charged to `budget`.
@@ -198,6 +215,9 @@ impl CredentialsDir {
             });
         }
         let defaults = Limits::default();
+        let max_response_bytes = endpoint
+            .max_response_bytes
+            .unwrap_or(defaults.max_response_bytes);
         let conn = ServerConnection {
             url: endpoint.url.clone(),
             transport: match endpoint.transport {
@@ -209,13 +229,12 @@ impl CredentialsDir {
             limits: Limits {
                 connect_timeout: Duration::from_millis(endpoint.connect_timeout_ms.max(1)),
                 max_tool_pages: endpoint.max_tool_pages.unwrap_or(defaults.max_tool_pages),
-                max_response_bytes: endpoint
-                    .max_response_bytes
-                    .unwrap_or(defaults.max_response_bytes),
+                max_response_bytes,
             },
             endpoint_policy: policy,
             // The per-response cap bounds each answer, the budget all of them at once.
             budget: self.budget.clone(),
+            reservations: self.share_of(&endpoint.url, max_response_bytes),
         };
         Ok(Resolved {
             conn,
@@ -247,6 +266,54 @@ mod tests {
             "bearerToken": if dir_token { serde_json::json!({"name": "tok", "key": "token"}) } else { serde_json::Value::Null },
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn a_server_keeps_one_reservation_share_across_connections_and_credentials() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("secrets/tok")).unwrap();
+        std::fs::write(dir.path().join("secrets/tok/token"), "one").unwrap();
+        let creds = CredentialsDir::new(dir.path().to_path_buf())
+            .with_budget(ResponseBudget::new(64 * 1024 * 1024));
+        let share = |creds: &CredentialsDir, token: bool| {
+            creds
+                .resolve(&endpoint(token), EndpointPolicy::default())
+                .unwrap()
+                .conn
+                .reservations
+                .expect("a share under a budget")
+        };
+        let first = share(&creds, true);
+        // A reconnection (the pool resolves again), a rotated credential (a new session), the
+        // same server without a token, and a copy of the directory: all the same share, so a
+        // server that makes the sidecar reconnect gets no second half of the budget.
+        std::fs::write(dir.path().join("secrets/tok/token"), "two").unwrap();
+        for again in [
+            share(&creds, true),
+            share(&creds, false),
+            share(&creds.clone(), true),
+        ] {
+            assert!(again.same_as(&first));
+        }
+        let mut other = endpoint(false);
+        other.url = "http://127.0.0.1:2/mcp".into();
+        let theirs = creds
+            .resolve(&other, EndpointPolicy::default())
+            .unwrap()
+            .conn
+            .reservations
+            .unwrap();
+        assert!(!theirs.same_as(&first), "another server has its own");
+        // Without a budget there is nothing to share.
+        let unbounded = CredentialsDir::new(dir.path().to_path_buf());
+        assert!(
+            unbounded
+                .resolve(&endpoint(true), EndpointPolicy::default())
+                .unwrap()
+                .conn
+                .reservations
+                .is_none()
+        );
     }
 
     #[test]

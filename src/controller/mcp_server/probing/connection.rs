@@ -28,6 +28,8 @@ pub fn connection(
         },
         endpoint_policy: EndpointPolicy { allow_loopback },
         budget,
+        // The controller's reads never reserve ahead (they can be tried again).
+        reservations: None,
     }
 }
 

@@ -277,15 +277,7 @@ async fn bench(test: &str) -> Bench {
             "spec": {"approval": "none", "servers": [{"name": "files", "allow": ["write_file"]}]},
         }),
     ] {
-        e2e::write(
-            client,
-            e2e::Write::ServerSideApply,
-            &object,
-            Some(ns.name()),
-            false,
-        )
-        .await
-        .unwrap_or_else(|e| panic!("applying {object}: {}", e2e::describe(&e)));
+        e2e::apply(client, &object, ns.name()).await;
     }
     let specs: Api<AgentSpec> = Api::namespaced(client.clone(), ns.name());
     e2e::wait_condition(
@@ -793,15 +785,7 @@ async fn webhook_replicas_killed_during_a_burst_never_let_a_pod_in_without_its_s
             "spec": {"servers": [{"name": "files"}]},
         }),
     ] {
-        e2e::write(
-            client,
-            e2e::Write::ServerSideApply,
-            &object,
-            Some(ns.name()),
-            false,
-        )
-        .await
-        .unwrap_or_else(|e| panic!("applying {object}: {}", e2e::describe(&e)));
+        e2e::apply(client, &object, ns.name()).await;
     }
     let specs: Api<AgentSpec> = Api::namespaced(client.clone(), ns.name());
     eventually(

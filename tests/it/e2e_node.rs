@@ -942,15 +942,7 @@ async fn a_labelled_pod_gets_its_sidecar_and_calls_exactly_its_granted_tools() {
             }
             _ => {}
         }
-        e2e::write(
-            client,
-            e2e::Write::ServerSideApply,
-            &object,
-            Some(ns.name()),
-            false,
-        )
-        .await
-        .unwrap_or_else(|e| panic!("applying {object}: {}", e2e::describe(&e)));
+        e2e::apply(client, &object, ns.name()).await;
     }
     let mut agent_spec = e2e::yaml_documents(&repo().join("examples/agentspec.yaml"))
         .into_iter()
@@ -1757,15 +1749,7 @@ async fn a_tenant_cannot_get_around_the_sidecar() {
             "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "tenant@example"}],
         }),
     ] {
-        e2e::write(
-            client,
-            e2e::Write::ServerSideApply,
-            &object,
-            Some(namespace),
-            false,
-        )
-        .await
-        .unwrap_or_else(|e| panic!("applying {object}: {}", e2e::describe(&e)));
+        e2e::apply(client, &object, namespace).await;
     }
     let tenant = "tenant@example";
     let pod = |name: &str, spec: Value| {

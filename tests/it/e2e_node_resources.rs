@@ -99,15 +99,7 @@ async fn an_agent_pod_reads_exactly_its_granted_resources_and_prompts_of_real_se
              "prompts": {"allow": ["simple-prompt", "args-*"]}},
         ]}}),
     ] {
-        e2e::write(
-            client,
-            e2e::Write::ServerSideApply,
-            &object,
-            Some(ns.name()),
-            false,
-        )
-        .await
-        .unwrap_or_else(|e| panic!("applying {object}: {}", e2e::describe(&e)));
+        e2e::apply(client, &object, ns.name()).await;
     }
     let specs: Api<AgentSpec> = Api::namespaced(client.clone(), ns.name());
     e2e::wait_condition(&specs, "reader", "Ready", "True", None, SOON).await;

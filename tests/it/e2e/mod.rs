@@ -445,6 +445,20 @@ pub async fn write(
     }
 }
 
+/// Applies one manifest (server-side, strict) in `namespace`; a refusal fails the test, naming
+/// what was applied and the apiserver's reason.
+pub async fn apply(client: &Client, manifest: &Value, namespace: &str) -> DynamicObject {
+    write(
+        client,
+        Write::ServerSideApply,
+        manifest,
+        Some(namespace),
+        false,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("applying {manifest}: {}", describe(&e)))
+}
+
 /// Every YAML document of one file.
 pub fn yaml_documents(path: &Path) -> Vec<Value> {
     let text =

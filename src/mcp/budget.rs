@@ -399,7 +399,7 @@ pub struct UnannouncedAnswer {
 /// How much of the budget one server's answers may reserve ahead at once: half the budget, or
 /// one answer's whole reach when that is more. Cloning shares it (one per server connection).
 #[derive(Clone, Debug)]
-pub struct ReservationShare(Arc<tokio::sync::Semaphore>);
+pub struct ReservationShare(Arc<tokio::sync::Semaphore>, u64);
 
 impl ReservationShare {
     /// The share of a server whose answers may reach `cap` bytes, within `budget`.
@@ -409,7 +409,7 @@ impl ReservationShare {
         let permits = usize::try_from(bytes)
             .unwrap_or(usize::MAX)
             .min(tokio::sync::Semaphore::MAX_PERMITS);
-        ReservationShare(Arc::new(tokio::sync::Semaphore::new(permits)))
+        ReservationShare(Arc::new(tokio::sync::Semaphore::new(permits)), bytes)
     }
 
     /// Bytes of the share not reserved now.
@@ -447,18 +447,20 @@ impl UnannouncedAnswer {
         }
     }
 
-    /// Waits for `bytes` of the server's share (at most [`MAX_WAIT`], then the read gives way
-    /// as when the budget is busy).
+    /// Waits for `bytes` of the server's share (at most the budget's longest wait,
+    /// [`MAX_WAIT`], then the read gives way with [`McpError::ServerShareBusy`]).
     async fn reserve_share(&mut self, allowance: &Allowance, bytes: u64) -> Result<(), McpError> {
         let Some(share) = &self.share else {
             return Ok(());
         };
         let permits = u32::try_from(bytes).unwrap_or(u32::MAX);
-        let busy = || McpError::ResponseBudgetBusy {
-            budget: allowance.budget_total().unwrap_or(0),
-        };
+        let busy = || McpError::ServerShareBusy { share: share.1 };
+        let longest = allowance
+            .budget
+            .as_ref()
+            .map_or(MAX_WAIT, |b| b.inner.max_wait);
         let permit =
-            tokio::time::timeout(MAX_WAIT, Arc::clone(&share.0).acquire_many_owned(permits))
+            tokio::time::timeout(longest, Arc::clone(&share.0).acquire_many_owned(permits))
                 .await
                 .map_err(|_| busy())?
                 .map_err(|_| busy())?;
@@ -658,6 +660,28 @@ mod tests {
         drop(dripping.pop());
         let (_allowance, _answer) = third.await.unwrap().unwrap();
         assert!(budget.high_water() <= 8 * MIB);
+    }
+
+    #[tokio::test]
+    async fn an_answer_that_waits_for_its_servers_share_too_long_says_so() {
+        let budget = ResponseBudget::waiting_at_most(8 * 1024 * 1024, Duration::from_millis(50));
+        let share = ReservationShare::of(&budget, 4 * 1024 * 1024);
+        let holder = budget.allowance();
+        let mut dripping = UnannouncedAnswer::reserving(4 * 1024 * 1024, Some(share.clone()));
+        dripping.arrived(&holder, SMALL_TAKE + 1).await.unwrap();
+        let allowance = budget.allowance();
+        let mut waiting = UnannouncedAnswer::reserving(4 * 1024 * 1024, Some(share));
+        let e = waiting
+            .arrived(&allowance, SMALL_TAKE + 1)
+            .await
+            .unwrap_err();
+        assert_eq!(e.reason(), "ServerShareBusy");
+        assert!(
+            e.to_string().contains("4194304 bytes of --response-budget")
+                && e.to_string().contains("sending its answers slowly"),
+            "{e}"
+        );
+        assert_eq!(allowance.held(), 0, "it took nothing of the budget");
     }
 
     #[tokio::test]

@@ -91,6 +91,12 @@ pub enum McpError {
         "the response budget of {budget} bytes (--response-budget) was full with answers being read at once, all waiting for more; this one gave its share back so the others could finish"
     )]
     ResponseBudgetBusy { budget: u64 },
+    /// One server's answers held their whole share of the response budget for the longest wait
+    /// (a server that sends its answers slowly, or many big ones at once): this answer gave way.
+    #[error(
+        "this server's answers already reserve their whole share of the response budget ({share} bytes of --response-budget) and none finished within the longest wait: the server may be sending its answers slowly"
+    )]
+    ServerShareBusy { share: u64 },
     /// The listing needs more pages than `maxToolPages` (the bound of every list).
     #[error(
         "the server's {} list needs more than {max_pages} pages of {} (read {max_pages}); raise spec.discovery.maxToolPages if the server is trusted", .list.noun(), .list.method()
@@ -142,6 +148,7 @@ impl McpError {
             McpError::ResponseTooLarge { .. } => "ResponseTooLarge",
             McpError::OverResponseBudget { .. } => "ResponseBudgetExceeded",
             McpError::ResponseBudgetBusy { .. } => "ResponseBudgetBusy",
+            McpError::ServerShareBusy { .. } => "ServerShareBusy",
             McpError::TooManyPages { .. } => "TooManyPages",
             McpError::RepeatedCursor { .. } => "RepeatedCursor",
             McpError::Duplicate { list, .. } => match list {

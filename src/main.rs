@@ -53,7 +53,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    one_malloc_arena();
+    tune_malloc();
     let cli = Cli::parse();
     mcp_operator::install_crypto_provider();
     match cli.command {
@@ -156,7 +156,7 @@ fn init_logging(format: LogFormat) {
 /// it) came from the heap, whose holes it keeps — 64 answers of 8 MB arriving as events grew the
 /// sidecar by 116 MiB over a 64 MiB budget. Fixed, a big buffer is mapped, grown in place and
 /// given back to the system when freed; calls that allocate less than 1 MiB are unchanged.
-fn one_malloc_arena() {
+fn tune_malloc() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only sets allocator parameters; it is called before any other thread
     // exists.

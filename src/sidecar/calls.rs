@@ -105,12 +105,18 @@ impl Reply {
     /// The reply as one event of an event stream.
     pub fn into_sse_event(self, id: &Value, modern: bool) -> Bytes {
         match self {
-            // An event's data is one line: the server's bytes go as they are unless they
-            // hold a line break (JSON allows them between tokens).
-            Reply::Passed(raw) if !raw.json().iter().any(|b| *b == b'\n' || *b == b'\r') => {
+            Reply::Passed(raw) => {
                 let mut event = b"event: message\ndata: ".to_vec();
                 for chunk in raw.response_chunks(id, modern) {
                     event.extend_from_slice(&chunk);
+                }
+                // An event's data is one line. A line break in valid JSON can only be
+                // whitespace between tokens (a string holds none unescaped, and no UTF-8
+                // sequence contains the byte), so a space stands in for it.
+                for byte in &mut event[b"event: message\ndata: ".len()..] {
+                    if *byte == b'\n' || *byte == b'\r' {
+                        *byte = b' ';
+                    }
                 }
                 event.extend_from_slice(b"\n\n");
                 Bytes::from(event)
@@ -909,6 +915,25 @@ mod tests {
         );
         let quiet = upstream_params(ToolCall { meta: None, ..call }, "delete_file", None);
         assert!(!quiet.contains_key("_meta"));
+    }
+
+    #[test]
+    fn a_pretty_printed_answer_goes_on_as_one_event_line_unparsed() {
+        let answer = "{\r\n  \"jsonrpc\": \"2.0\",\n  \"id\": 4,\n  \"result\": {\n    \"content\": [{\"type\": \"text\", \"text\": \"two\\nlines \u{e9}\"}],\n    \"isError\": false\n  }\n}\n";
+        let raw = RawResult::of_answer(Bytes::from(answer), 4).expect("passes through");
+        let event = Reply::Passed(raw).into_sse_event(&json!("agent-9"), true);
+        let text = std::str::from_utf8(&event).expect("UTF-8");
+        let data = text
+            .strip_prefix("event: message\ndata: ")
+            .and_then(|rest| rest.strip_suffix("\n\n"))
+            .expect("one event");
+        assert!(!data.contains(['\n', '\r']), "{data:?}");
+        assert_eq!(
+            serde_json::from_str::<Value>(data).expect("its data is JSON"),
+            json!({"jsonrpc": "2.0", "id": "agent-9", "result": {
+                "resultType": "complete", "isError": false,
+                "content": [{"type": "text", "text": "two\nlines \u{e9}"}]}})
+        );
     }
 
     #[test]

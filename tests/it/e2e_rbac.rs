@@ -875,6 +875,16 @@ async fn install_rbac(client: &Client, release_ns: &e2e::TestNamespace) -> Vec<V
     objects
 }
 
+/// The chart's ValidatingAdmissionPolicy that keeps status the operator's, and its binding
+/// limited to `namespace`.
+fn status_guard(objects: &[Value], namespace: &str) -> Vec<Value> {
+    let policy = one(objects, "ValidatingAdmissionPolicy").clone();
+    let mut binding = one(objects, "ValidatingAdmissionPolicyBinding").clone();
+    binding["spec"]["matchResources"] = json!({"namespaceSelector": {"matchLabels":
+        {"kubernetes.io/metadata.name": namespace}}});
+    vec![policy, binding]
+}
+
 /// Nothing serves this release's webhook Service, and a configuration is cluster-wide: every
 /// hook is applied selecting no namespace (its caBundle is still kept). Else every McpServer
 /// written on the shared control plane, and every labelled pod another test creates while this
@@ -1080,6 +1090,17 @@ async fn the_controller_does_its_whole_job_with_only_the_charts_rbac() {
         .unwrap_or_else(|e| panic!("McpTenantPolicy: {}", e2e::describe(&e)));
     tenant_ns.delete_later(ApiResource::erase::<McpTenantPolicy>(&()), &policy_name);
 
+    // The chart's status guard, bound to the tenant namespace only (the control plane is
+    // shared, and other tests' controllers write status as other users): the controller's
+    // ServiceAccount must pass it in everything below.
+    for object in status_guard(&objects, tenant) {
+        e2e::write(&client, e2e::Write::ServerSideApply, &object, None, false)
+            .await
+            .unwrap_or_else(|e| panic!("the chart's status guard: {}", e2e::describe(&e)));
+        let resource = e2e::resource_of(&client, &object).await.0;
+        tenant_ns.delete_later(resource, object["metadata"]["name"].as_str().unwrap());
+    }
+
     // Two replicas, as the Deployment runs them, limited to the tenant namespace (the control
     // plane is shared with other tests); the Lease lives in the release namespace.
     let args = container_args(&objects);
@@ -1192,6 +1213,51 @@ async fn the_controller_does_its_whole_job_with_only_the_charts_rbac() {
         }
     })
     .await;
+
+    // A careless Role (every `mcp-operator.dev` resource, every verb: `mcpservers/status` too)
+    // still writes no status: the chart's policy admits the operator's ServiceAccount only, and
+    // says why.
+    e2e::grant_role(
+        &client,
+        tenant,
+        "careless",
+        "careless-tenant",
+        json!([{"apiGroups": ["mcp-operator.dev"], "resources": ["*"], "verbs": ["*"]}]),
+    )
+    .await;
+    let careless = e2e::client_as("careless-tenant").await;
+    for (kind, name) in [("mcpservers", "files"), ("agentspecs", "assistant")] {
+        let attributes = json!({"namespace": tenant, "group": "mcp-operator.dev",
+                                "resource": kind, "subresource": "status", "verb": "patch"});
+        assert!(
+            may(&client, "careless-tenant", attributes).await,
+            "RBAC lets careless-tenant patch {kind}/status"
+        );
+        let resource = ApiResource {
+            group: "mcp-operator.dev".into(),
+            version: "v1alpha1".into(),
+            api_version: "mcp-operator.dev/v1alpha1".into(),
+            kind: String::new(),
+            plural: kind.into(),
+        };
+        let refused =
+            Api::<kube::api::DynamicObject>::namespaced_with(careless.clone(), tenant, &resource)
+                .patch_status(
+                    name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"status": {"observedGeneration": 1}})),
+                )
+                .await
+                .expect_err("a tenant's status write is refused");
+        let message = e2e::describe(&refused);
+        for expected in [
+            "is the operator's record",
+            &format!("only system:serviceaccount:{release}:{service_account} writes it"),
+            "not careless-tenant",
+        ] {
+            assert!(message.contains(expected), "{kind}/{name}: {message}");
+        }
+    }
 
     // The large catalogue spills into a ConfigMap (create through server-side apply).
     let big = wait_condition(
@@ -1721,6 +1787,9 @@ async fn every_rendered_object_is_accepted_by_the_apiserver() {
             // Its entries, the Secret guard's matchConditions (CEL, compiled by the
             // apiserver) among them.
             "ValidatingWebhookConfiguration",
+            // The status guard (CEL, compiled by the apiserver).
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
         ])
     );
     for object in &objects {

@@ -892,6 +892,12 @@ pub struct McpServerStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub catalog_config_map: Option<String>,
 
+    /// SHA-256 of the catalogue JSON that ConfigMap holds (`sha256:<hex>`). The controller reads
+    /// the ConfigMap back only while it holds exactly that: anyone who may edit ConfigMaps in
+    /// this namespace can write it, and grants are built from it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub catalog_config_map_digest: Option<String>,
+
     /// Pinned tool definitions, while pinning is on: which tools wait for a person's approval
     /// and why.
     #[serde(default, skip_serializing_if = "Option::is_none")]

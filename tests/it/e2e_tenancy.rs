@@ -9,6 +9,8 @@
 //!                              capped: read, put_object reclassified read }
 //!  tenant-a: McpServer files, capped (tools.overrides lowering delete_file and write_file),
 //!            AgentSpec bot → then labels files tier=admin, then tightens an override
+//!  tenant-a: McpServer big (5,000 tools: its catalogue in a ConfigMap) → edits that ConfigMap
+//!            while the operator restarts
 //! ```
 
 use crate::e2e;
@@ -289,4 +291,181 @@ async fn a_tenant_can_neither_lower_a_classification_nor_widen_its_grants_with_a
         &[tool("capped__put_object", "read", false)],
     )
     .await;
+}
+
+/// A catalogue too large for status is kept in a ConfigMap in the tenant's namespace, which the
+/// tenant may edit. Lowering a tool's access class there (every digest field kept, the content
+/// key unchanged) while the operator restarts (so no reconciler holds the catalogue it read
+/// before) widens nothing: grants take only the catalogue status's digest names, the operator
+/// writes the ConfigMap again, and a Warning event says why.
+#[tokio::test]
+async fn a_tenant_who_edits_a_spilled_catalogue_widens_nothing() {
+    use k8s_openapi::ByteString;
+    use k8s_openapi::api::events::v1::Event;
+    use kube::api::ListParams;
+    use std::io::{Read, Write};
+
+    let (admin, ns) = e2e::setup("tenancy-spill").await;
+    let namespace = ns.name().to_string();
+    grant_tenant_role(&admin, &namespace).await;
+    Api::<Namespace>::all(admin.clone())
+        .patch(
+            &namespace,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {TENANT_LABEL: &namespace}}})),
+        )
+        .await
+        .unwrap();
+    let hostile = Fixtures::load().hostile_server();
+    let op = Operator::start(&e2e::kubeconfig_path().await, &namespace, "op-spill");
+    let policy_name = ns.scoped_name("spill-bounds");
+    let policy: McpTenantPolicy = serde_json::from_value(json!({
+        "apiVersion": "mcp-operator.dev/v1alpha1", "kind": "McpTenantPolicy",
+        "metadata": {"name": policy_name},
+        "spec": {
+            "namespaceSelector": {"matchLabels": {TENANT_LABEL: &namespace}},
+            "rules": [{"servers": {"names": ["big"]}, "maxAccess": "read"}],
+        },
+    }))
+    .unwrap();
+    Api::<McpTenantPolicy>::all(admin.clone())
+        .patch(
+            &policy_name,
+            &PatchParams::apply(e2e::FIELD_MANAGER).force(),
+            &Patch::Apply(&policy),
+        )
+        .await
+        .unwrap();
+    ns.delete_later(ApiResource::erase::<McpTenantPolicy>(&()), &policy_name);
+
+    // 5,000 tools: too many for status. bulk_00000 and every fourth are read-only, bulk_00001
+    // writes.
+    let tenant = e2e::client_as(TENANT).await;
+    apply::<McpServer>(
+        &tenant,
+        &namespace,
+        server_manifest(
+            "big",
+            &format!("{}/bulk/mcp?tools=5000&pages=10", hostile.url),
+            json!({"timeouts": {"connect": "60s"}}),
+        ),
+    )
+    .await;
+    apply::<AgentSpec>(
+        &tenant,
+        &namespace,
+        json!({"apiVersion": "mcp-operator.dev/v1alpha1", "kind": "AgentSpec",
+               "metadata": {"name": "bot"},
+               "spec": {"servers": [{"name": "big", "allow": ["bulk_0000?"]}]}}),
+    )
+    .await;
+    let read_only = [
+        tool("big__bulk_00000", "read", false),
+        tool("big__bulk_00004", "read", false),
+        tool("big__bulk_00008", "read", false),
+    ];
+    wait_granted(&admin, &namespace, "big", &read_only).await;
+
+    // The tenant's edit, while the operator restarts: bulk_00001 "read", everything else as it
+    // was.
+    drop(op);
+    let config_maps: Api<ConfigMap> = Api::namespaced(tenant.clone(), &namespace);
+    let spilled = config_maps
+        .get("big-mcp-catalog")
+        .await
+        .expect("the tenant reads the spilled catalogue");
+    let gz = |catalog: &Value| {
+        let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        encoder
+            .write_all(&serde_json::to_vec(catalog).unwrap())
+            .unwrap();
+        encoder.finish().unwrap()
+    };
+    let ungz = |cm: &ConfigMap| -> Value {
+        let bytes = &cm.binary_data.as_ref().unwrap()["catalog.json.gz"].0;
+        let mut json = Vec::new();
+        flate2::read::GzDecoder::new(bytes.as_slice())
+            .read_to_end(&mut json)
+            .unwrap();
+        serde_json::from_slice(&json).unwrap()
+    };
+    let access_of = |catalog: &Value, name: &str| {
+        catalog["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == name)
+            .map(|t| t["access"].clone())
+            .unwrap()
+    };
+    let mut catalog = ungz(&spilled);
+    assert_eq!(access_of(&catalog, "bulk_00001"), "write");
+    for t in catalog["tools"].as_array_mut().unwrap() {
+        if t["name"] == "bulk_00001" {
+            t["access"] = json!("read");
+        }
+    }
+    config_maps
+        .patch(
+            "big-mcp-catalog",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"binaryData": {"catalog.json.gz": ByteString(gz(&catalog))}})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{TENANT} edits its ConfigMap: {}", e2e::describe(&e)));
+
+    let _op = Operator::start(&e2e::kubeconfig_path().await, &namespace, "op-spill");
+
+    // The operator notices, writes it again and says so; its grants never take the edit's word
+    // (they may leave the server out until the ConfigMap is whole again).
+    let events: Api<Event> = Api::namespaced(admin.clone(), &namespace);
+    let grants: Api<ConfigMap> = Api::namespaced(admin.clone(), &namespace);
+    let event = eventually(SOON, "a CatalogConfigMapAltered event", || async {
+        let doc = grants
+            .get("bot-mcp-grants")
+            .await
+            .map_err(|e| e.to_string())?;
+        let doc: Value =
+            serde_json::from_str(&doc.data.unwrap_or_default()["grants.json"]).unwrap();
+        let now = granted(&doc, "big");
+        assert!(
+            now.iter().all(|(name, _, _)| name != "big__bulk_00001"),
+            "the edited catalogue reached the grants: {now:?}"
+        );
+        events
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| e.to_string())?
+            .items
+            .into_iter()
+            .find(|e| {
+                e.reason.as_deref() == Some("CatalogConfigMapAltered")
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("big")
+            })
+            .ok_or_else(|| "none yet".to_string())
+    })
+    .await;
+    let note = event.note.unwrap_or_default();
+    eprintln!("what the tenant reads in the event: {note}");
+    assert!(
+        note.contains("big-mcp-catalog") && note.contains("someone other than the operator"),
+        "{note}"
+    );
+    eventually(
+        SOON,
+        "the ConfigMap holds the operator's catalogue again",
+        || async {
+            let cm = config_maps
+                .get("big-mcp-catalog")
+                .await
+                .map_err(|e| e.to_string())?;
+            let access = access_of(&ungz(&cm), "bulk_00001");
+            (access == "write")
+                .then_some(())
+                .ok_or(format!("bulk_00001: {access}"))
+        },
+    )
+    .await;
+
+    wait_granted(&admin, &namespace, "big", &read_only).await;
 }

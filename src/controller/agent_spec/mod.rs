@@ -577,7 +577,17 @@ async fn spilled_catalog(ctx: &AgentContext, server: &McpServer) -> Option<Arc<C
     if let Some(catalog) = ctx.spilled.get(&key, &digest) {
         return Some(catalog);
     }
-    let catalog = Arc::new(catalog_spill::read(&ctx.base.client, server).await?);
+    // Only the catalogue the status's digest names: a tenant may edit the ConfigMap.
+    let catalog = match catalog_spill::read_checked(&ctx.base.client, server).await {
+        Ok(catalog_spill::Spilled::Catalog(catalog)) => Arc::new(catalog),
+        Ok(catalog_spill::Spilled::Altered) => {
+            let (namespace, name) = key_of(server);
+            warn!(%namespace, mcpserver = %name,
+                "the catalogue ConfigMap was altered by someone other than the operator: the server is left out of grants until it is written again");
+            return None;
+        }
+        Ok(catalog_spill::Spilled::Missing) | Err(_) => return None,
+    };
     if crate::core::pinning::content_key(&catalog) != digest {
         // The ConfigMap is ahead of or behind the status: the next status change re-resolves.
         return None;
@@ -719,6 +729,11 @@ pub fn of_config_map(
     config_map: &PartialObjectMeta<ConfigMap>,
 ) -> Vec<ObjectRef<AgentSpec>> {
     let name = config_map.name_any();
+    // A server's spilled catalogue, written again (by the operator after someone altered it):
+    // the AgentSpecs naming the server read it back.
+    if let Some(server) = catalog_spill::server_of_config_map(&name) {
+        return using_server(agents, config_map.namespace().as_deref(), server);
+    }
     let Some(agent) = name.strip_suffix(crate::api::agent_spec::GRANTS_CONFIG_MAP_SUFFIX) else {
         return vec![];
     };

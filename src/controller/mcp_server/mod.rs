@@ -61,6 +61,7 @@ use super::shared::catalog_spill;
 use super::shared::picking::pinning_required_by;
 use super::shared::server_key::{ServerKey, key_of};
 use super::shared::{events, status::apply_status};
+use catalog_spill::Spilled;
 use pinning::store as pin_store;
 use probing::probes::Prober;
 use probing::{PROBE_RECHECK, Probe, probe_if_due};
@@ -132,6 +133,11 @@ impl Tenancy {
 }
 
 impl ServerContext {
+    /// Makes the server's next reconcile read it again, whatever its refresh interval says.
+    pub fn read_again(&self, key: &ServerKey) {
+        self.schedule.force_probe(key);
+    }
+
     pub fn new(base: Arc<Context>) -> Self {
         let schedule = Arc::new(ProbeSchedule::new(base.settings.max_failure_backoff));
         let prober = Arc::new(Prober::new(
@@ -230,7 +236,7 @@ async fn reconcile_inner(
         Gather::Found(gathered) => gathered,
     };
     let decision = decide_status(server, &key, &gathered);
-    if let Err(e) = apply(server, ctx, &decision).await {
+    if let Err(e) = apply(server, ctx, &decision, gathered.spill_altered).await {
         // What this probe found was not written (a lost lease, an apiserver outage): the next
         // reconcile must read and write again, not wait for the refresh interval with a status
         // that never saw the probe.
@@ -251,6 +257,8 @@ struct Gathered {
     pinning: Option<pinning::Settings>,
     /// The status as last written, a spilled catalogue read back in full.
     previous: Option<McpServerStatus>,
+    /// The spilled catalogue's ConfigMap holds something else than status says.
+    spill_altered: bool,
     /// Where the pin store keeps this server's pins.
     store_key: String,
     /// A stdio server's URL (its Service's), for status.
@@ -297,7 +305,7 @@ async fn gather(
             Probe::Done(finding, next_wait) => (finding, next_wait),
         },
     };
-    let previous = previous_status_in_full(server, ctx).await?;
+    let (previous, spill_altered) = previous_status_in_full(server, ctx).await?;
     let store_key = pin_store::key(&key.1, &server.spec);
     if let (Some(store), Some(settings), Finding::Read { .. }) =
         (pin_store(ctx), pinning.as_mut(), &finding)
@@ -318,6 +326,7 @@ async fn gather(
         next_wait,
         pinning,
         previous,
+        spill_altered,
         store_key,
         workload_url: workload.and_then(|w| w.url),
     })))
@@ -423,15 +432,40 @@ async fn apply(
     server: &McpServer,
     ctx: &ServerContext,
     decision: &Decision,
+    spill_altered: bool,
 ) -> Result<(), ReconcileError> {
     let base = &ctx.base;
     match &decision.spill {
         Spill::Write(catalog) => {
-            if catalog_spill::publish(&base.client, server, catalog, &base.settings.field_manager)
-                .await
-                .map_err(ReconcileError::CatalogSpillWrite)?
+            if catalog_spill::publish(
+                &base.client,
+                server,
+                catalog,
+                &base.settings.field_manager,
+                spill_altered,
+            )
+            .await
+            .map_err(ReconcileError::CatalogSpillWrite)?
             {
                 base.metrics.count_write("CatalogConfigMap");
+            }
+            if spill_altered {
+                let name = catalog_spill::config_map_name(&server.name_any());
+                let note = format!(
+                    "ConfigMap {name} did not hold the catalogue status.catalogConfigMapDigest names (someone other than the operator wrote it); grants left the server out until now, when it was written again."
+                );
+                events::publish(
+                    &base.recorder,
+                    &server.object_ref(&()),
+                    vec![Event {
+                        type_: EventType::Warning,
+                        reason: "CatalogConfigMapAltered".into(),
+                        note: Some(note),
+                        action: "Spill".into(),
+                        secondary: None,
+                    }],
+                )
+                .await;
             }
         }
         Spill::Remove => catalog_spill::remove(&base.client, server)
@@ -495,37 +529,49 @@ fn probe_ran(finding: &Finding) -> bool {
 }
 
 /// The status as last written, with a spilled catalogue read back from its ConfigMap so the
-/// comparison with the new catalogue sees every tool. Under pinning the spilled catalogue holds
-/// the pins, so failing to read it fails the reconcile (it is retried) rather than mistaking
-/// every tool for a new one; a ConfigMap that is gone or unreadable loses the pins, and
-/// pinning begins again from what the server serves (a warning says so).
+/// comparison with the new catalogue sees every tool, and whether that ConfigMap was altered
+/// by someone else (then it is written again whatever its annotation says). Under pinning the
+/// spilled catalogue holds the pins, so failing to read it fails the reconcile (it is retried)
+/// rather than mistaking every tool for a new one; a ConfigMap that is gone, unreadable or
+/// altered loses them, and pinning begins again from the pins kept in the operator's namespace
+/// (else from what the server serves; a warning says so).
 async fn previous_status_in_full(
     server: &McpServer,
     ctx: &ServerContext,
-) -> Result<Option<McpServerStatus>, ReconcileError> {
+) -> Result<(Option<McpServerStatus>, bool), ReconcileError> {
     let Some(mut previous) = server.status.clone() else {
-        return Ok(None);
+        return Ok((None, false));
     };
+    let mut altered = false;
     if previous.catalog_config_map.is_some()
         && let Some(catalog) = previous.catalog.as_mut()
     {
+        let (namespace, name) = key_of(server);
         match catalog_spill::read_checked(&ctx.base.client, server).await {
-            Ok(Some(full)) => catalog.catalog = full,
+            Ok(Spilled::Catalog(full)) => catalog.catalog = full,
             Err(e) if previous.pinning.is_some() => {
                 return Err(ReconcileError::CatalogSpillRead(e));
             }
             Err(_) => {}
-            Ok(None) => {
+            Ok(Spilled::Altered) => {
+                altered = true;
+                previous.pinning = None;
+                warn!(%namespace, mcpserver = %name,
+                    config_map = %catalog_spill::config_map_name(&name),
+                    "the catalogue ConfigMap does not hold what status.catalogConfigMapDigest \
+                     names (someone other than the operator wrote it): grants leave the server \
+                     out until it is written again, now");
+            }
+            Ok(Spilled::Missing) => {
                 if previous.pinning.take().is_some() {
-                    let (namespace, name) = key_of(server);
                     warn!(%namespace, mcpserver = %name,
                         "the catalogue ConfigMap holding the pins is gone or unreadable: \
-                         pinning begins again from what the server serves");
+                         pinning begins again from the pins kept, or from what the server serves");
                 }
             }
         }
     }
-    Ok(Some(previous))
+    Ok((Some(previous), altered))
 }
 
 /// One log line and one event per transition.

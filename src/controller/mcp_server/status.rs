@@ -16,7 +16,7 @@ use crate::mcp::{ReadFailure, Stage};
 use super::credentials::CredentialError;
 use super::pinning::{self, Settings};
 use super::stdio::build::NotReady;
-use crate::controller::shared::catalog_spill::too_large_for_status;
+use crate::controller::shared::catalog_spill::{spill_digest, too_large_for_status};
 use crate::controller::shared::ready::ready_change;
 
 /// What this reconcile found.
@@ -81,10 +81,12 @@ pub fn decide(
             catalog.catalog.resource_templates.clear();
             catalog.catalog.prompts.clear();
             status.catalog_config_map = Some(config_map);
+            status.catalog_config_map_digest = Some(spill_digest(&full));
             Spill::Write(full)
         }
         _ if stored.is_some_and(|s| s.catalog_config_map.is_some()) => {
             status.catalog_config_map = None;
+            status.catalog_config_map_digest = None;
             Spill::Remove
         }
         _ => Spill::Nothing,
@@ -989,6 +991,11 @@ mod tests {
             spilled.status.catalog_config_map.as_deref(),
             Some("s-mcp-catalog")
         );
+        // What the ConfigMap must hold to be read back.
+        assert_eq!(
+            spilled.status.catalog_config_map_digest,
+            Some(spill_digest(full))
+        );
 
         let small = decide(
             Some(&spilled.status),
@@ -1002,6 +1009,7 @@ mod tests {
         );
         assert_eq!(small.spill, Spill::Remove);
         assert_eq!(small.status.catalog_config_map, None);
+        assert_eq!(small.status.catalog_config_map_digest, None);
         assert_eq!(
             small.status.catalog.as_ref().unwrap().catalog.tools.len(),
             1

@@ -47,8 +47,8 @@ mod fanout;
 
 use super::health::readiness::Readiness;
 use super::mcp_server::{self, ServerContext, Tenancy};
-use super::shared::references;
 use super::shared::server_key::key_of;
+use super::shared::{catalog_spill, references};
 use super::{ControllerArgs, agent_spec, tenant_policy};
 use fanout::{Change, Watched};
 
@@ -253,6 +253,7 @@ fn run_servers(
     let tenancy = server_tenancy(&ctx, w);
     let secret_store = store.clone();
     let cm_store = store.clone();
+    let spill_ctx = ctx.clone();
     let (policy_store, namespace_store) = (store.clone(), store);
     let (policy_tenancy, namespace_tenancy) = (tenancy.clone(), tenancy);
     let run = controller
@@ -263,7 +264,10 @@ fn run_servers(
             mcp_server::workload_owner(&deployment)
         })
         .watches_shared_stream(w.config_maps.touched(), move |cm| {
-            referencing(&cm_store, cm.as_ref(), references::referenced_config_maps)
+            let mut servers =
+                referencing(&cm_store, cm.as_ref(), references::referenced_config_maps);
+            servers.extend(spill_altered(&spill_ctx, &cm_store, &cm));
+            servers
         })
         .watches_shared_stream(w.policies.touched(), move |_| {
             pinning_changed(&policy_store, &policy_tenancy, None)
@@ -372,6 +376,35 @@ fn referencing<K: kube::Resource>(
         .filter(|s| s.namespace() == namespace && names(s).contains(&name))
         .map(|s| ObjectRef::from_obj(s.as_ref()))
         .collect()
+}
+
+/// The server whose spilled catalogue's ConfigMap someone other than the operator wrote: it is
+/// read again now (its reconcile judges the ConfigMap and writes it again), not at its next
+/// refresh. Grants never took the altered one's word meanwhile.
+fn spill_altered(
+    ctx: &ServerContext,
+    store: &Store<McpServer>,
+    config_map: &PartialObjectMeta<ConfigMap>,
+) -> Option<ObjectRef<McpServer>> {
+    let name = config_map.name_any();
+    let server = catalog_spill::server_of_config_map(&name)?;
+    let reference = ObjectRef::new(server).within(&config_map.namespace().unwrap_or_default());
+    let spilled_here = store.get(&reference).is_some_and(|s| {
+        s.status
+            .as_ref()
+            .and_then(|s| s.catalog_config_map.as_deref())
+            == Some(name.as_str())
+    });
+    if !spilled_here
+        || !catalog_spill::written_by_others(&config_map.metadata, &ctx.base.settings.field_manager)
+    {
+        return None;
+    }
+    ctx.read_again(&(
+        reference.namespace.clone().unwrap_or_default(),
+        server.to_string(),
+    ));
+    Some(reference)
 }
 
 /// The AgentSpec reconciler, subscribed to its watches now, running when polled.

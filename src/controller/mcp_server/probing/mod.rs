@@ -34,6 +34,7 @@ use super::credentials;
 use super::status::Finding;
 use super::{ServerContext, pinning, record_gauges};
 use crate::api::mcp_server::{APPROVE_ANNOTATION, McpServer, REFRESH_ANNOTATION};
+use crate::controller::shared::catalog_spill;
 use crate::controller::shared::server_key::ServerKey;
 use plan::{ProbeState, Step};
 use probes::Claim;
@@ -75,16 +76,30 @@ pub async fn probe_if_due(
         Claim::Nothing => (ProbeState::Nothing, None),
     };
     let remembered = ctx.schedule.remembers(key);
+    let field_manager = &ctx.base.settings.field_manager;
     let known = plan::Known {
         probe,
         remembered,
         last_read: match (&resolved, remembered, probe) {
-            (Ok(r), false, ProbeState::Nothing) => resume::last_read(
-                server,
-                &ctx.base.settings.field_manager,
-                required_by,
-                &r.references_changed,
-            ),
+            // A spilled catalogue someone else wrote while no controller ran is not resumed
+            // from: the server is read, and its ConfigMap written again, at once.
+            (Ok(_), false, ProbeState::Nothing)
+                if server
+                    .status
+                    .as_ref()
+                    .is_some_and(|s| s.catalog_config_map.is_some())
+                    && catalog_spill::written_by_others_now(
+                        &ctx.base.client,
+                        server,
+                        field_manager,
+                    )
+                    .await =>
+            {
+                None
+            }
+            (Ok(r), false, ProbeState::Nothing) => {
+                resume::last_read(server, field_manager, required_by, &r.references_changed)
+            }
             _ => None,
         },
         credentials_resolved: resolved.is_ok(),

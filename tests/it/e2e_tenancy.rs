@@ -50,6 +50,46 @@ async fn grant_tenant_role(admin: &Client, namespace: &str) {
     .await;
 }
 
+/// A namespace for the tenant: its Role there, and the label the test's policy selects.
+async fn tenant_namespace(test: &str) -> (Client, e2e::TestNamespace) {
+    let (admin, ns) = e2e::setup(test).await;
+    grant_tenant_role(&admin, ns.name()).await;
+    Api::<Namespace>::all(admin.clone())
+        .patch(
+            ns.name(),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {TENANT_LABEL: ns.name()}}})),
+        )
+        .await
+        .unwrap();
+    (admin, ns)
+}
+
+/// The platform engineer's McpTenantPolicy `name` with `rules`, selecting the tenant's
+/// namespace only; its full name.
+async fn apply_policy(admin: &Client, ns: &e2e::TestNamespace, name: &str, rules: Value) -> String {
+    let policy_name = ns.scoped_name(name);
+    let policy: McpTenantPolicy = serde_json::from_value(json!({
+        "apiVersion": "mcp-operator.dev/v1alpha1", "kind": "McpTenantPolicy",
+        "metadata": {"name": policy_name},
+        "spec": {
+            "namespaceSelector": {"matchLabels": {TENANT_LABEL: ns.name()}},
+            "rules": rules,
+        },
+    }))
+    .unwrap();
+    Api::<McpTenantPolicy>::all(admin.clone())
+        .patch(
+            &policy_name,
+            &PatchParams::apply(e2e::FIELD_MANAGER).force(),
+            &Patch::Apply(&policy),
+        )
+        .await
+        .unwrap();
+    ns.delete_later(ApiResource::erase::<McpTenantPolicy>(&()), &policy_name);
+    policy_name
+}
+
 /// Server-side apply of a namespaced object by `client` (the tenant).
 async fn apply<K>(client: &Client, namespace: &str, manifest: Value)
 where
@@ -133,46 +173,25 @@ async fn wait_granted(
 
 #[tokio::test]
 async fn a_tenant_can_neither_lower_a_classification_nor_widen_its_grants_with_a_label() {
-    let (admin, ns) = e2e::setup("tenancy").await;
+    let (admin, ns) = tenant_namespace("tenancy").await;
     let namespace = ns.name().to_string();
-    grant_tenant_role(&admin, &namespace).await;
-    Api::<Namespace>::all(admin.clone())
-        .patch(
-            &namespace,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": {TENANT_LABEL: &namespace}}})),
-        )
-        .await
-        .unwrap();
     let fixture = Fixtures::load().sdk_server(&[]);
     let _op = Operator::start(&e2e::kubeconfig_path().await, &namespace, "op-tenancy");
 
     // The platform engineer's policy for this namespace.
-    let policy_name = ns.scoped_name("bounds");
-    let policy: McpTenantPolicy = serde_json::from_value(json!({
-        "apiVersion": "mcp-operator.dev/v1alpha1", "kind": "McpTenantPolicy",
-        "metadata": {"name": policy_name},
-        "spec": {
-            "namespaceSelector": {"matchLabels": {TENANT_LABEL: &namespace}},
-            "rules": [
-                {"servers": {"names": ["files"]}, "maxAccess": "read"},
-                {"servers": {"selector": {"matchLabels": {"tier": "admin"}}},
-                 "deny": ["delete_*"], "requireApprovalFor": "read"},
-                {"servers": {"names": ["capped"]}, "maxAccess": "read",
-                 "overrides": {"put_object": "read"}},
-            ],
-        },
-    }))
-    .unwrap();
-    Api::<McpTenantPolicy>::all(admin.clone())
-        .patch(
-            &policy_name,
-            &PatchParams::apply(e2e::FIELD_MANAGER).force(),
-            &Patch::Apply(&policy),
-        )
-        .await
-        .unwrap();
-    ns.delete_later(ApiResource::erase::<McpTenantPolicy>(&()), &policy_name);
+    let policy_name = apply_policy(
+        &admin,
+        &ns,
+        "bounds",
+        json!([
+            {"servers": {"names": ["files"]}, "maxAccess": "read"},
+            {"servers": {"selector": {"matchLabels": {"tier": "admin"}}},
+             "deny": ["delete_*"], "requireApprovalFor": "read"},
+            {"servers": {"names": ["capped"]}, "maxAccess": "read",
+             "overrides": {"put_object": "read"}},
+        ]),
+    )
+    .await;
 
     // The tenant: two McpServers on the same upstream; on capped it "reclassifies" the tools
     // the policy's ceiling would keep out.
@@ -305,38 +324,17 @@ async fn a_tenant_who_edits_a_spilled_catalogue_widens_nothing() {
     use kube::api::ListParams;
     use std::io::{Read, Write};
 
-    let (admin, ns) = e2e::setup("tenancy-spill").await;
+    let (admin, ns) = tenant_namespace("tenancy-spill").await;
     let namespace = ns.name().to_string();
-    grant_tenant_role(&admin, &namespace).await;
-    Api::<Namespace>::all(admin.clone())
-        .patch(
-            &namespace,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": {TENANT_LABEL: &namespace}}})),
-        )
-        .await
-        .unwrap();
     let hostile = Fixtures::load().hostile_server();
     let op = Operator::start(&e2e::kubeconfig_path().await, &namespace, "op-spill");
-    let policy_name = ns.scoped_name("spill-bounds");
-    let policy: McpTenantPolicy = serde_json::from_value(json!({
-        "apiVersion": "mcp-operator.dev/v1alpha1", "kind": "McpTenantPolicy",
-        "metadata": {"name": policy_name},
-        "spec": {
-            "namespaceSelector": {"matchLabels": {TENANT_LABEL: &namespace}},
-            "rules": [{"servers": {"names": ["big"]}, "maxAccess": "read"}],
-        },
-    }))
-    .unwrap();
-    Api::<McpTenantPolicy>::all(admin.clone())
-        .patch(
-            &policy_name,
-            &PatchParams::apply(e2e::FIELD_MANAGER).force(),
-            &Patch::Apply(&policy),
-        )
-        .await
-        .unwrap();
-    ns.delete_later(ApiResource::erase::<McpTenantPolicy>(&()), &policy_name);
+    apply_policy(
+        &admin,
+        &ns,
+        "spill-bounds",
+        json!([{"servers": {"names": ["big"]}, "maxAccess": "read"}]),
+    )
+    .await;
 
     // 5,000 tools: too many for status. bulk_00000 and every fourth are read-only, bulk_00001
     // writes.

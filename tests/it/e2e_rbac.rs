@@ -1259,6 +1259,7 @@ async fn the_controller_does_its_whole_job_with_only_the_charts_rbac() {
             },
         )
         .await;
+        eprintln!("what careless-tenant reads: {message}");
         for expected in [
             "is the operator's record",
             &format!("only system:serviceaccount:{release}:{service_account} writes it"),

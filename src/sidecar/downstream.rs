@@ -528,6 +528,7 @@ async fn tools_call(
     let modern = matches!(era, Era::Modern);
     let key = flight_key(&era, &id);
     let cancel = Arc::new(Notify::new());
+    let cancel_signal = Arc::clone(&cancel);
     d.in_flight
         .lock()
         .expect("in-flight lock")
@@ -566,52 +567,61 @@ async fn tools_call(
     let streams = accepts_sse(headers);
     let call = ToolCall::from_params(params);
     let (stream_tx, mut stream_rx) = mpsc::unbounded_channel::<Value>();
-    let (reply_tx, mut reply_rx) = tokio::sync::oneshot::channel::<Reply>();
     let calls = Arc::clone(&d.calls);
-    // The agent going away before any answer started cancels the call, as it did when the call
-    // ran inside this handler.
-    let gone = CancelOnDrop(Some(Arc::clone(&cancel)));
-    // The call runs on its own task: the response may turn into an event stream midway.
-    tokio::spawn(crate::telemetry::in_current(async move {
-        let caller = Caller {
-            era: match &session {
-                Some((session, protocol_version)) => CallerEra::Legacy {
-                    session,
-                    protocol_version,
+    // The call is polled here, in the handler's task, until its answer or a message that must
+    // go before it: the usual call takes no second task.
+    let mut running = Running {
+        call: Some(Box::pin(crate::telemetry::in_current(async move {
+            let caller = Caller {
+                era: match &session {
+                    Some((session, protocol_version)) => CallerEra::Legacy {
+                        session,
+                        protocol_version,
+                    },
+                    None => CallerEra::Modern,
                 },
-                None => CallerEra::Modern,
-            },
-            capabilities: capabilities.as_ref(),
-            stream: streams.then_some(&stream_tx),
-            log_level: log_level.as_deref(),
-        };
-        // Boxed, so the task tokio allocates for this call holds a pointer, not the whole call.
-        let reply = Box::pin(discovery::call(&calls, call, &caller, cancel.notified())).await;
-        let _ = reply_tx.send(reply);
-        drop(in_flight);
-    }));
-    // JSON when the answer comes first; an event stream as soon as something must go before it.
-    let first = tokio::select! {
-        biased;
-        reply = &mut reply_rx => match stream_rx.try_recv() {
-            Ok(note) => Err((note, reply.ok())),
-            Err(_) => Ok(reply),
-        },
-        Some(note) = stream_rx.recv() => Err((note, None)),
+                capabilities: capabilities.as_ref(),
+                stream: streams.then_some(&stream_tx),
+                log_level: log_level.as_deref(),
+            };
+            // Boxed where it starts: the block around it stays small, so wrapping and
+            // boxing the block moves a few words, not the whole call (its state is kilobytes).
+            let reply = Box::pin(discovery::call(&calls, call, &caller, cancel.notified())).await;
+            drop(in_flight);
+            reply
+        }))),
+        cancel: Arc::clone(&cancel_signal),
     };
-    gone.disarm();
+    // JSON when the answer comes first; an event stream as soon as something must go before it.
+    let first = {
+        let call = running.call.as_mut().expect("the call runs");
+        tokio::select! {
+            biased;
+            reply = call => match stream_rx.try_recv() {
+                Ok(note) => Err((note, Some(reply))),
+                Err(_) => Ok(reply),
+            },
+            Some(note) = stream_rx.recv() => Err((note, None)),
+        }
+    };
     let (first, early_reply) = match first {
-        Ok(Ok(reply)) => return reply.into_json_response(&id, modern),
-        Ok(Err(_)) => {
-            return error_response(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                &id,
-                ErrorCode::INTERNAL_ERROR,
-                "the call ended without an answer",
-            );
+        Ok(reply) => {
+            running.call = None;
+            return reply.into_json_response(&id, modern);
         }
         Err(pair) => pair,
     };
+    // The response turns into an event stream: the call (if it has not answered yet) goes on
+    // in a task of its own, this handler returns the stream.
+    let (reply_tx, mut reply_rx) = tokio::sync::oneshot::channel::<Reply>();
+    match running.call.take() {
+        Some(call) if early_reply.is_none() => {
+            tokio::spawn(async move {
+                let _ = reply_tx.send(call.await);
+            });
+        }
+        _ => drop(reply_tx),
+    }
     let (tx, rx) = mpsc::channel::<Bytes>(64);
     // 2025-11-25 clients resume a call's stream that breaks before its answer (GET with
     // Last-Event-ID) once it primed them with an event id: a sidecar killed mid-call then
@@ -653,20 +663,21 @@ async fn tools_call(
     sse_response(rx, vec![])
 }
 
-/// Signals the call's cancellation when dropped armed (axum drops the handler when the agent's
-/// connection closes).
-struct CancelOnDrop(Option<Arc<Notify>>);
-
-impl CancelOnDrop {
-    fn disarm(mut self) {
-        self.0 = None;
-    }
+/// A call the handler polls itself. Dropped before the call ended (axum drops the handler when
+/// the agent's connection closes), it signals the call's cancellation and lets the call finish
+/// in a task of its own: the server is told, and the call's audit line is written.
+struct Running {
+    call: Option<std::pin::Pin<Box<dyn std::future::Future<Output = Reply> + Send>>>,
+    cancel: Arc<Notify>,
 }
 
-impl Drop for CancelOnDrop {
+impl Drop for Running {
     fn drop(&mut self) {
-        if let Some(cancel) = self.0.take() {
-            cancel.notify_one();
+        if let Some(call) = self.call.take() {
+            self.cancel.notify_one();
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn(call);
+            }
         }
     }
 }

@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
+use crate::core::limits::{DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_MAX_TOOL_PAGES};
 use crate::core::{SecretKeySelector, Transport};
 use crate::grants::Endpoint;
 use crate::mcp::oauth::OAuthSettings;
@@ -46,6 +47,17 @@ pub struct CredentialsDir {
     /// Each upstream's share of `budget` for reservations, by URL: one per server for the
     /// sidecar's life, whichever connection (or reconnection) its answers come on.
     shares: Arc<Mutex<HashMap<String, ReservationShare>>>,
+    /// The identity last computed for each URL, with the bytes it digests.
+    identities: Arc<Mutex<HashMap<String, (Digested, String)>>>,
+}
+
+/// The bytes an identity digests: credential values among them, so never printed.
+struct Digested(Vec<u8>);
+
+impl std::fmt::Debug for Digested {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "({} bytes)", self.0.len())
+    }
 }
 
 impl CredentialsDir {
@@ -55,6 +67,7 @@ impl CredentialsDir {
             mounted: None,
             budget: None,
             shares: Arc::default(),
+            identities: Arc::default(),
         }
     }
 
@@ -68,6 +81,20 @@ impl CredentialsDir {
                 .or_insert_with(|| ReservationShare::of(budget, cap))
                 .clone(),
         )
+    }
+
+    /// `sha256:<hex>` of `material`, computed again only when it differs from what was last
+    /// read for `url` (every call resolves its server's credential; few calls see it change).
+    fn identity_of(&self, url: &str, material: Vec<u8>) -> String {
+        let mut identities = self.identities.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((last, identity)) = identities.get(url)
+            && last.0 == material
+        {
+            return identity.clone();
+        }
+        let identity = format!("sha256:{}", hex::encode(Sha256::digest(&material)));
+        identities.insert(url.to_string(), (Digested(material), identity.clone()));
+        identity
     }
 
     /// Every connection's answers are charged to `budget`.
@@ -152,22 +179,23 @@ impl CredentialsDir {
 
     /// Builds a server's connection from its endpoint and the files it references.
     pub fn resolve(&self, endpoint: &Endpoint, policy: EndpointPolicy) -> Result<Resolved, String> {
-        let mut hasher = Sha256::new();
-        hasher.update(endpoint.url.as_bytes());
+        // What the identity digests: the URL and every credential value read, in order.
+        let mut material = Vec::with_capacity(128);
+        material.extend_from_slice(endpoint.url.as_bytes());
         let mut credentials = Credentials::default();
         if let Some(r) = &endpoint.bearer_token {
             let token = self.secret(&r.name, &r.key)?;
-            hasher.update(b"\0bearer\0");
-            hasher.update(token.trim().as_bytes());
+            material.extend_from_slice(b"\0bearer\0");
+            material.extend_from_slice(token.trim().as_bytes());
             credentials.bearer_token = Some(SecretValue::new(token.trim()));
         }
         for header in &endpoint.headers {
             let r = &header.secret_key_ref;
             let value = self.secret(&r.name, &r.key)?;
-            hasher.update(b"\0header\0");
-            hasher.update(header.name.as_bytes());
-            hasher.update(b"\0");
-            hasher.update(value.trim().as_bytes());
+            material.extend_from_slice(b"\0header\0");
+            material.extend_from_slice(header.name.as_bytes());
+            material.extend_from_slice(b"\0");
+            material.extend_from_slice(value.trim().as_bytes());
             credentials
                 .headers
                 .push((header.name.clone(), SecretValue::new(value.trim())));
@@ -191,8 +219,8 @@ impl CredentialsDir {
                 resource: o.resource.clone(),
             };
             // A rotated client secret is a new identity: a new connection, a new token.
-            hasher.update(b"\0oauth2\0");
-            hasher.update(settings.digest().as_bytes());
+            material.extend_from_slice(b"\0oauth2\0");
+            material.extend_from_slice(settings.digest().as_bytes());
             credentials.oauth2 = Some(settings);
         }
         let mut tls = TlsSettings::default();
@@ -204,20 +232,19 @@ impl CredentialsDir {
                 (None, None) => None,
             };
             if let Some(pem) = pem {
-                hasher.update(b"\0ca\0");
-                hasher.update(pem.as_bytes());
+                material.extend_from_slice(b"\0ca\0");
+                material.extend_from_slice(pem.as_bytes());
                 tls.ca_pem = Some(pem.into_bytes());
             }
-            hasher.update(if t.insecure_skip_verify {
+            material.extend_from_slice(if t.insecure_skip_verify {
                 b"\0insecure"
             } else {
                 b"\0verify\0\0"
             });
         }
-        let defaults = Limits::default();
         let max_response_bytes = endpoint
             .max_response_bytes
-            .unwrap_or(defaults.max_response_bytes);
+            .unwrap_or(DEFAULT_MAX_RESPONSE_BYTES);
         let conn = ServerConnection {
             url: endpoint.url.clone(),
             transport: match endpoint.transport {
@@ -228,7 +255,7 @@ impl CredentialsDir {
             tls,
             limits: Limits {
                 connect_timeout: Duration::from_millis(endpoint.connect_timeout_ms.max(1)),
-                max_tool_pages: endpoint.max_tool_pages.unwrap_or(defaults.max_tool_pages),
+                max_tool_pages: endpoint.max_tool_pages.unwrap_or(DEFAULT_MAX_TOOL_PAGES),
                 max_response_bytes,
             },
             endpoint_policy: policy,
@@ -238,7 +265,7 @@ impl CredentialsDir {
         };
         Ok(Resolved {
             conn,
-            identity: format!("sha256:{}", hex::encode(hasher.finalize())),
+            identity: self.identity_of(&endpoint.url, material),
         })
     }
 }
@@ -335,11 +362,30 @@ mod tests {
         );
         assert!(!one.identity.contains("s3cret"));
         assert!(!format!("{:?}", one.conn).contains("s3cret"));
+        let again = creds
+            .resolve(&endpoint(true), EndpointPolicy::default())
+            .unwrap();
+        assert_eq!(
+            one.identity, again.identity,
+            "the same value, the same identity"
+        );
         std::fs::write(dir.path().join("secrets/tok/token"), "s3cret-two").unwrap();
         let two = creds
             .resolve(&endpoint(true), EndpointPolicy::default())
             .unwrap();
         assert_ne!(one.identity, two.identity);
+        assert!(
+            !format!("{creds:?}").contains("s3cret"),
+            "what the identity digests is never printed"
+        );
+        std::fs::write(dir.path().join("secrets/tok/token"), "s3cret-one\n").unwrap();
+        let back = creds
+            .resolve(&endpoint(true), EndpointPolicy::default())
+            .unwrap();
+        assert_eq!(
+            one.identity, back.identity,
+            "rotated back, the first identity"
+        );
         let none = creds
             .resolve(&endpoint(false), EndpointPolicy::default())
             .unwrap();

@@ -452,7 +452,7 @@ async fn apply(
             if spill_altered {
                 let name = catalog_spill::config_map_name(&server.name_any());
                 let note = format!(
-                    "ConfigMap {name} did not hold the catalogue status.catalogConfigMapDigest names (someone other than the operator wrote it); grants left the server out until now, when it was written again."
+                    "ConfigMap {name} did not hold the catalogue status.catalogConfigMapDigest names (someone other than the operator wrote it); it was written again. Grants are never built from an altered catalogue: they leave the server out while one is read."
                 );
                 events::publish(
                     &base.recorder,

@@ -76,29 +76,12 @@ pub async fn probe_if_due(
         Claim::Nothing => (ProbeState::Nothing, None),
     };
     let remembered = ctx.schedule.remembers(key);
-    let field_manager = &ctx.base.settings.field_manager;
     let known = plan::Known {
         probe,
         remembered,
         last_read: match (&resolved, remembered, probe) {
-            // A spilled catalogue someone else wrote while no controller ran is not resumed
-            // from: the server is read, and its ConfigMap written again, at once.
-            (Ok(_), false, ProbeState::Nothing)
-                if server
-                    .status
-                    .as_ref()
-                    .is_some_and(|s| s.catalog_config_map.is_some())
-                    && catalog_spill::written_by_others_now(
-                        &ctx.base.client,
-                        server,
-                        field_manager,
-                    )
-                    .await =>
-            {
-                None
-            }
             (Ok(r), false, ProbeState::Nothing) => {
-                resume::last_read(server, field_manager, required_by, &r.references_changed)
+                resumable_read(server, ctx, required_by, &r.references_changed).await
             }
             _ => None,
         },
@@ -138,6 +121,28 @@ pub async fn probe_if_due(
         }
         (step, ..) => unreachable!("plan step {step:?} without what it needs"),
     }
+}
+
+/// When a restarted controller may say the server was last read ([`resume::last_read`]). A
+/// spilled catalogue someone else wrote while no controller ran is not resumed from: the server
+/// is read, and its ConfigMap written again, at once.
+async fn resumable_read(
+    server: &McpServer,
+    ctx: &ServerContext,
+    required_by: &[String],
+    references_changed: &[Option<k8s_openapi::jiff::Timestamp>],
+) -> Option<k8s_openapi::jiff::Timestamp> {
+    let field_manager = &ctx.base.settings.field_manager;
+    let spilled = server
+        .status
+        .as_ref()
+        .is_some_and(|s| s.catalog_config_map.is_some());
+    if spilled
+        && catalog_spill::written_by_others_now(&ctx.base.client, server, field_manager).await
+    {
+        return None;
+    }
+    resume::last_read(server, field_manager, required_by, references_changed)
 }
 
 /// Keeps (or opens, `after` from now) the server's `tools/list_changed` subscription.

@@ -425,7 +425,8 @@ async fn a_tenant_who_edits_a_spilled_catalogue_widens_nothing() {
     // (they may leave the server out until the ConfigMap is whole again).
     let events: Api<Event> = Api::namespaced(admin.clone(), &namespace);
     let grants: Api<ConfigMap> = Api::namespaced(admin.clone(), &namespace);
-    let event = eventually(SOON, "a CatalogConfigMapAltered event", || async {
+    // Checked at every step below: the edit's bulk_00001 never reaches the grants.
+    let never_granted = || async {
         let doc = grants
             .get("bot-mcp-grants")
             .await
@@ -437,6 +438,10 @@ async fn a_tenant_who_edits_a_spilled_catalogue_widens_nothing() {
             now.iter().all(|(name, _, _)| name != "big__bulk_00001"),
             "the edited catalogue reached the grants: {now:?}"
         );
+        Ok::<(), String>(())
+    };
+    let event = eventually(SOON, "a CatalogConfigMapAltered event", || async {
+        never_granted().await?;
         events
             .list(&ListParams::default())
             .await
@@ -457,17 +462,7 @@ async fn a_tenant_who_edits_a_spilled_catalogue_widens_nothing() {
         "{note}"
     );
     let written_again = || async {
-        let doc = grants
-            .get("bot-mcp-grants")
-            .await
-            .map_err(|e| e.to_string())?;
-        let doc: Value =
-            serde_json::from_str(&doc.data.unwrap_or_default()["grants.json"]).unwrap();
-        let now = granted(&doc, "big");
-        assert!(
-            now.iter().all(|(name, _, _)| name != "big__bulk_00001"),
-            "the edited catalogue reached the grants: {now:?}"
-        );
+        never_granted().await?;
         let cm = config_maps
             .get("big-mcp-catalog")
             .await
@@ -495,5 +490,34 @@ async fn a_tenant_who_edits_a_spilled_catalogue_widens_nothing() {
         written_again,
     )
     .await;
+    wait_granted(&admin, &namespace, "big", &read_only).await;
+
+    // Another door to the same room: the tenant deletes the ConfigMap and creates its own in
+    // its place, holding the edited catalogue (a create, not a patch; no owner reference).
+    let mut forged = config_maps.get("big-mcp-catalog").await.unwrap();
+    config_maps
+        .delete("big-mcp-catalog", &Default::default())
+        .await
+        .unwrap();
+    let mut catalog = ungz(&forged);
+    for t in catalog["tools"].as_array_mut().unwrap() {
+        if t["name"] == "bulk_00001" {
+            t["access"] = json!("read");
+        }
+    }
+    forged.metadata = kube::api::ObjectMeta {
+        name: Some("big-mcp-catalog".into()),
+        ..Default::default()
+    };
+    forged.binary_data = Some(
+        [("catalog.json.gz".to_string(), ByteString(gz(&catalog)))]
+            .into_iter()
+            .collect(),
+    );
+    config_maps
+        .create(&Default::default(), &forged)
+        .await
+        .unwrap_or_else(|e| panic!("{TENANT} creates its own ConfigMap: {}", e2e::describe(&e)));
+    eventually(SOON, "the forged ConfigMap written over", written_again).await;
     wait_granted(&admin, &namespace, "big", &read_only).await;
 }

@@ -1260,12 +1260,28 @@ async fn the_controller_does_its_whole_job_with_only_the_charts_rbac() {
         )
         .await;
         eprintln!("what careless-tenant reads: {message}");
-        for expected in [
-            "is the operator's record",
-            &format!("only system:serviceaccount:{release}:{service_account} writes it"),
-            "not careless-tenant",
-        ] {
-            assert!(message.contains(expected), "{kind}/{name}: {message}");
+        // The other verb on the same subresource: a whole-status replace (PUT).
+        let mut object = api.get(name).await.unwrap();
+        object.data["status"] = json!({"observedGeneration": 1});
+        let replaced = api
+            .replace_status(
+                name,
+                &PostParams {
+                    dry_run: true,
+                    ..PostParams::default()
+                },
+                &object,
+            )
+            .await
+            .expect_err("a tenant's status replace is refused");
+        for message in [message, e2e::describe(&replaced)] {
+            for expected in [
+                "is the operator's record",
+                &format!("only system:serviceaccount:{release}:{service_account} writes it"),
+                "not careless-tenant",
+            ] {
+                assert!(message.contains(expected), "{kind}/{name}: {message}");
+            }
         }
     }
 

@@ -28,6 +28,7 @@
 //! [`read_server`] is the one entry point for reading: the probe and the controller both call it.
 //! [`watch_tool_changes`] is the controller's trigger: it says *when* to read again, never what.
 
+pub mod answer_scan;
 pub mod budget;
 pub mod call;
 pub mod connection;

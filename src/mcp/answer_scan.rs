@@ -177,6 +177,12 @@ impl AnswerScan {
             && self.result_close.is_none()
     }
 
+    /// Whether nothing wrong was found so far (invalid JSON, or something an answer passed on
+    /// must not have).
+    pub fn sound(&self) -> bool {
+        self.fault.is_none() && self.unusual.is_none()
+    }
+
     /// Bytes fed so far.
     pub fn offset(&self) -> u64 {
         self.offset

@@ -28,27 +28,31 @@ use tokio::sync::{Mutex, mpsc};
 
 use std::sync::Arc;
 
+use super::answer_scan::AnswerScan;
 use super::budget::{Allowance, ReservationShare, ResponseBudget, UnannouncedAnswer};
 use super::connection::{ServerConnection, TransportKind};
 use super::endpoint;
 use super::error::McpError;
-use super::http::{Http, content_type};
+use super::http::{AnswerRead, Http, content_type};
 use super::http_sse::HttpSse;
 use super::pass_through::RawResult;
 use super::rpc::{self, Incoming, RpcReply};
 use super::session::{Era, MODERN_VERSION, Session, Wire, modern_meta_fields};
 use super::sse::{SseMessage, SseReader};
 use super::streamable_http::{SESSION_HEADER, StreamableHttp};
+use super::streamed::{Begun, STREAM_PAST, StreamedResult};
 use super::watch::{self, Interest, ToolChangeWatch, WatchError};
 
 /// What a server answered to `tools/call`.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, PartialEq)]
 pub enum CallAnswer {
     /// The result object, exactly as the server sent it.
     Result(Map<String, Value>),
     /// The result object of a JSON answer, as the server's bytes (and what they hold of the
     /// response budget).
     Passed(RawResult),
+    /// A result too big to hold, passed on as it arrives (`tools/call` only).
+    Streamed(Box<StreamedResult>),
     /// A JSON-RPC error: its code and structured data (never the server's free text).
     Error { code: i64, data: Option<Value> },
 }
@@ -83,6 +87,16 @@ pub struct ToolSession {
     budget: Option<ResponseBudget>,
     /// What this server's answers may reserve of it at once.
     share: Option<ReservationShare>,
+}
+
+/// How one request's answer is read.
+struct Reading<'a> {
+    /// The request's id, which the answer must carry.
+    id: u64,
+    /// Where notifications on the request's stream go.
+    notifications: Option<&'a mpsc::UnboundedSender<Value>>,
+    /// Past this many bytes, an answer whose result has begun is passed on as it arrives.
+    stream_past: Option<u64>,
 }
 
 enum CallWire {
@@ -186,7 +200,8 @@ impl ToolSession {
         params: Map<String, Value>,
         notifications: Option<&mpsc::UnboundedSender<Value>>,
     ) -> Result<CallAnswer, CallFailure> {
-        self.request(id, "tools/call", params, notifications).await
+        self.send_request(id, "tools/call", params, notifications, true)
+            .await
     }
 
     /// Sends any request the sidecar passes on (`tools/call`, `resources/read`,
@@ -197,8 +212,22 @@ impl ToolSession {
         &self,
         id: u64,
         method: &str,
+        params: Map<String, Value>,
+        notifications: Option<&mpsc::UnboundedSender<Value>>,
+    ) -> Result<CallAnswer, CallFailure> {
+        self.send_request(id, method, params, notifications, false)
+            .await
+    }
+
+    /// `streams`: an answer too big to hold may be passed on as it arrives
+    /// ([`CallAnswer::Streamed`]).
+    async fn send_request(
+        &self,
+        id: u64,
+        method: &str,
         mut params: Map<String, Value>,
         notifications: Option<&mpsc::UnboundedSender<Value>>,
+        streams: bool,
     ) -> Result<CallAnswer, CallFailure> {
         let mut headers = self.call_headers.clone();
         if self.era == Era::Modern {
@@ -231,7 +260,12 @@ impl ToolSession {
         let body = rpc::request(id, method, params);
         match &self.wire {
             CallWire::Streamable { http, session_id } => {
-                self.call_streamable(http, session_id.as_ref(), &body, id, headers, notifications)
+                let reading = Reading {
+                    id,
+                    notifications,
+                    stream_past: streams.then_some(STREAM_PAST),
+                };
+                self.call_streamable(http, session_id.as_ref(), &body, headers, reading)
                     .await
             }
             CallWire::Sse(wire) => {
@@ -371,10 +405,10 @@ impl ToolSession {
         http: &Http,
         session_id: Option<&HeaderValue>,
         body: &Value,
-        id: u64,
         headers: HeaderMap,
-        notifications: Option<&mpsc::UnboundedSender<Value>>,
+        reading: Reading<'_>,
     ) -> Result<CallAnswer, CallFailure> {
+        let id = reading.id;
         let request = http
             .post(&http.endpoint.url)
             .headers(headers)
@@ -428,18 +462,41 @@ impl ToolSession {
             return read_call_stream(
                 http,
                 response,
-                id,
+                reading,
                 &allowance,
                 self.share.clone(),
-                notifications,
                 |request_id| self.refuse_server_request(http, session_id, &headers, request_id),
             )
             .await;
         }
-        let body = http
-            .read_answer_charged(response, &allowance, self.share.clone())
-            .await
-            .map_err(after_sending)?;
+        let body = match reading.stream_past {
+            None => http
+                .read_answer_charged(response, &allowance, self.share.clone())
+                .await
+                .map_err(after_sending)?,
+            Some(past) => match http
+                .read_answer_or_begin(response, &allowance, self.share.clone(), past)
+                .await
+                .map_err(after_sending)?
+            {
+                AnswerRead::Whole(body) => body,
+                AnswerRead::Begun { body, response } => {
+                    let read = body.len() as u64;
+                    match begun_result(body, response, read) {
+                        Ok(begun) => {
+                            return Ok(CallAnswer::Streamed(Box::new(StreamedResult::json(
+                                begun, http, allowance, id,
+                            ))));
+                        }
+                        // Not an answer to pass on as it comes: read whole, the usual way.
+                        Err(back) => http
+                            .read_rest(back.0, back.1, &allowance, self.share.clone())
+                            .await
+                            .map_err(after_sending)?,
+                    }
+                }
+            },
+        };
         if let Some(raw) = RawResult::of_answer(body.clone(), id) {
             return Ok(CallAnswer::Passed(raw.holding(allowance)));
         }
@@ -505,14 +562,24 @@ impl ToolSession {
 async fn read_call_stream(
     http: &Http,
     mut response: reqwest::Response,
-    id: u64,
+    reading: Reading<'_>,
     allowance: &Arc<Allowance>,
     share: Option<ReservationShare>,
-    notifications: Option<&mpsc::UnboundedSender<Value>>,
     refuse: impl Fn(Value),
 ) -> Result<CallAnswer, CallFailure> {
+    let Reading {
+        id,
+        notifications,
+        mut stream_past,
+    } = reading;
     let mut reader = SseReader::whole(http.max_response_bytes);
-    let mut charge = UnannouncedAnswer::reserving(http.max_response_bytes, share);
+    // An answer that may be passed on as it comes holds at most its first bytes: charged as
+    // they come, never reserved ahead.
+    let mut charge = match stream_past {
+        Some(_) => UnannouncedAnswer::chunk_by_chunk(),
+        None => UnannouncedAnswer::reserving(http.max_response_bytes, share),
+    };
+    let mut read = 0u64;
     loop {
         let chunk = response
             .chunk()
@@ -523,6 +590,7 @@ async fn read_call_stream(
                 "the server closed the call's stream without answering".into(),
             )));
         };
+        read += chunk.len() as u64;
         charge
             .arrived(allowance, chunk.len() as u64)
             .await
@@ -574,8 +642,47 @@ async fn read_call_stream(
                 }
             }
         }
+        if let Some(past) = stream_past
+            && reader.pending_bytes() > past
+        {
+            // Tried once: an event that is not an answer's by now is read whole.
+            stream_past = None;
+            if let Some(data) = reader.answer_so_far() {
+                match begun_result(data, response, read) {
+                    Ok(begun) => {
+                        return Ok(CallAnswer::Streamed(Box::new(StreamedResult::event(
+                            begun,
+                            http,
+                            Arc::clone(allowance),
+                            id,
+                        ))));
+                    }
+                    Err(back) => response = back.1,
+                }
+            }
+        }
         charge.handled_up_to(allowance, reader.pending_bytes());
     }
+}
+
+/// The answer's first bytes, scanned: [`Begun`] when its result object has begun and nothing
+/// is wrong so far (it goes on as it comes); otherwise the bytes and the response back.
+fn begun_result(
+    body: Vec<u8>,
+    response: reqwest::Response,
+    read: u64,
+) -> Result<Begun, Box<(Vec<u8>, reqwest::Response)>> {
+    let mut scan = AnswerScan::default();
+    let range = scan.feed(&body);
+    if !scan.inside_result() {
+        return Err(Box::new((body, response)));
+    }
+    Ok(Begun {
+        first: bytes::Bytes::from(body).slice(range),
+        scan,
+        response,
+        read,
+    })
 }
 
 fn answer_of(reply: RpcReply) -> CallAnswer {

@@ -32,6 +32,14 @@ pub struct Http {
     allowance: Arc<Allowance>,
 }
 
+/// How much of a call's answer [`Http::read_answer_or_begin`] read.
+pub enum AnswerRead {
+    /// All of it.
+    Whole(Bytes),
+    /// Its first bytes; the rest is still in the response.
+    Begun { body: Vec<u8>, response: Response },
+}
+
 /// The TLS settings of every server verified against the system's root certificates, built
 /// once: reqwest reads and parses every system root each time it builds such a client, and the
 /// controller builds one per probe (up to --probe-concurrency at once), each holding its own
@@ -191,17 +199,7 @@ impl Http {
             allowance.take(n).await?;
             body.reserve_exact(n as usize);
         }
-        while let Some(chunk) = response
-            .chunk()
-            .await
-            .map_err(|e| self.transport_error(&e))?
-        {
-            if body.len() as u64 + chunk.len() as u64 > limit {
-                return Err(McpError::ResponseTooLarge {
-                    limit,
-                    pages_read: 0,
-                });
-            }
+        while let Some(chunk) = self.next_chunk(&mut response, body.len()).await? {
             // Hyper holds a body to its announced length; only a body without one is charged
             // as it comes.
             if announced.is_none() {
@@ -211,6 +209,86 @@ impl Http {
         }
         unannounced.done(allowance);
         Ok(body.into())
+    }
+
+    /// A call's answer: read whole when it ends within `stream_past` bytes; otherwise the bytes
+    /// read so far, just past that (charged as they came), and the rest still in the response —
+    /// for the caller to pass on as it arrives ([`super::streamed`]) or to read whole
+    /// ([`Self::read_rest`]).
+    pub async fn read_answer_or_begin(
+        &self,
+        mut response: Response,
+        allowance: &Allowance,
+        share: Option<ReservationShare>,
+        stream_past: u64,
+    ) -> Result<AnswerRead, McpError> {
+        let limit = self.max_response_bytes;
+        match response.content_length() {
+            Some(n) if n > limit => {
+                return Err(McpError::ResponseTooLarge {
+                    limit,
+                    pages_read: 0,
+                });
+            }
+            Some(n) if n <= stream_past => {
+                let charge = UnannouncedAnswer::reserving(limit, share);
+                return self
+                    .read_charged(response, allowance, charge)
+                    .await
+                    .map(AnswerRead::Whole);
+            }
+            _ => {}
+        }
+        let mut body = Vec::new();
+        let mut charge = UnannouncedAnswer::chunk_by_chunk();
+        while let Some(chunk) = self.next_chunk(&mut response, body.len()).await? {
+            charge.arrived(allowance, chunk.len() as u64).await?;
+            body.extend_from_slice(&chunk);
+            if body.len() as u64 > stream_past {
+                return Ok(AnswerRead::Begun { body, response });
+            }
+        }
+        Ok(AnswerRead::Whole(body.into()))
+    }
+
+    /// Reads the rest of an answer [`Self::read_answer_or_begin`] began, whole.
+    pub async fn read_rest(
+        &self,
+        mut body: Vec<u8>,
+        mut response: Response,
+        allowance: &Allowance,
+        share: Option<ReservationShare>,
+    ) -> Result<Bytes, McpError> {
+        let rest = self.max_response_bytes.saturating_sub(body.len() as u64);
+        let mut charge = UnannouncedAnswer::reserving(rest, share);
+        while let Some(chunk) = self.next_chunk(&mut response, body.len()).await? {
+            charge.arrived(allowance, chunk.len() as u64).await?;
+            body.extend_from_slice(&chunk);
+        }
+        charge.done(allowance);
+        Ok(body.into())
+    }
+
+    /// The body's next chunk, when the `read` bytes before it and it stay within the cap.
+    async fn next_chunk(
+        &self,
+        response: &mut Response,
+        read: usize,
+    ) -> Result<Option<Bytes>, McpError> {
+        let chunk = response
+            .chunk()
+            .await
+            .map_err(|e| self.transport_error(&e))?;
+        let limit = self.max_response_bytes;
+        if let Some(chunk) = &chunk
+            && read as u64 + chunk.len() as u64 > limit
+        {
+            return Err(McpError::ResponseTooLarge {
+                limit,
+                pages_read: 0,
+            });
+        }
+        Ok(chunk)
     }
 
     /// Maps a reqwest failure to the reason a person can act on.

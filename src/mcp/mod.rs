@@ -44,6 +44,7 @@ pub mod serving;
 pub mod session;
 mod sse;
 mod streamable_http;
+pub mod streamed;
 pub mod watch;
 
 use std::collections::BTreeMap;

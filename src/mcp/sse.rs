@@ -111,6 +111,26 @@ impl SseReader {
             + p.data.as_ref().map_or(0, String::len)) as u64
     }
 
+    /// The data so far of the event being read, when it is a `message` event in the middle of
+    /// a data line: the lines before joined by `\n`, then the line being read (an answer too big
+    /// to hold, to be passed on from here as it arrives: [`super::streamed`]).
+    pub fn answer_so_far(&self) -> Option<Vec<u8>> {
+        let p = &self.parser;
+        if p.event.as_deref().is_some_and(|e| e != "message") {
+            return None;
+        }
+        let rest = p.line.strip_prefix(b"data:")?;
+        let rest = rest.strip_prefix(b" ").unwrap_or(rest);
+        let before = p.data.as_ref().map_or(0, |d| d.len() + 1);
+        let mut doc = Vec::with_capacity(before + rest.len());
+        if let Some(data) = &p.data {
+            doc.extend_from_slice(data.as_bytes());
+            doc.push(b'\n');
+        }
+        doc.extend_from_slice(rest);
+        Some(doc)
+    }
+
     /// Feeds the bytes that arrived; the events they complete, or `ResponseTooLarge`.
     pub fn feed(&mut self, bytes: &[u8]) -> Result<Vec<SseMessage>, McpError> {
         self.account(bytes)?;

@@ -44,16 +44,19 @@ use super::credentials::CredentialsDir;
 use super::definitions::{Definitions, Live};
 use super::listing::View;
 use super::metrics::{CallLabels, Metrics, server_label};
+use super::streamed::StreamedReply;
 use super::upstream::Pool;
 
 /// What the agent gets back.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, PartialEq)]
 pub enum Reply {
     /// A `tools/call` result (the upstream's unchanged, or ours with `isError: true`, or an
     /// `input_required` result asking for approval).
     Result(Map<String, Value>),
     /// The upstream's result, as its bytes (passed through, never parsed into values).
     Passed(RawResult),
+    /// The upstream's result, too big to hold, passed on as it arrives.
+    Streamed(Box<StreamedReply>),
     /// A JSON-RPC error (the upstream answered with one, or -32021 for a missing capability).
     Error {
         code: i64,
@@ -68,6 +71,14 @@ impl Reply {
     pub fn into_message(self, id: &Value, modern: bool) -> Value {
         match self {
             Reply::Passed(raw) => Reply::Result(raw.to_map()).into_message(id, modern),
+            // Never asked of a streamed answer (it is written as it arrives); dropped here, its
+            // call is audited as not read.
+            Reply::Streamed(_) => rpc_error(
+                id,
+                -32603,
+                "the answer was too big to hold and could not be passed on here",
+                None,
+            ),
             Reply::Result(mut result) => {
                 if modern && !result.contains_key("resultType") {
                     result.insert("resultType".into(), json!("complete"));
@@ -86,6 +97,9 @@ impl Reply {
     /// bytes, which (and what they hold of the response budget) are let go once the body is
     /// sent.
     pub fn into_json_response(self, id: &Value, modern: bool) -> Response {
+        if let Reply::Streamed(streamed) = self {
+            return (*streamed).into_json_response(id, modern);
+        }
         let Reply::Passed(raw) = self else {
             return json_response(StatusCode::OK, &self.into_message(id, modern));
         };
@@ -100,6 +114,16 @@ impl Reply {
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         headers.insert(CONTENT_LENGTH, HeaderValue::from(length));
         response
+    }
+
+    /// Sends the reply as one event on an agent's stream (a streamed answer as it arrives).
+    pub async fn send_as_event(self, id: &Value, modern: bool, tx: &mpsc::Sender<Bytes>) {
+        match self {
+            Reply::Streamed(streamed) => (*streamed).send_as_event(id, modern, tx).await,
+            other => {
+                let _ = tx.send(other.into_sse_event(id, modern)).await;
+            }
+        }
     }
 
     /// The reply as one event of an event stream.
@@ -390,11 +414,12 @@ impl Calls {
         let upstream = upstream_params(call, &resolved.tool.name, caller.log_level);
         let endpoint = &resolved.endpoint;
         let timeout = Duration::from_millis(endpoint.call_timeout_ms.max(1));
+        let deadline = tokio::time::Instant::now() + timeout;
         let (notes_tx, mut notes_rx) = mpsc::unbounded_channel::<Value>();
         let mut attempts = 0;
         let (reply, outcome) = {
-            let sending = tokio::time::timeout(
-                timeout,
+            let sending = tokio::time::timeout_at(
+                deadline,
                 self.send(
                     &resolved.server,
                     &resolved.tool,
@@ -428,6 +453,16 @@ impl Calls {
         audit.attempts = attempts;
         while let Ok(note) = notes_rx.try_recv() {
             pass_through(&resolved.server, note, caller);
+        }
+        if let Reply::Streamed(mut streamed) = reply {
+            let end = CallEnd {
+                agent: self.agent.clone(),
+                metrics: Arc::clone(&self.metrics),
+                audit,
+                decision,
+            };
+            streamed.ends_with(end, deadline, timeout);
+            return Reply::Streamed(streamed);
         }
         self.finish(&audit, decision, outcome);
         reply
@@ -607,6 +642,13 @@ impl Calls {
                         Outcome::Error,
                     );
                 }
+                Ok(CallAnswer::Streamed(result)) => {
+                    // Its outcome is known when it has ended (see `call_via`).
+                    return (
+                        Reply::Streamed(Box::new(StreamedReply::unended(*result))),
+                        Outcome::Ok,
+                    );
+                }
                 Ok(CallAnswer::Passed(raw)) => {
                     let outcome = if raw.is_error {
                         Outcome::IsError
@@ -696,37 +738,76 @@ impl Calls {
     }
 
     fn finish(&self, audit: &Audit, decision: Decision, outcome: Outcome) {
-        let duration = audit.started.elapsed();
-        let server = audit.server.as_deref();
-        let record = CallRecord {
-            agent: &self.agent,
+        record(&self.agent, &self.metrics, audit, decision, outcome);
+    }
+}
+
+/// Writes a call's audit line, trace and metrics.
+fn record(agent: &str, metrics: &Metrics, audit: &Audit, decision: Decision, outcome: Outcome) {
+    let duration = audit.started.elapsed();
+    let server = audit.server.as_deref();
+    let record = CallRecord {
+        agent,
+        server,
+        tool: &audit.name,
+        raw_tool: audit.tool.as_ref().map(|(t, _)| t.as_str()),
+        access: audit.tool.as_ref().map(|(_, a)| *a).or(audit.graded),
+        via: audit.via,
+        decision,
+        outcome,
+        duration,
+        attempts: audit.attempts,
+    };
+    audit::write(&record);
+    super::traces::call(&record);
+    let server = server.unwrap_or("").to_string();
+    if decision.sent() {
+        metrics
+            .call_duration
+            .get_or_create(&server_label(&server))
+            .observe(duration.as_secs_f64());
+    }
+    metrics
+        .calls
+        .get_or_create(&CallLabels {
             server,
-            tool: &audit.name,
-            raw_tool: audit.tool.as_ref().map(|(t, _)| t.as_str()),
-            access: audit.tool.as_ref().map(|(_, a)| *a).or(audit.graded),
-            via: audit.via,
-            decision,
-            outcome,
-            duration,
-            attempts: audit.attempts,
-        };
-        audit::write(&record);
-        super::traces::call(&record);
-        let server = server.unwrap_or("").to_string();
-        if decision.sent() {
-            self.metrics
-                .call_duration
-                .get_or_create(&server_label(&server))
-                .observe(duration.as_secs_f64());
+            decision: decision.as_str(),
+            outcome: outcome.as_str(),
+        })
+        .inc();
+}
+
+/// The end of a call whose answer goes on after [`Calls::call_via`] returned (a streamed
+/// answer): its audit line and metrics, written once the answer has ended.
+pub(super) struct CallEnd {
+    agent: String,
+    metrics: Arc<Metrics>,
+    audit: Audit,
+    decision: Decision,
+}
+
+impl CallEnd {
+    /// The server that answers.
+    pub(super) fn server(&self) -> &str {
+        self.audit.server.as_deref().unwrap_or("")
+    }
+
+    /// The answer ended with `outcome`; `why` it was broken off, when it was.
+    pub(super) fn ended(self, outcome: Outcome, why: Option<&str>) {
+        if let Some(why) = why {
+            tracing::warn!(
+                tool = %self.audit.name,
+                server = self.server(),
+                "the answer was broken off on its way to the agent: {why}"
+            );
         }
-        self.metrics
-            .calls
-            .get_or_create(&CallLabels {
-                server,
-                decision: decision.as_str(),
-                outcome: outcome.as_str(),
-            })
-            .inc();
+        record(
+            &self.agent,
+            &self.metrics,
+            &self.audit,
+            self.decision,
+            outcome,
+        );
     }
 }
 
@@ -876,7 +957,7 @@ pub(super) fn shown(name: &str) -> String {
     }
 }
 
-fn humanize(d: Duration) -> String {
+pub(super) fn humanize(d: Duration) -> String {
     if d.subsec_millis() == 0 {
         format!("{}s", d.as_secs())
     } else {

@@ -657,7 +657,7 @@ async fn tools_call(
             let _ = tx.send(sse_event(&note)).await;
         }
         if let Some(reply) = reply {
-            let _ = tx.send(reply.into_sse_event(&id, modern)).await;
+            reply.send_as_event(&id, modern, &tx).await;
         }
     });
     sse_response(rx, vec![])

@@ -51,6 +51,7 @@ pub mod prompt_pins;
 pub mod relay;
 pub mod resources_prompts;
 pub mod sessions;
+pub mod streamed;
 pub mod traces;
 pub mod upstream;
 

@@ -830,6 +830,13 @@ impl Calls {
             let id = session.next_request_id();
             match session.request(id, method, params.clone(), None).await {
                 Ok(CallAnswer::Passed(raw)) => return Forwarded::Result(raw.to_map()),
+                // `request` reads every answer whole; none is streamed.
+                Ok(CallAnswer::Streamed(_)) => {
+                    return Forwarded::Failed(
+                        format!("server {server} answered in a way this request cannot take"),
+                        Outcome::Error,
+                    );
+                }
                 Ok(CallAnswer::Result(result)) => return Forwarded::Result(result),
                 Ok(CallAnswer::Error { code, data }) => return Forwarded::Error { code, data },
                 Err(CallFailure::SessionGone { .. }) if !session_renewed => {

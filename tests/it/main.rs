@@ -52,5 +52,6 @@ mod response_budget;
 mod sidecar;
 mod sidecar_resources;
 mod sidecar_restarts;
+mod sidecar_streaming;
 mod traces;
 mod watch_tool_changes;

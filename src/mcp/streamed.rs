@@ -300,3 +300,46 @@ impl DataLines {
         Ok((Bytes::from(doc), false))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(stream: &[u8], cuts: &[usize]) -> Result<(Vec<u8>, bool), &'static str> {
+        let mut lines = DataLines::InData;
+        let mut doc = Vec::new();
+        let mut at = 0;
+        for &cut in cuts.iter().chain(std::iter::once(&stream.len())) {
+            let (bytes, ended) = lines.data_of(Bytes::copy_from_slice(&stream[at..cut]))?;
+            doc.extend_from_slice(&bytes);
+            at = cut;
+            if ended {
+                return Ok((doc, true));
+            }
+        }
+        Ok((doc, false))
+    }
+
+    #[test]
+    fn an_events_data_lines_are_the_answer_wherever_the_chunks_end() {
+        // The rest of a data line, a second data line, a comment, an id, CRLF line ends, the
+        // blank line that ends the event, and what follows it (not read).
+        let stream = b"{\"a\":\r\ndata: 1}\r\n: keep-alive\nid: 7\r\nevent: message\n\r\nevent: other\ndata: x\n\n";
+        for cut in 0..stream.len() {
+            assert_eq!(
+                data(stream, &[cut]),
+                Ok((b"{\"a\":\r\n1}\r".to_vec(), true)),
+                "cut at {cut}"
+            );
+        }
+        assert_eq!(data(b"{\"a\":1}", &[]), Ok((b"{\"a\":1}".to_vec(), false)));
+    }
+
+    #[test]
+    fn an_event_that_turns_into_another_type_is_not_an_answer() {
+        assert_eq!(
+            data(b"{}\nevent: endpoint\n\n", &[]),
+            Err("the event carrying the answer is not a message")
+        );
+    }
+}

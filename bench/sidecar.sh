@@ -110,7 +110,8 @@ with open(f"{d}/vmcp-tools.yaml", "w") as f:
         f.write("    - {workload: %s, filter: %s}\n" % (s["name"], json.dumps([t["name"] for t in s["tools"]])))
 PY
 PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-"$BIN" sidecar --grants-file "$DIR/grants/grants.json" --credentials-dir "$DIR/creds" \
+# JSON logs, as the injection runs it (the audit line is written per call).
+"$BIN" --log-format json sidecar --grants-file "$DIR/grants/grants.json" --credentials-dir "$DIR/creds" \
   --listen "127.0.0.1:$PORT" --allow-loopback 2>"$DIR/sidecar.log" &
 SIDECAR=$!
 PIDS+=($SIDECAR)

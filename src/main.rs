@@ -139,7 +139,10 @@ fn init_logging(format: LogFormat) {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     match format {
-        LogFormat::Json => builder.json().init(),
+        LogFormat::Json => {
+            builder.json().init();
+            mcp_operator::sidecar::audit::lines_as_json();
+        }
         LogFormat::Text => builder.init(),
     }
 }

@@ -11,7 +11,7 @@ use crate::sidecar_support;
 use crate::support;
 
 use serde_json::{Value, json};
-use sidecar_support::{Sidecar, grants_for, http};
+use sidecar_support::{Sidecar, grants_for, http, modern_tools_call};
 
 use std::time::Duration;
 
@@ -138,24 +138,8 @@ async fn a_read_larger_than_the_whole_budget_is_refused_at_once() {
 const SIDECAR_MEMORY_LIMIT: u64 = 128 * MIB;
 
 async fn big_call(url: &str, id: u64, bytes: u64) -> Value {
-    let params = json!({"name": "big__alpha", "arguments": {"bytes": bytes}, "_meta": {
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": {}}});
-    let response = http()
-        .post(url)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2026-07-28")
-        .header("mcp-method", "tools/call")
-        .header("mcp-name", "big__alpha")
-        .body(
-            json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params})
-                .to_string(),
-        )
-        .send()
-        .await
-        .expect("the sidecar answers");
-    assert_eq!(response.status(), 200);
+    let arguments = json!({"bytes": bytes});
+    let response = modern_tools_call(url, id, "big__alpha", arguments, json!({})).await;
     let body = response.bytes().await.expect("a body");
     serde_json::from_slice(&body).expect("a JSON answer")
 }

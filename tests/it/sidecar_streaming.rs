@@ -10,7 +10,7 @@ use crate::sidecar_support;
 use crate::support;
 
 use serde_json::{Value, json};
-use sidecar_support::{Sidecar, grants_for, http};
+use sidecar_support::{Sidecar, grants_for, http, modern_tools_call};
 use std::time::Duration;
 use support::{Fixtures, Server};
 
@@ -48,26 +48,9 @@ impl Setup {
     /// Starts a call (as a modern agent that wants log lines: the `-sse` mode's log line turns
     /// the sidecar's answer into an event stream).
     async fn call(&self, id: u64, then: &str) -> reqwest::Response {
-        let params = json!({"name": "big__alpha", "arguments": {"bytes": SIZE, "then": then}, "_meta": {
-            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-            "io.modelcontextprotocol/clientCapabilities": {},
-            "io.modelcontextprotocol/logLevel": "debug"}});
-        let response = http()
-            .post(&self.sidecar.url)
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
-            .header("mcp-protocol-version", "2026-07-28")
-            .header("mcp-method", "tools/call")
-            .header("mcp-name", "big__alpha")
-            .body(
-                json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params})
-                    .to_string(),
-            )
-            .send()
-            .await
-            .expect("the sidecar answers");
-        assert_eq!(response.status(), 200);
-        response
+        let arguments = json!({"bytes": SIZE, "then": then});
+        let meta = json!({"io.modelcontextprotocol/logLevel": "debug"});
+        modern_tools_call(&self.sidecar.url, id, "big__alpha", arguments, meta).await
     }
 
     async fn release(&self) {

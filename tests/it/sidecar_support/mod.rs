@@ -279,6 +279,40 @@ pub async fn json_of(response: reqwest::Response) -> Value {
     serde_json::from_slice(&response.bytes().await.unwrap()).expect("a JSON body")
 }
 
+/// Sends a modern-era `tools/call` of `tool` with `arguments` to the sidecar at `url`, as
+/// request `id` (`meta`: more of the request's `_meta`); the response as it starts.
+pub async fn modern_tools_call(
+    url: &str,
+    id: u64,
+    tool: &str,
+    arguments: Value,
+    meta: Value,
+) -> reqwest::Response {
+    let mut meta_all = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {}});
+    if let (Some(all), Value::Object(more)) = (meta_all.as_object_mut(), meta) {
+        all.extend(more);
+    }
+    let params = json!({"name": tool, "arguments": arguments, "_meta": meta_all});
+    let response = http()
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", tool)
+        .body(
+            json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params})
+                .to_string(),
+        )
+        .send()
+        .await
+        .expect("the sidecar answers");
+    assert_eq!(response.status(), 200);
+    response
+}
+
 pub fn http() -> reqwest::Client {
     mcp_operator::install_crypto_provider();
     reqwest::Client::builder().no_proxy().build().unwrap()

@@ -183,11 +183,6 @@ impl AnswerScan {
         self.fault.is_none() && self.unusual.is_none()
     }
 
-    /// Bytes fed so far.
-    pub fn offset(&self) -> u64 {
-        self.offset
-    }
-
     /// Reads `chunk`; returns the part of it that lies inside the result object (from its
     /// opening brace, up to but not including its closing brace, which the caller holds until
     /// the answer is judged). After a fault, nothing more is read.

@@ -134,14 +134,10 @@ impl Reply {
                 for chunk in raw.response_chunks(id, modern) {
                     event.extend_from_slice(&chunk);
                 }
-                // An event's data is one line. A line break in valid JSON can only be
-                // whitespace between tokens (a string holds none unescaped, and no UTF-8
-                // sequence contains the byte), so a space stands in for it.
-                for byte in &mut event[b"event: message\ndata: ".len()..] {
-                    if *byte == b'\n' || *byte == b'\r' {
-                        *byte = b' ';
-                    }
-                }
+                // An event's data is one line.
+                super::streamed::spaces_for_line_breaks(
+                    &mut event[b"event: message\ndata: ".len()..],
+                );
                 event.extend_from_slice(b"\n\n");
                 Bytes::from(event)
             }

@@ -192,17 +192,23 @@ impl StreamedReply {
     }
 }
 
-/// The bytes as part of one event's data line: a line break in valid JSON can only be
-/// whitespace between tokens, so a space stands in for it.
-pub(super) fn one_line(bytes: Bytes) -> Bytes {
+/// The bytes as part of one event's data line.
+fn one_line(bytes: Bytes) -> Bytes {
     if !bytes.iter().any(|&b| b == b'\n' || b == b'\r') {
         return bytes;
     }
     let mut line = bytes.to_vec();
-    for byte in &mut line {
+    spaces_for_line_breaks(&mut line);
+    Bytes::from(line)
+}
+
+/// JSON made one line: a line break in valid JSON can only be whitespace between tokens (a
+/// string holds none unescaped, and no UTF-8 sequence contains the byte), so a space stands in
+/// for it.
+pub(super) fn spaces_for_line_breaks(json: &mut [u8]) {
+    for byte in json {
         if *byte == b'\n' || *byte == b'\r' {
             *byte = b' ';
         }
     }
-    Bytes::from(line)
 }

@@ -31,7 +31,26 @@ pub enum Incoming {
 /// trace context (see [`crate::telemetry::inject_meta`]).
 pub fn request(id: u64, method: &str, mut params: Map<String, Value>) -> Value {
     crate::telemetry::inject_meta(&mut params);
-    json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+    envelope(
+        Value::from(id),
+        [
+            ("method", Value::from(method)),
+            ("params", Value::Object(params)),
+        ],
+    )
+}
+
+/// A JSON-RPC message with `id` and `members`, which are moved in. (`json!` would copy each
+/// member value through serialisation: a request's params, or a result the size of a resource,
+/// copied once more per message — issue 24's profile.)
+pub fn envelope<const N: usize>(id: Value, members: [(&str, Value); N]) -> Value {
+    let mut message = Map::new();
+    message.insert("jsonrpc".into(), Value::from("2.0"));
+    message.insert("id".into(), id);
+    for (key, value) in members {
+        message.insert(key.into(), value);
+    }
+    Value::Object(message)
 }
 
 pub fn notification(method: &str) -> Value {

@@ -35,7 +35,7 @@ pub const SESSION_NOT_FOUND: i64 = -32001;
 // ─── responses ───────────────────────────────────────────────────────────────────────────
 
 pub fn rpc_result(id: &Value, result: Map<String, Value>) -> Value {
-    json!({"jsonrpc": "2.0", "id": id, "result": result})
+    super::rpc::envelope(id.clone(), [("result", Value::Object(result))])
 }
 
 pub fn rpc_error(id: &Value, code: i64, message: &str, data: Option<Value>) -> Value {
@@ -43,7 +43,7 @@ pub fn rpc_error(id: &Value, code: i64, message: &str, data: Option<Value>) -> V
     if let Some(data) = data {
         error["data"] = data;
     }
-    json!({"jsonrpc": "2.0", "id": id, "error": error})
+    super::rpc::envelope(id.clone(), [("error", error)])
 }
 
 pub fn json_response(status: StatusCode, body: &Value) -> Response {
@@ -367,7 +367,7 @@ pub async fn read_message_charged(
             "the body is not JSON",
         )
     })?;
-    let Value::Object(message) = message else {
+    let Value::Object(mut message) = message else {
         return Err(error_response(
             StatusCode::BAD_REQUEST,
             &Value::Null,
@@ -380,9 +380,8 @@ pub async fn read_message_charged(
         .get("method")
         .and_then(Value::as_str)
         .map(str::to_string);
-    let params = match message.get("params") {
-        Some(Value::Object(p)) => p.clone(),
-        None | Some(Value::Null) => Map::new(),
+    match message.get("params") {
+        Some(Value::Object(_)) | None | Some(Value::Null) => {}
         Some(_) => {
             return Err(error_response(
                 StatusCode::BAD_REQUEST,
@@ -391,8 +390,18 @@ pub async fn read_message_charged(
                 "params must be an object",
             ));
         }
+    }
+    // Moved out, not copied: a request's params are most of it.
+    let (params, response) = match (&method, message.remove("params")) {
+        (Some(_), Some(Value::Object(params))) => (params, None),
+        (Some(_), _) => (Map::new(), None),
+        (None, params) => {
+            if let Some(params) = params {
+                message.insert("params".into(), params);
+            }
+            (Map::new(), Some(message))
+        }
     };
-    let response = method.is_none().then(|| message.clone());
     Ok(Incoming {
         id,
         method,
@@ -418,7 +427,7 @@ pub fn era_of(
     method: &str,
     params: &Map<String, Value>,
     id: Option<&Value>,
-    session_version: impl Fn(&str) -> Option<String>,
+    session_version: impl FnOnce(&str) -> Option<String>,
 ) -> Result<RequestEra, Response> {
     let null = Value::Null;
     let id = id.unwrap_or(&null);

@@ -216,17 +216,22 @@ fn json_str(line: &mut Vec<u8>, s: &str) {
 
 /// RFC 3339 in UTC with microseconds, as tracing's formatter writes it.
 fn timestamp(line: &mut Vec<u8>, now: time::OffsetDateTime) {
-    let _ = write!(
-        line,
-        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z",
-        now.year(),
-        u8::from(now.month()),
-        now.day(),
-        now.hour(),
-        now.minute(),
-        now.second(),
-        now.microsecond()
-    );
+    // Digit by digit: `write!` with padding took a third of the line's cost (issue 24).
+    let mut digits = |n: u32, width: u32, after: u8| {
+        for place in (0..width).rev() {
+            line.push(b'0' + (n / 10u32.pow(place) % 10) as u8);
+        }
+        if after != 0 {
+            line.push(after);
+        }
+    };
+    digits(now.year().clamp(0, 9999) as u32, 4, b'-');
+    digits(u8::from(now.month()).into(), 2, b'-');
+    digits(now.day().into(), 2, b'T');
+    digits(now.hour().into(), 2, b':');
+    digits(now.minute().into(), 2, b':');
+    digits(now.second().into(), 2, b'.');
+    digits(now.microsecond(), 6, b'Z');
 }
 
 /// One write of the whole line, as tracing's writer does (lines of concurrent calls never mix).
@@ -411,5 +416,30 @@ mod tests {
             &json_line(&access_fields(&access, &name, &raw), access_what(&access)),
             via_tracing(|| write_access_via_tracing(&access)),
         );
+    }
+
+    #[test]
+    fn the_timestamp_is_rfc3339_in_microseconds_as_tracing_writes_it() {
+        for unix_ns in [
+            0i128,
+            1_000,
+            1_796_515_200_123_456_789,
+            253_402_300_799_999_999_000,
+        ] {
+            let at = time::OffsetDateTime::from_unix_timestamp_nanos(unix_ns).unwrap();
+            let mut ours = Vec::new();
+            timestamp(&mut ours, at);
+            let theirs = format!(
+                "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z",
+                at.year(),
+                u8::from(at.month()),
+                at.day(),
+                at.hour(),
+                at.minute(),
+                at.second(),
+                at.microsecond()
+            );
+            assert_eq!(String::from_utf8(ours).unwrap(), theirs);
+        }
     }
 }

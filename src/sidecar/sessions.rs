@@ -20,7 +20,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -157,7 +157,9 @@ pub fn check(
 /// A session as a request finds it.
 #[derive(Debug, Clone)]
 pub struct Session {
-    pub claims: SessionClaims,
+    /// Shared: every request of a session opens it (some twice), and a copy of the claims
+    /// (the client's capabilities among them) each time was a measurable part of a call.
+    pub claims: Arc<SessionClaims>,
     /// The level `logging/setLevel` set in this process; None: the default.
     pub log_level: Option<String>,
 }
@@ -206,7 +208,7 @@ impl Sessions {
         self.remember(
             &token,
             Session {
-                claims,
+                claims: Arc::new(claims),
                 log_level: None,
             },
         );
@@ -236,7 +238,7 @@ impl Sessions {
             return Err(SessionError::Ended);
         }
         let session = Session {
-            claims,
+            claims: Arc::new(claims),
             log_level: None,
         };
         self.remember(token, session.clone());

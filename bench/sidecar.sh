@@ -30,6 +30,7 @@
 #   BENCH_LOAD=target/release/deps/sidecar_load-<hash> bash bench/sidecar.sh
 #   BENCH_PEER=none bash bench/sidecar.sh     # without vMCP (no thv build): its rows are left out
 #   BENCH_ONLY=resources bash bench/sidecar.sh   # only the read/get and OAuth rows
+#   BENCH_ONLY=calls bash bench/sidecar.sh       # only the tool call rows (bench/profile.sh)
 set -euo pipefail
 CALLS=${CALLS:-5000}
 ROUNDS=${ROUNDS:-3}
@@ -175,7 +176,7 @@ print(" ".join("-" if rows[0][i] == "-" else "%.0f" % statistics.median(float(r[
 printf '%-7s %-4s %-13s %8s %8s %8s %9s %11s\n' era conc path p50_us p95_us p99_us calls/s cpu_us/call
 line() { printf '%-7s %-4s %-13s %8s %8s %8s %9s %11s\n' "$@"; }
 SUMMARY=()
-if [[ $BENCH_ONLY == all ]]; then
+if [[ $BENCH_ONLY == all || $BENCH_ONLY == calls ]]; then
 for era in legacy modern; do
   mode=$([ "$era" = legacy ] && echo ok || echo modern)
   for c in 1 64; do
@@ -229,6 +230,7 @@ for c in 1 64; do
   SUMMARY+=("$(printf '| approval refusal, %s | – | %s µs (whole call) | – | %s µs | – | %s calls/s | – | – |' "$c" "$g50" "$gcpu" "$gtp")")
 done
 fi
+if [[ $BENCH_ONLY != calls ]]; then
 # resources/read and prompts/get, direct and through the sidecar (vMCP is not asked: the
 # comparison is the sidecar's narrowing and renaming against the bare request).
 for era in legacy modern; do
@@ -260,6 +262,7 @@ for c in 1 64; do
     "$c" "$p50" "$((o50 - p50))" "$ocpu" "$pcpu" "$((100 * otp / ptp))")")
 done
 echo "oauth: the issuer issued $(issued) token(s) over $OAUTH_CALLS calls through the sidecar"
+fi
 echo
 echo "| era, clients | direct p50 | sidecar added p50 | vMCP added p50 | sidecar CPU/call | vMCP CPU/call | sidecar tput vs direct | vMCP tput vs direct | floor: added p50, CPU/call, tput |"
 echo "|---|---|---|---|---|---|---|---|---|"

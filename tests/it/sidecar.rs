@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 use sidecar_support::{
     RawLegacyAgent, Sidecar, Signer, agent, agent_with, files_behind_sidecar, grants_for, http,
-    inspector, json_of, names, upstream_calls, upstream_cancelled,
+    inspector, json_of, modern_tools_call, names, upstream_calls, upstream_cancelled,
 };
 use support::Fixtures;
 
@@ -948,29 +948,12 @@ async fn a_client_that_cannot_answer_forms_is_refused_and_nothing_runs() {
     );
 }
 
-/// A modern client by hand: one `tools/call` with the given extra params.
+/// A modern client that can answer forms: one `tools/call` with the given extra params.
 async fn modern_call(url: &str, id: u64, name: &str, arguments: Value, extra: Value) -> Value {
-    let mut params = json!({"name": name, "arguments": arguments, "_meta": {
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}}}});
-    for (k, v) in extra.as_object().cloned().unwrap_or_default() {
-        params[k] = v;
-    }
-    let r = http()
-        .post(url)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2026-07-28")
-        .header("mcp-method", "tools/call")
-        .header("mcp-name", name)
-        .body(
-            json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params})
-                .to_string(),
-        )
-        .send()
-        .await
-        .unwrap();
-    json_of(r).await
+    let mut extra = extra;
+    extra["_meta"] = json!({
+        "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}}});
+    json_of(modern_tools_call(url, id, name, arguments, extra).await).await
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -49,7 +49,7 @@ impl Setup {
     /// the sidecar's answer into an event stream).
     async fn call(&self, id: u64, then: &str) -> reqwest::Response {
         let arguments = json!({"bytes": SIZE, "then": then});
-        let meta = json!({"io.modelcontextprotocol/logLevel": "debug"});
+        let meta = json!({"_meta": {"io.modelcontextprotocol/logLevel": "debug"}});
         modern_tools_call(&self.sidecar.url, id, "big__alpha", arguments, meta).await
     }
 

@@ -280,21 +280,24 @@ pub async fn json_of(response: reqwest::Response) -> Value {
 }
 
 /// Sends a modern-era `tools/call` of `tool` with `arguments` to the sidecar at `url`, as
-/// request `id` (`meta`: more of the request's `_meta`); the response as it starts.
+/// request `id`; `extra`: more params (its `_meta` adds to, or replaces members of, the
+/// request's own). The response as it starts.
 pub async fn modern_tools_call(
     url: &str,
     id: u64,
     tool: &str,
     arguments: Value,
-    meta: Value,
+    extra: Value,
 ) -> reqwest::Response {
-    let mut meta_all = json!({
+    let mut params = json!({"name": tool, "arguments": arguments, "_meta": {
         "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": {}});
-    if let (Some(all), Value::Object(more)) = (meta_all.as_object_mut(), meta) {
-        all.extend(more);
+        "io.modelcontextprotocol/clientCapabilities": {}}});
+    for (key, value) in extra.as_object().cloned().unwrap_or_default() {
+        match (params["_meta"].as_object_mut(), key.as_str(), value) {
+            (Some(meta), "_meta", Value::Object(more)) => meta.extend(more),
+            (_, _, value) => params[key] = value,
+        }
     }
-    let params = json!({"name": tool, "arguments": arguments, "_meta": meta_all});
     let response = http()
         .post(url)
         .header("content-type", "application/json")

@@ -380,8 +380,10 @@ pub async fn read_message_charged(
         .get("method")
         .and_then(Value::as_str)
         .map(str::to_string);
-    match message.get("params") {
-        Some(Value::Object(_)) | None | Some(Value::Null) => {}
+    // Moved out, not copied: a request's params are most of it.
+    let params = match message.remove("params") {
+        Some(Value::Object(params)) => Some(params),
+        None | Some(Value::Null) => None,
         Some(_) => {
             return Err(error_response(
                 StatusCode::BAD_REQUEST,
@@ -390,18 +392,10 @@ pub async fn read_message_charged(
                 "params must be an object",
             ));
         }
-    }
-    // Moved out, not copied: a request's params are most of it.
-    let (params, response) = match (&method, message.remove("params")) {
-        (Some(_), Some(Value::Object(params))) => (params, None),
-        (Some(_), _) => (Map::new(), None),
-        (None, params) => {
-            if let Some(params) = params {
-                message.insert("params".into(), params);
-            }
-            (Map::new(), Some(message))
-        }
     };
+    // A response goes on to the request it answers (JSON-RPC gives a response no params).
+    let response = method.is_none().then_some(message);
+    let params = params.unwrap_or_default();
     Ok(Incoming {
         id,
         method,

@@ -150,13 +150,21 @@ fn access_str(access: Option<Access>) -> &'static str {
 }
 
 pub fn write(record: &CallRecord<'_>) {
-    if AS_JSON.load(Ordering::Relaxed) {
-        if audit_enabled() {
-            emit(&json_line(&call_fields(record), "tool call"));
-        }
-        return;
+    if !written_as_json(|| json_line(&call_fields(record), "tool call")) {
+        write_via_tracing(record);
     }
-    write_via_tracing(record);
+}
+
+/// With JSON logs: writes the line `line` builds, when the log filter lets audit lines
+/// through, and says it took the line (true); otherwise the line is tracing's to write.
+fn written_as_json(line: impl FnOnce() -> Vec<u8>) -> bool {
+    if !AS_JSON.load(Ordering::Relaxed) {
+        return false;
+    }
+    if audit_enabled() {
+        emit(&line());
+    }
+    true
 }
 
 /// A call's fields, in the order tracing's formatter writes them.
@@ -240,14 +248,13 @@ fn emit(line: &[u8]) {
 }
 
 fn write_via_tracing(record: &CallRecord<'_>) {
-    let access = record.access.map(|a| access_str(Some(a)));
     tracing::info!(
         target: "mcp_sidecar::audit",
         agent = record.agent,
         server = record.server.unwrap_or(""),
         tool = record.tool,
         raw_tool = record.raw_tool.unwrap_or(""),
-        access = access.unwrap_or(""),
+        access = access_str(record.access),
         decision = record.decision.as_str(),
         outcome = record.outcome.as_str(),
         duration_ms = record.duration.as_secs_f64() * 1000.0,
@@ -275,17 +282,13 @@ pub struct AccessRecord<'a> {
 }
 
 pub fn write_access(record: &AccessRecord<'_>) {
-    if AS_JSON.load(Ordering::Relaxed) {
-        if audit_enabled() {
-            let (name, raw) = (bounded(record.name), bounded(record.raw.unwrap_or("")));
-            emit(&json_line(
-                &access_fields(record, &name, &raw),
-                access_what(record),
-            ));
-        }
-        return;
+    let line = || {
+        let (name, raw) = (bounded(record.name), bounded(record.raw.unwrap_or("")));
+        json_line(&access_fields(record, &name, &raw), access_what(record))
+    };
+    if !written_as_json(line) {
+        write_access_via_tracing(record);
     }
-    write_access_via_tracing(record);
 }
 
 fn access_what(record: &AccessRecord<'_>) -> &'static str {

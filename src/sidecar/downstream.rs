@@ -268,9 +268,9 @@ async fn dispatch(
     }
 }
 
-#[allow(clippy::result_large_err)]
 /// The request's era, and the legacy session it names, opened (once per request: the call
 /// needs its claims too).
+#[allow(clippy::result_large_err)]
 fn era_of(
     d: &Downstream,
     headers: &HeaderMap,
@@ -585,18 +585,19 @@ async fn tools_call(
     // go before it: the usual call takes no second task.
     let mut running = Running {
         call: Some(Box::pin(crate::telemetry::in_current(async move {
-            let caller = Caller {
-                era: match &session {
-                    Some((session, claims)) => CallerEra::Legacy {
+            let (era, capabilities) = match &session {
+                Some((session, claims)) => (
+                    CallerEra::Legacy {
                         session,
                         protocol_version: &claims.protocol,
                     },
-                    None => CallerEra::Modern,
-                },
-                capabilities: match &session {
-                    Some((_, claims)) => claims.capabilities.as_ref(),
-                    None => requested_capabilities.as_ref(),
-                },
+                    claims.capabilities.as_ref(),
+                ),
+                None => (CallerEra::Modern, requested_capabilities.as_ref()),
+            };
+            let caller = Caller {
+                era,
+                capabilities,
                 stream: streams.then_some(&stream_tx),
                 log_level: log_level.as_deref(),
             };

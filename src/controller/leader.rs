@@ -18,7 +18,10 @@
 //! cannot be taken over before T + duration, whatever the wall clocks say. The leader therefore
 //! sends writes only until T + duration − margin, and abandons a write still unanswered then. A paused leader wakes past that instant and writes
 //! nothing; a leader that cannot reach the apiserver stops writing at the same instant, before
-//! any standby may lead. A clean shutdown releases the Lease (empty holder), which a standby
+//! any standby may lead. Writes the leader sent inside its window can still sit queued in a
+//! paused apiserver; the standby's count therefore runs only over prompt answers and starts
+//! over after a slow or failed read, so the queue is worked through before it takes over
+//! ([`unchanged_for`]). A clean shutdown releases the Lease (empty holder), which a standby
 //! takes at its next look instead of waiting for expiry.
 
 use std::future::Future;
@@ -206,6 +209,14 @@ impl Timing {
     }
 }
 
+impl Timing {
+    /// The longest a read of the Lease may take and still count as the apiserver answering
+    /// promptly (see [`unchanged_for`]).
+    fn prompt_answer(&self) -> Duration {
+        self.retry_every
+    }
+}
+
 impl Default for Timing {
     fn default() -> Self {
         Timing::for_duration(Duration::from_secs(4))
@@ -246,6 +257,35 @@ fn decide(record: &Record, me: &str, unchanged_for: Duration, may_lead: bool) ->
             } else {
                 Step::Follow
             }
+        }
+    }
+}
+
+/// How long the Lease's record has been seen unchanged, on this replica's clock, after a look
+/// that sent its read at `asked` and had the answer at `answered`.
+///
+/// Only an apiserver that answers promptly counts the time: a slow answer (or a failed read,
+/// which forgets the observation) means requests were queued in between — a paused apiserver,
+/// a stalled etcd — and writes the holder sent inside its window may still be queued behind
+/// ours. Those are applied when the apiserver resumes, in any order with ours, so the count
+/// starts over there: a standby takes the Lease only after a whole duration of prompt answers,
+/// by which time the apiserver has worked through what was queued (and a holder that is still
+/// alive has renewed).
+fn unchanged_for(
+    observed: &mut Option<(String, Instant)>,
+    version: &str,
+    asked: Instant,
+    answered: Instant,
+    prompt: Duration,
+) -> Duration {
+    let prompt = answered.saturating_duration_since(asked) <= prompt;
+    match observed {
+        Some((seen, since)) if seen == version && prompt => {
+            answered.saturating_duration_since(*since)
+        }
+        _ => {
+            *observed = Some((version.to_string(), answered));
+            Duration::ZERO
         }
     }
 }
@@ -327,10 +367,12 @@ impl Elector {
         {
             return self.write(&version, 0, false, observed, own).await || self.still_valid();
         }
+        let asked = Instant::now();
         let lease = match self.api.get_opt(&self.name).await {
             Ok(lease) => lease,
             Err(e) => {
                 debug!(lease = %self.name, "reading the Lease failed: {e}");
+                *observed = None;
                 return self.still_valid();
             }
         };
@@ -338,14 +380,13 @@ impl Elector {
             return may_lead && self.create().await;
         };
         let version = lease.metadata.resource_version.clone().unwrap_or_default();
-        let now = Instant::now();
-        let unchanged_since = match observed {
-            Some((v, at)) if *v == version => *at,
-            _ => {
-                *observed = Some((version.clone(), now));
-                now
-            }
-        };
+        let unchanged_for = unchanged_for(
+            observed,
+            &version,
+            asked,
+            Instant::now(),
+            self.timing.prompt_answer(),
+        );
         let spec = lease.spec.unwrap_or_default();
         let record = Record {
             holder: spec.holder_identity.clone(),
@@ -353,12 +394,7 @@ impl Elector {
                 u64::try_from(spec.lease_duration_seconds.unwrap_or(1).max(1)).unwrap_or(1),
             ),
         };
-        match decide(
-            &record,
-            &self.identity,
-            now.saturating_duration_since(unchanged_since),
-            may_lead,
-        ) {
+        match decide(&record, &self.identity, unchanged_for, may_lead) {
             Step::Renew => {
                 self.write(
                     &version,
@@ -556,6 +592,45 @@ mod tests {
         assert_eq!(
             decide(&r, "me", Duration::from_secs(4), false),
             Step::Follow
+        );
+    }
+
+    #[test]
+    fn the_count_starts_over_after_a_slow_answer_or_a_failed_read() {
+        let prompt = Duration::from_millis(500);
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut observed = None;
+        assert_eq!(
+            unchanged_for(&mut observed, "7", at(0), at(10), prompt),
+            Duration::ZERO
+        );
+        assert_eq!(
+            unchanged_for(&mut observed, "7", at(4000), at(4010), prompt),
+            Duration::from_millis(4000),
+            "prompt answers count the time from the first sight"
+        );
+        // The apiserver paused for 15 s: the read sent at 4.5 s is answered at 19.5 s with the
+        // same record. Writes the holder sent before its window closed may still be queued.
+        assert_eq!(
+            unchanged_for(&mut observed, "7", at(4500), at(19_500), prompt),
+            Duration::ZERO,
+            "a slow answer starts the count over"
+        );
+        assert_eq!(
+            unchanged_for(&mut observed, "7", at(20_000), at(20_010), prompt),
+            Duration::from_millis(510)
+        );
+        assert_eq!(
+            unchanged_for(&mut observed, "8", at(21_000), at(21_010), prompt),
+            Duration::ZERO,
+            "a changed record starts the count over"
+        );
+        // A failed read forgets the observation (step sets it to None).
+        observed = None;
+        assert_eq!(
+            unchanged_for(&mut observed, "8", at(30_000), at(30_010), prompt),
+            Duration::ZERO
         );
     }
 

@@ -144,13 +144,20 @@ start_replica replica-a
 start_replica replica-b
 
 # The tool count a grants document must have under the current ceiling, from the server's own
-# catalogue (its status), so the check does not hard-code the fixture.
+# catalogue (its status), so the check does not hard-code the fixture. Right after the replicas
+# start the catalogue may not be read yet: waits for it (at most 60 s).
 expected_tools() {
-  k -n "$NS" get mcpserver files -o json | CEILING=$CEILING python3 -c '
+  local started=$SECONDS
+  until k -n "$NS" get mcpserver files -o json | CEILING=$CEILING python3 -c '
 import json, os, sys
 order = {"read": 0, "write": 1, "destructive": 2}
-tools = json.load(sys.stdin)["status"]["catalog"]["tools"]
-print(sum(1 for t in tools if order[t["access"]] <= order[os.environ["CEILING"]]))'
+tools = json.load(sys.stdin).get("status", {}).get("catalog", {}).get("tools")
+if tools is None:
+    sys.exit("the McpServer files has no catalogue in its status yet")
+print(sum(1 for t in tools if order[t["access"]] <= order[os.environ["CEILING"]]))' 2>"$DIR/expected.err"; do
+    ((SECONDS - started < 60)) || die "$(cat "$DIR/expected.err") after 60 s"
+    sleep 0.25
+  done
 }
 
 # converged: every ordinary AgentSpec (agent-NN) has a grants ConfigMap listing exactly the expected tools, and its

@@ -119,12 +119,14 @@ impl Http {
         let Some(oauth) = &self.oauth else {
             return judge(self.dispatch(request).await?, step);
         };
-        let token = oauth.token().await?;
+        // The token paths are boxed: without them this future is a kilobyte larger for every
+        // request, OAuth or not, and it is moved with each call's.
+        let token = Box::pin(oauth.token()).await?;
         let again = request.try_clone();
         let response = self.dispatch(with_token(request, &token)?).await?;
         match again {
             Some(again) if response.status() == StatusCode::UNAUTHORIZED => {
-                let fresh = oauth.renew(&token).await?;
+                let fresh = Box::pin(oauth.renew(&token)).await?;
                 judge(self.dispatch(with_token(again, &fresh)?).await?, step)
             }
             _ => judge(response, step),

@@ -64,7 +64,9 @@ impl Pool {
         if let Some(session) = current.as_ref() {
             return Ok(Arc::clone(session));
         }
-        let session = Arc::new(ToolSession::open(&resolved.conn, era).await?);
+        // Boxed: opening is rare (once per server and credential) and its future is kilobytes;
+        // inline, every call's future would carry that space and be moved with it.
+        let session = Arc::new(Box::pin(ToolSession::open(&resolved.conn, era)).await?);
         self.metrics
             .upstream_connects
             .get_or_create(&server_label(server))

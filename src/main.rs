@@ -4,6 +4,11 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
+mod allocator;
+
+#[global_allocator]
+static ALLOCATOR: allocator::ByRole = allocator::ByRole;
+
 /// Declares remote MCP servers and the tool grants of AI agents on Kubernetes.
 #[derive(Parser)]
 #[command(name = "mcp-operator", version, about)]

@@ -30,7 +30,7 @@
 //!
 //! The high-water mark of bytes in use is kept, for metrics and tests.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashSet, VecDeque};
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -75,7 +75,8 @@ struct Books {
     in_use: u64,
     high_water: u64,
     /// Bytes held per allowance (only allowances that hold something).
-    held: HashMap<u64, u64>,
+    /// (foldhash: looked up several times per call; the keys are our own counters.)
+    held: foldhash::HashMap<u64, u64>,
     queue: VecDeque<Waiter>,
     /// Allowances refused to break a deadlock: what they read is no longer counted, so they may
     /// take nothing more (their read has failed).

@@ -25,7 +25,7 @@
 //! to and is granted now (see relay).
 //! ```
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -77,7 +77,8 @@ pub struct Downstream {
     /// Legacy sessions: sealed ids, so a restarted sidecar serves the ones issued before.
     pub sessions: Arc<Sessions>,
     /// In-flight calls the agent may cancel: (session or "", request id) → signal.
-    in_flight: std::sync::Mutex<HashMap<(String, String), Arc<Notify>>>,
+    /// (foldhash: inserted, looked up and removed on every call.)
+    in_flight: std::sync::Mutex<foldhash::HashMap<(String, String), Arc<Notify>>>,
 }
 
 impl Downstream {
@@ -98,7 +99,7 @@ impl Downstream {
             check_host,
             shutdown,
             sessions,
-            in_flight: std::sync::Mutex::new(HashMap::new()),
+            in_flight: std::sync::Mutex::new(foldhash::HashMap::default()),
         })
     }
 

@@ -180,7 +180,8 @@ pub struct Sessions {
 
 #[derive(Default)]
 struct Cache {
-    by_token: HashMap<String, Cached>,
+    /// (foldhash: looked up on every legacy request; the tokens are ours, signed.)
+    by_token: foldhash::HashMap<String, Cached>,
     tick: u64,
 }
 

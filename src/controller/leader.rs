@@ -209,14 +209,6 @@ impl Timing {
     }
 }
 
-impl Timing {
-    /// The longest a read of the Lease may take and still count as the apiserver answering
-    /// promptly (see [`unchanged_for`]).
-    fn prompt_answer(&self) -> Duration {
-        self.retry_every
-    }
-}
-
 impl Default for Timing {
     fn default() -> Self {
         Timing::for_duration(Duration::from_secs(4))
@@ -262,10 +254,11 @@ fn decide(record: &Record, me: &str, unchanged_for: Duration, may_lead: bool) ->
 }
 
 /// How long the Lease's record has been seen unchanged, on this replica's clock, after a look
-/// that sent its read at `asked` and had the answer at `answered`.
+/// that sent its read at `asked` and had the answer at `answered`: the record's version, or
+/// None when the read failed.
 ///
-/// Only an apiserver that answers promptly counts the time: a slow answer (or a failed read,
-/// which forgets the observation) means requests were queued in between — a paused apiserver,
+/// Only an apiserver that answers within `prompt` counts the time: a slow answer (or a failed
+/// read, which forgets the observation) means requests were queued in between — a paused apiserver,
 /// a stalled etcd — and writes the holder sent inside its window may still be queued behind
 /// ours. Those are applied when the apiserver resumes, in any order with ours, so the count
 /// starts over there: a standby takes the Lease only after a whole duration of prompt answers,
@@ -273,11 +266,15 @@ fn decide(record: &Record, me: &str, unchanged_for: Duration, may_lead: bool) ->
 /// alive has renewed).
 fn unchanged_for(
     observed: &mut Option<(String, Instant)>,
-    version: &str,
+    version: Option<&str>,
     asked: Instant,
     answered: Instant,
     prompt: Duration,
 ) -> Duration {
+    let Some(version) = version else {
+        *observed = None;
+        return Duration::ZERO;
+    };
     let prompt = answered.saturating_duration_since(asked) <= prompt;
     match observed {
         Some((seen, since)) if seen == version && prompt => {
@@ -372,7 +369,7 @@ impl Elector {
             Ok(lease) => lease,
             Err(e) => {
                 debug!(lease = %self.name, "reading the Lease failed: {e}");
-                *observed = None;
+                unchanged_for(observed, None, asked, Instant::now(), Duration::ZERO);
                 return self.still_valid();
             }
         };
@@ -380,12 +377,13 @@ impl Elector {
             return may_lead && self.create().await;
         };
         let version = lease.metadata.resource_version.clone().unwrap_or_default();
+        // Prompt: within the standby's own look period.
         let unchanged_for = unchanged_for(
             observed,
-            &version,
+            Some(&version),
             asked,
             Instant::now(),
-            self.timing.prompt_answer(),
+            self.timing.retry_every,
         );
         let spec = lease.spec.unwrap_or_default();
         let record = Record {
@@ -602,35 +600,42 @@ mod tests {
         let at = |ms: u64| t0 + Duration::from_millis(ms);
         let mut observed = None;
         assert_eq!(
-            unchanged_for(&mut observed, "7", at(0), at(10), prompt),
+            unchanged_for(&mut observed, Some("7"), at(0), at(10), prompt),
             Duration::ZERO
         );
         assert_eq!(
-            unchanged_for(&mut observed, "7", at(4000), at(4010), prompt),
+            unchanged_for(&mut observed, Some("7"), at(4000), at(4010), prompt),
             Duration::from_millis(4000),
             "prompt answers count the time from the first sight"
         );
         // The apiserver paused for 15 s: the read sent at 4.5 s is answered at 19.5 s with the
         // same record. Writes the holder sent before its window closed may still be queued.
         assert_eq!(
-            unchanged_for(&mut observed, "7", at(4500), at(19_500), prompt),
+            unchanged_for(&mut observed, Some("7"), at(4500), at(19_500), prompt),
             Duration::ZERO,
             "a slow answer starts the count over"
         );
         assert_eq!(
-            unchanged_for(&mut observed, "7", at(20_000), at(20_010), prompt),
+            unchanged_for(&mut observed, Some("7"), at(20_000), at(20_010), prompt),
             Duration::from_millis(510)
         );
         assert_eq!(
-            unchanged_for(&mut observed, "8", at(21_000), at(21_010), prompt),
+            unchanged_for(&mut observed, Some("8"), at(21_000), at(21_010), prompt),
             Duration::ZERO,
             "a changed record starts the count over"
         );
-        // A failed read forgets the observation (step sets it to None).
-        observed = None;
         assert_eq!(
-            unchanged_for(&mut observed, "8", at(30_000), at(30_010), prompt),
+            unchanged_for(&mut observed, Some("8"), at(25_000), at(25_010), prompt),
+            Duration::from_millis(4000)
+        );
+        assert_eq!(
+            unchanged_for(&mut observed, None, at(26_000), at(26_010), prompt),
             Duration::ZERO
+        );
+        assert_eq!(
+            unchanged_for(&mut observed, Some("8"), at(27_000), at(27_010), prompt),
+            Duration::ZERO,
+            "a failed read forgets what was seen before it"
         );
     }
 

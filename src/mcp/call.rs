@@ -21,8 +21,8 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use reqwest::StatusCode;
-use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+use http::StatusCode;
+use http::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use serde_json::{Map, Value};
 use tokio::sync::{Mutex, mpsc};
 
@@ -33,7 +33,7 @@ use super::budget::{Allowance, ReservationShare, ResponseBudget, UnannouncedAnsw
 use super::connection::{ServerConnection, TransportKind};
 use super::endpoint;
 use super::error::McpError;
-use super::http::{AnswerRead, Http, content_type};
+use super::http::{AnswerRead, Http, Response, content_type};
 use super::http_sse::HttpSse;
 use super::pass_through::RawResult;
 use super::rpc::{self, Incoming, RpcReply};
@@ -293,7 +293,7 @@ impl ToolSession {
             http: http.clone(),
             session_id: session_id.clone(),
         };
-        let max_event_bytes = http.max_response_bytes;
+        let max_event_bytes = http.max_response_bytes();
         match self.era {
             Era::Legacy => {
                 if session_id.is_none() {
@@ -345,9 +345,12 @@ impl ToolSession {
             CallWire::Streamable { http, session_id } => {
                 let headers = self.headers("notifications/cancelled", None);
                 let mut request = http
-                    .post(&http.endpoint.url)
-                    .header(ACCEPT, "application/json, text/event-stream")
-                    .header(CONTENT_TYPE, "application/json")
+                    .post(&http.endpoint().url)
+                    .header(
+                        ACCEPT,
+                        HeaderValue::from_static("application/json, text/event-stream"),
+                    )
+                    .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
                     .headers(headers)
                     .body(serde_json::to_vec(&note).expect("JSON serialises"));
                 if let Some(session) = session_id {
@@ -373,7 +376,7 @@ impl ToolSession {
         } = self.wire
         {
             let request = http
-                .delete(&http.endpoint.url)
+                .delete(&http.endpoint().url)
                 .header(SESSION_HEADER, session);
             let _ = tokio::time::timeout(std::time::Duration::from_secs(2), http.send(request, ""))
                 .await;
@@ -410,7 +413,7 @@ impl ToolSession {
     ) -> Result<CallAnswer, CallFailure> {
         let id = reading.id;
         let request = http
-            .post(&http.endpoint.url)
+            .post(&http.endpoint().url)
             .headers(headers)
             .body(serde_json::to_vec(body).expect("a JSON value serialises"));
         // This call's share of the response budget (the connection's is for its handshake).
@@ -540,9 +543,12 @@ impl ToolSession {
         let mut headers = headers.clone();
         headers.remove(HeaderName::from_static("mcp-method"));
         let mut request = http
-            .post(&http.endpoint.url)
-            .header(ACCEPT, "application/json, text/event-stream")
-            .header(CONTENT_TYPE, "application/json")
+            .post(&http.endpoint().url)
+            .header(
+                ACCEPT,
+                HeaderValue::from_static("application/json, text/event-stream"),
+            )
+            .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
             .headers(headers)
             .body(serde_json::to_vec(&answer).expect("JSON serialises"));
         if let Some(session) = session_id {
@@ -561,7 +567,7 @@ impl ToolSession {
 /// the ids of requests the server sent to `refuse`.
 async fn read_call_stream(
     http: &Http,
-    mut response: reqwest::Response,
+    mut response: Response,
     reading: Reading<'_>,
     allowance: &Arc<Allowance>,
     share: Option<ReservationShare>,
@@ -572,12 +578,12 @@ async fn read_call_stream(
         notifications,
         mut stream_past,
     } = reading;
-    let mut reader = SseReader::whole(http.max_response_bytes);
+    let mut reader = SseReader::whole(http.max_response_bytes());
     // An answer that may be passed on as it comes holds at most its first bytes: charged as
     // they come, never reserved ahead.
     let mut charge = match stream_past {
         Some(_) => UnannouncedAnswer::chunk_by_chunk(),
-        None => UnannouncedAnswer::reserving(http.max_response_bytes, share),
+        None => UnannouncedAnswer::reserving(http.max_response_bytes(), share),
     };
     let mut read = 0u64;
     loop {
@@ -669,9 +675,9 @@ async fn read_call_stream(
 /// is wrong so far (it goes on as it comes); otherwise the bytes and the response back.
 fn begun_result(
     body: Vec<u8>,
-    response: reqwest::Response,
+    response: Response,
     read: u64,
-) -> Result<Begun, Box<(Vec<u8>, reqwest::Response)>> {
+) -> Result<Begun, Box<(Vec<u8>, Response)>> {
     let mut scan = AnswerScan::default();
     let range = scan.feed(&body);
     if !scan.inside_result() {

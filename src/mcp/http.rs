@@ -1,35 +1,130 @@
-//! The HTTP side of both MCP transports: one reqwest client per server, pinned to the addresses
-//! the endpoint guard checked, with credentials attached as sensitive headers, redirects refused,
-//! and every response body read against the byte cap and charged to the connection's share of
-//! the response budget as it arrives.
+//! The HTTP side of both MCP transports: one pooled client per server (hyper's, reached
+//! directly: a call costs no URL parsing, redirect or retry layers), pinned to the addresses
+//! the endpoint guard checked, with credentials attached as sensitive headers, redirects never
+//! followed, and every response body read against the byte cap and charged to the
+//! connection's share of the response budget as it arrives.
 
-use std::error::Error as _;
-use std::sync::{Arc, OnceLock};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
-use reqwest::{Response, StatusCode};
+use http::header::{ACCEPT, HeaderMap, HeaderName, HeaderValue, IntoHeaderName, USER_AGENT};
+use http::{Method, StatusCode, Uri};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::connect::dns::Name;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use super::budget::{Allowance, ReservationShare, UnannouncedAnswer};
 use super::connection::{Credentials, TlsSettings};
 use super::endpoint::{CheckedEndpoint, EndpointPolicy};
 use super::error::McpError;
 use super::oauth::TokenClient;
+use super::tls::{self, Roots};
+
+type Client = hyper_util::client::legacy::Client<
+    hyper_rustls::HttpsConnector<HttpConnector<PinnedResolver>>,
+    Full<Bytes>,
+>;
 
 /// The HTTP client for one server. Cloning shares the connection pool (the sidecar sends
-/// concurrent calls over clones).
+/// concurrent calls over clones) and this connection's share of the response budget.
 #[derive(Clone)]
 pub struct Http {
-    client: reqwest::Client,
-    pub endpoint: CheckedEndpoint,
+    server: Arc<Server>,
+    /// What this connection's bodies hold of the response budget (clones share it).
+    allowance: Arc<Allowance>,
+}
+
+/// What every request to one server shares, fixed when the connection is made.
+struct Server {
+    client: Client,
+    endpoint: CheckedEndpoint,
+    /// The endpoint's URL as the client takes it, converted once.
+    endpoint_uri: Option<Uri>,
     credential_headers: HeaderMap,
     /// The server's OAuth tokens, shared with every connection of the same settings.
     oauth: Option<Arc<TokenClient>>,
-    pub max_response_bytes: u64,
+    max_response_bytes: u64,
     connect_timeout: Duration,
-    /// What this connection's bodies hold of the response budget (clones share it).
-    allowance: Arc<Allowance>,
+}
+
+/// One request to the server, built by [`Http::post`], [`Http::get`] or [`Http::delete`].
+/// Its body is bytes, so it can always be sent again (with a renewed OAuth token).
+#[derive(Clone)]
+pub struct Request {
+    method: Method,
+    uri: Result<Uri, String>,
+    headers: HeaderMap,
+    body: Bytes,
+}
+
+impl Request {
+    /// Sets `name` (replacing what was set before).
+    pub fn header(mut self, name: impl IntoHeaderName, value: HeaderValue) -> Self {
+        self.headers.insert(name, value);
+        self
+    }
+
+    /// Sets each of `headers` (replacing what was set before under the same names).
+    pub fn headers(mut self, headers: HeaderMap) -> Self {
+        let mut last = None;
+        for (name, value) in headers {
+            // A name comes once, before its values; several values of one name are kept.
+            match name {
+                Some(name) => {
+                    self.headers.insert(name.clone(), value);
+                    last = Some(name);
+                }
+                None => {
+                    if let Some(name) = &last {
+                        self.headers.append(name, value);
+                    }
+                }
+            }
+        }
+        self
+    }
+
+    pub fn body(mut self, body: impl Into<Bytes>) -> Self {
+        self.body = body.into();
+        self
+    }
+}
+
+/// A server's response: its head, and its body read chunk by chunk.
+pub struct Response {
+    head: http::response::Parts,
+    body: hyper::body::Incoming,
+}
+
+impl Response {
+    pub fn status(&self) -> StatusCode {
+        self.head.status
+    }
+
+    pub fn headers(&self) -> &HeaderMap {
+        &self.head.headers
+    }
+
+    /// The body's length, when the server announced it.
+    pub fn content_length(&self) -> Option<u64> {
+        hyper::body::Body::size_hint(&self.body).exact()
+    }
+
+    /// The body's next bytes; `None` at its end (trailers are skipped).
+    pub async fn chunk(&mut self) -> Result<Option<Bytes>, hyper::Error> {
+        while let Some(frame) = self.body.frame().await {
+            if let Ok(data) = frame?.into_data()
+                && !data.is_empty()
+            {
+                return Ok(Some(data));
+            }
+        }
+        Ok(None)
+    }
 }
 
 /// How much of a call's answer [`Http::read_answer_or_begin`] read.
@@ -40,30 +135,33 @@ pub enum AnswerRead {
     Begun { body: Vec<u8>, response: Response },
 }
 
-/// The TLS settings of every server verified against the system's root certificates, built
-/// once: reqwest reads and parses every system root each time it builds such a client, and the
-/// controller builds one per probe (up to --probe-concurrency at once), each holding its own
-/// copy of the roots for the probe's life. What reqwest would build: the platform verifier,
-/// every TLS version, ALPN h2 then http/1.1.
-fn system_roots_tls() -> Result<rustls::ClientConfig, String> {
-    static CONFIG: OnceLock<Result<rustls::ClientConfig, String>> = OnceLock::new();
-    CONFIG
-        .get_or_init(|| {
-            let provider = rustls::crypto::CryptoProvider::get_default()
-                .cloned()
-                .unwrap_or_else(|| Arc::new(rustls::crypto::ring::default_provider()));
-            let verifier = rustls_platform_verifier::Verifier::new(provider.clone())
-                .map_err(|e| e.to_string())?;
-            let mut config = rustls::ClientConfig::builder_with_provider(provider)
-                .with_protocol_versions(rustls::ALL_VERSIONS)
-                .map_err(|e| e.to_string())?
-                .dangerous()
-                .with_custom_certificate_verifier(Arc::new(verifier))
-                .with_no_client_auth();
-            config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-            Ok(config)
+/// Resolves only the checked host, to the addresses the guard checked: the client never asks
+/// DNS, so a name that changed since the check cannot move a request elsewhere.
+#[derive(Clone)]
+struct PinnedResolver {
+    host: Arc<str>,
+    addrs: Arc<[SocketAddr]>,
+}
+
+impl tower::Service<Name> for PinnedResolver {
+    type Response = std::vec::IntoIter<SocketAddr>;
+    type Error = std::io::Error;
+    type Future = std::future::Ready<Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, name: Name) -> Self::Future {
+        std::future::ready(if name.as_str().eq_ignore_ascii_case(&self.host) {
+            Ok(self.addrs.iter().copied().collect::<Vec<_>>().into_iter())
+        } else {
+            Err(std::io::Error::other(format!(
+                "{} is not the host that was checked",
+                name.as_str()
+            )))
         })
-        .clone()
+    }
 }
 
 impl Http {
@@ -76,9 +174,10 @@ impl Http {
         allowance: Arc<Allowance>,
         policy: EndpointPolicy,
     ) -> Result<Self, McpError> {
-        let client = pinned_client(&endpoint, tls)?;
-        Ok(Http {
+        let client = pinned_client(&endpoint, tls, connect_timeout)?;
+        let server = Server {
             client,
+            endpoint_uri: uri_of(&endpoint.url).ok(),
             credential_headers: credential_headers(credentials)?,
             oauth: credentials
                 .oauth2
@@ -87,8 +186,21 @@ impl Http {
             endpoint,
             max_response_bytes,
             connect_timeout,
+        };
+        Ok(Http {
+            server: Arc::new(server),
             allowance,
         })
+    }
+
+    /// Where requests go: the checked URL, host and addresses.
+    pub fn endpoint(&self) -> &CheckedEndpoint {
+        &self.server.endpoint
+    }
+
+    /// The largest body read from this server.
+    pub fn max_response_bytes(&self) -> u64 {
+        self.server.max_response_bytes
     }
 
     /// The share of the response budget this connection's bodies hold.
@@ -105,50 +217,74 @@ impl Http {
     /// Sends one request; 401 and 403 become errors here, every other status is the caller's.
     /// With OAuth, the token is the cached one, and a 401 is answered once more with a renewed
     /// token (a request that cannot be repeated, a stream, is not).
-    pub async fn send(
-        &self,
-        request: reqwest::RequestBuilder,
-        step: &'static str,
-    ) -> Result<Response, McpError> {
-        let mut request = request.headers(self.credential_headers.clone());
+    pub async fn send(&self, request: Request, step: &'static str) -> Result<Response, McpError> {
+        let mut request = request.headers(self.server.credential_headers.clone());
         // Inside a traced span (the sidecar's request, a probe), the server hears whose child
         // its work is.
         if let Some(trace) = crate::telemetry::headers() {
             request = request.headers(trace);
         }
-        let Some(oauth) = &self.oauth else {
+        let Some(oauth) = &self.server.oauth else {
             return judge(self.dispatch(request).await?, step);
         };
         // The token paths are boxed: without them this future is a kilobyte larger for every
         // request, OAuth or not, and it is moved with each call's.
         let token = Box::pin(oauth.token()).await?;
-        let again = request.try_clone();
+        let again = request.clone();
         let response = self.dispatch(with_token(request, &token)?).await?;
-        match again {
-            Some(again) if response.status() == StatusCode::UNAUTHORIZED => {
-                let fresh = Box::pin(oauth.renew(&token)).await?;
-                judge(self.dispatch(with_token(again, &fresh)?).await?, step)
-            }
-            _ => judge(response, step),
+        if response.status() == StatusCode::UNAUTHORIZED {
+            let fresh = Box::pin(oauth.renew(&token)).await?;
+            return judge(self.dispatch(with_token(again, &fresh)?).await?, step);
         }
+        judge(response, step)
     }
 
-    async fn dispatch(&self, request: reqwest::RequestBuilder) -> Result<Response, McpError> {
-        let response = request.send().await.map_err(|e| self.transport_error(&e))?;
+    async fn dispatch(&self, request: Request) -> Result<Response, McpError> {
+        let uri = request.uri.map_err(|detail| McpError::ConnectionFailed {
+            addr: self.server.endpoint.display_addr(),
+            detail,
+        })?;
+        let mut sent = http::Request::new(Full::new(request.body));
+        *sent.method_mut() = request.method;
+        *sent.uri_mut() = uri;
+        *sent.headers_mut() = request.headers;
+        let response = self
+            .server
+            .client
+            .request(sent)
+            .await
+            .map_err(|e| self.transport_error(&e))?;
         crate::telemetry::upstream_status(response.status().as_u16());
-        Ok(response)
+        let (head, body) = response.into_parts();
+        Ok(Response { head, body })
     }
 
-    pub fn post(&self, url: &url::Url) -> reqwest::RequestBuilder {
-        self.client.post(url.clone())
+    pub fn post(&self, url: &url::Url) -> Request {
+        self.request(Method::POST, url)
     }
 
-    pub fn get(&self, url: &url::Url) -> reqwest::RequestBuilder {
-        self.client.get(url.clone())
+    pub fn get(&self, url: &url::Url) -> Request {
+        self.request(Method::GET, url)
     }
 
-    pub fn delete(&self, url: &url::Url) -> reqwest::RequestBuilder {
-        self.client.delete(url.clone())
+    pub fn delete(&self, url: &url::Url) -> Request {
+        self.request(Method::DELETE, url)
+    }
+
+    fn request(&self, method: Method, url: &url::Url) -> Request {
+        let uri = match &self.server.endpoint_uri {
+            Some(uri) if *url == self.server.endpoint.url => Ok(uri.clone()),
+            _ => uri_of(url),
+        };
+        let mut headers = HeaderMap::with_capacity(8);
+        headers.insert(USER_AGENT, HeaderValue::from_static(USER_AGENT_VALUE));
+        headers.insert(ACCEPT, HeaderValue::from_static("*/*"));
+        Request {
+            method,
+            uri,
+            headers,
+            body: Bytes::new(),
+        }
     }
 
     /// Reads a whole body, refusing it once it passes the cap (checked as it streams, so a giant
@@ -178,7 +314,7 @@ impl Http {
         allowance: &Allowance,
         share: Option<ReservationShare>,
     ) -> Result<Bytes, McpError> {
-        let charge = UnannouncedAnswer::reserving(self.max_response_bytes, share);
+        let charge = UnannouncedAnswer::reserving(self.server.max_response_bytes, share);
         self.read_charged(response, allowance, charge).await
     }
 
@@ -188,7 +324,7 @@ impl Http {
         allowance: &Allowance,
         mut unannounced: UnannouncedAnswer,
     ) -> Result<Bytes, McpError> {
-        let limit = self.max_response_bytes;
+        let limit = self.server.max_response_bytes;
         let announced = response.content_length();
         if announced.is_some_and(|n| n > limit) {
             return Err(McpError::ResponseTooLarge {
@@ -224,7 +360,7 @@ impl Http {
         share: Option<ReservationShare>,
         stream_past: u64,
     ) -> Result<AnswerRead, McpError> {
-        let limit = self.max_response_bytes;
+        let limit = self.server.max_response_bytes;
         match response.content_length() {
             Some(n) if n > limit => {
                 return Err(McpError::ResponseTooLarge {
@@ -261,7 +397,10 @@ impl Http {
         allowance: &Allowance,
         share: Option<ReservationShare>,
     ) -> Result<Bytes, McpError> {
-        let rest = self.max_response_bytes.saturating_sub(body.len() as u64);
+        let rest = self
+            .server
+            .max_response_bytes
+            .saturating_sub(body.len() as u64);
         let mut charge = UnannouncedAnswer::reserving(rest, share);
         while let Some(chunk) = self.next_chunk(&mut response, body.len()).await? {
             charge.arrived(allowance, chunk.len() as u64).await?;
@@ -281,7 +420,7 @@ impl Http {
             .chunk()
             .await
             .map_err(|e| self.transport_error(&e))?;
-        let limit = self.max_response_bytes;
+        let limit = self.server.max_response_bytes;
         if let Some(chunk) = &chunk
             && read as u64 + chunk.len() as u64 > limit
         {
@@ -293,19 +432,12 @@ impl Http {
         Ok(chunk)
     }
 
-    /// Maps a reqwest failure to the reason a person can act on.
-    pub fn transport_error(&self, e: &reqwest::Error) -> McpError {
-        let addr = self.endpoint.display_addr();
-        if e.is_timeout() {
-            return McpError::Timeout {
-                what: "connecting to the server",
-                limit: self.connect_timeout,
-                pages_read: 0,
-            };
-        }
+    /// Maps a failure to send or to read to the reason a person can act on.
+    pub fn transport_error(&self, e: &(dyn std::error::Error + 'static)) -> McpError {
+        let addr = self.server.endpoint.display_addr();
         if let Some(detail) = tls_detail(e) {
             return McpError::TlsError {
-                host: self.endpoint.host.clone(),
+                host: self.server.endpoint.host.clone(),
                 detail,
             };
         }
@@ -315,7 +447,7 @@ impl Http {
         if has_io_kind(e, std::io::ErrorKind::TimedOut) {
             return McpError::Timeout {
                 what: "connecting to the server",
-                limit: self.connect_timeout,
+                limit: self.server.connect_timeout,
                 pages_read: 0,
             };
         }
@@ -332,7 +464,7 @@ fn judge(response: Response, step: &'static str) -> Result<Response, McpError> {
         StatusCode::UNAUTHORIZED => {
             let challenges: Vec<&str> = response
                 .headers()
-                .get_all(reqwest::header::WWW_AUTHENTICATE)
+                .get_all(http::header::WWW_AUTHENTICATE)
                 .iter()
                 .filter_map(|v| v.to_str().ok())
                 .collect();
@@ -348,87 +480,81 @@ fn judge(response: Response, step: &'static str) -> Result<Response, McpError> {
 
 /// `request` with `Authorization: Bearer <token>`, marked sensitive.
 fn with_token(
-    request: reqwest::RequestBuilder,
+    request: Request,
     token: &super::connection::SecretValue,
-) -> Result<reqwest::RequestBuilder, McpError> {
+) -> Result<Request, McpError> {
     let mut value = HeaderValue::from_str(&format!("Bearer {}", token.expose())).map_err(|_| {
         McpError::InvalidCredential(
             "the access token holds characters HTTP headers cannot carry".into(),
         )
     })?;
     value.set_sensitive(true);
-    Ok(request.header(reqwest::header::AUTHORIZATION, value))
+    Ok(request.header(http::header::AUTHORIZATION, value))
 }
 
-/// A client that connects only to the addresses the guard checked, refuses redirects and
-/// trusts `tls`'s CA bundle (the system's roots without one).
-pub(crate) fn pinned_client(
+const USER_AGENT_VALUE: &str = concat!("mcp-operator/", env!("CARGO_PKG_VERSION"));
+
+/// The URL as the client takes it (a fragment is never sent).
+fn uri_of(url: &url::Url) -> Result<Uri, String> {
+    let whole = url.as_str();
+    let sent = whole.split_once('#').map_or(whole, |(before, _)| before);
+    sent.parse()
+        .map_err(|_| "the URL cannot be sent as an HTTP request target".to_string())
+}
+
+/// A client that connects only to the addresses the guard checked (within `connect_timeout`,
+/// without Nagle's delay: calls are small writes on kept-alive connections), never follows a
+/// redirect, and trusts `tls`'s CA bundle (the system's roots without one).
+fn pinned_client(
     endpoint: &CheckedEndpoint,
     tls: &TlsSettings,
-) -> Result<reqwest::Client, McpError> {
-    built_client(endpoint, tls, Roots::BundleOnly)
+    connect_timeout: Duration,
+) -> Result<Client, McpError> {
+    let config = tls::client_config(&endpoint.host, tls, Roots::BundleOnly)?;
+    let mut tcp = HttpConnector::new_with_resolver(PinnedResolver {
+        host: endpoint.host.as_str().into(),
+        addrs: endpoint.addrs.as_slice().into(),
+    });
+    tcp.enforce_http(false);
+    tcp.set_nodelay(true);
+    tcp.set_connect_timeout(Some(connect_timeout));
+    let connector = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(Arc::unwrap_or_clone(config))
+        .https_or_http()
+        .enable_all_versions()
+        .wrap_connector(tcp);
+    Ok(
+        hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+            .pool_timer(TokioTimer::new())
+            .timer(TokioTimer::new())
+            .build(connector),
+    )
 }
 
 /// A client for the server's authorization server (its token endpoint, its RFC 9728
 /// metadata), pinned like [`pinned_client`]: spec.tls's CA bundle is trusted beside the
 /// system's roots, not instead of them, since a server on a private CA is often behind a
 /// public authorization server (and the other way round); insecureSkipVerify applies as to the
-/// server.
+/// server. Its requests are rare and small: reqwest's conveniences are worth their cost there.
 pub(crate) fn authorization_server_client(
     endpoint: &CheckedEndpoint,
     tls: &TlsSettings,
 ) -> Result<reqwest::Client, McpError> {
-    built_client(endpoint, tls, Roots::SystemAndBundle)
-}
-
-/// What a client built with a CA bundle trusts.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Roots {
-    /// The bundle alone (spec.tls for the server: "trust this instead of the system roots").
-    BundleOnly,
-    /// The system's roots and the bundle.
-    SystemAndBundle,
-}
-
-fn built_client(
-    endpoint: &CheckedEndpoint,
-    tls: &TlsSettings,
-    roots: Roots,
-) -> Result<reqwest::Client, McpError> {
+    let mut config = Arc::unwrap_or_clone(tls::client_config(
+        &endpoint.host,
+        tls,
+        Roots::SystemAndBundle,
+    )?);
+    // A preconfigured client offers what its configuration offers.
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     let mut builder = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .no_proxy()
-        // Calls are small writes on kept-alive connections: no Nagle delay on them.
         .tcp_nodelay(true)
-        .user_agent(concat!("mcp-operator/", env!("CARGO_PKG_VERSION")));
-    if let Some(_domain) = endpoint.url.domain() {
+        .user_agent(USER_AGENT_VALUE)
+        .tls_backend_preconfigured(config);
+    if endpoint.url.domain().is_some() {
         builder = builder.resolve_to_addrs(&endpoint.host, &endpoint.addrs);
-    }
-    if tls.ca_pem.is_none() && !tls.insecure_skip_verify {
-        let config = system_roots_tls().map_err(|detail| McpError::ConnectionFailed {
-            addr: endpoint.display_addr(),
-            detail: format!("the HTTP client could not be built ({detail})"),
-        })?;
-        builder = builder.tls_backend_preconfigured(config);
-    }
-    if let Some(pem) = &tls.ca_pem {
-        let certs = reqwest::Certificate::from_pem_bundle(pem).map_err(|_| McpError::TlsError {
-            host: endpoint.host.clone(),
-            detail: "the CA bundle is not valid PEM".into(),
-        })?;
-        if certs.is_empty() {
-            return Err(McpError::TlsError {
-                host: endpoint.host.clone(),
-                detail: "the CA bundle holds no certificate".into(),
-            });
-        }
-        builder = match roots {
-            Roots::BundleOnly => builder.tls_certs_only(certs),
-            Roots::SystemAndBundle => builder.tls_certs_merge(certs),
-        };
-    }
-    if tls.insecure_skip_verify {
-        builder = builder.tls_danger_accept_invalid_certs(true);
     }
     builder.build().map_err(|e| McpError::ConnectionFailed {
         addr: endpoint.display_addr(),
@@ -444,7 +570,7 @@ pub fn is_html(response: &Response) -> bool {
 pub fn content_type(response: &Response) -> String {
     response
         .headers()
-        .get(reqwest::header::CONTENT_TYPE)
+        .get(http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
         .to_ascii_lowercase()
@@ -475,7 +601,7 @@ fn credential_headers(credentials: &Credentials) -> Result<HeaderMap, McpError> 
             )
         })?;
         value.set_sensitive(true);
-        headers.insert(reqwest::header::AUTHORIZATION, value);
+        headers.insert(http::header::AUTHORIZATION, value);
     }
     Ok(headers)
 }
@@ -495,8 +621,11 @@ fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
     }
 }
 
-fn chain(e: &reqwest::Error) -> impl Iterator<Item = &(dyn std::error::Error + 'static)> {
-    std::iter::successors(e.source(), |cur: &&(dyn std::error::Error + 'static)| {
+/// `e` and every error under it.
+fn chain<'a>(
+    e: &'a (dyn std::error::Error + 'static),
+) -> impl Iterator<Item = &'a (dyn std::error::Error + 'static)> {
+    std::iter::successors(Some(e), |cur: &&(dyn std::error::Error + 'static)| {
         (*cur).source()
     })
 }
@@ -517,14 +646,14 @@ fn rustls_error_in<'a>(cause: &'a (dyn std::error::Error + 'static)) -> Option<&
     None
 }
 
-fn has_io_kind(e: &reqwest::Error, kind: std::io::ErrorKind) -> bool {
+fn has_io_kind(e: &(dyn std::error::Error + 'static), kind: std::io::ErrorKind) -> bool {
     chain(e).any(|c| {
         c.downcast_ref::<std::io::Error>()
             .is_some_and(|io| io.kind() == kind)
     })
 }
 
-fn tls_detail(e: &reqwest::Error) -> Option<String> {
+fn tls_detail(e: &(dyn std::error::Error + 'static)) -> Option<String> {
     if let Some(tls) = chain(e).find_map(rustls_error_in) {
         return Some(match tls {
             // What rustls reads when the other end answers in plain text (an HTTP server's

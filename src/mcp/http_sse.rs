@@ -5,14 +5,14 @@
 
 use std::sync::Arc;
 
-use reqwest::header::{ACCEPT, CONTENT_TYPE};
+use http::header::{ACCEPT, CONTENT_TYPE, HeaderValue};
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use url::Url;
 
 use super::error::McpError;
-use super::http::{Http, content_type};
+use super::http::{Http, Response, content_type};
 use super::rpc::{self, Incoming, RpcReply};
 use super::sse::{SseMessage, SseReader};
 
@@ -35,8 +35,8 @@ impl HttpSse {
     pub async fn connect(http: Http) -> Result<Self, McpError> {
         let http = Arc::new(http);
         let request = http
-            .get(&http.endpoint.url)
-            .header(ACCEPT, "text/event-stream");
+            .get(&http.endpoint().url)
+            .header(ACCEPT, HeaderValue::from_static("text/event-stream"));
         let response = http.send(request, "open the event stream").await?;
         let status = response.status();
         if !status.is_success() {
@@ -68,7 +68,7 @@ impl HttpSse {
                 ));
             }
         };
-        let post_url = same_origin_endpoint(&http.endpoint.url, &endpoint)?;
+        let post_url = same_origin_endpoint(&http.endpoint().url, &endpoint)?;
         Ok(HttpSse {
             http,
             post_url,
@@ -125,7 +125,7 @@ impl HttpSse {
         let request = self
             .http
             .post(&self.post_url)
-            .header(CONTENT_TYPE, "application/json")
+            .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
             .body(serde_json::to_vec(body).expect("a JSON value serialises"));
         let response = self.http.send(request, step).await?;
         let status = response.status();
@@ -157,13 +157,13 @@ fn same_origin_endpoint(base: &Url, endpoint: &str) -> Result<Url, McpError> {
 
 async fn read_stream(
     http: Arc<Http>,
-    mut response: reqwest::Response,
+    mut response: Response,
     endpoint_tx: oneshot::Sender<Result<String, McpError>>,
     messages: mpsc::Sender<Result<Value, McpError>>,
 ) {
     let mut endpoint_tx = Some(endpoint_tx);
     // One event may not exceed the cap; keep-alive comments between events cost nothing.
-    let mut reader = SseReader::per_event(http.max_response_bytes);
+    let mut reader = SseReader::per_event(http.max_response_bytes());
     let fail =
         |e: McpError, endpoint_tx: &mut Option<oneshot::Sender<Result<String, McpError>>>| {
             match endpoint_tx.take() {

@@ -19,6 +19,8 @@
 //!               └─ pass_through: a JSON answer's result handed on as the server's bytes
 //!
 //!  rpc: JSON-RPC framing, classification and the reply type every transport returns
+//!  tls: what a connection trusts (spec.tls: system roots, a CA bundle, no verification),
+//!       for http's client and oauth's
 //!  serving: the other side — the server half of Streamable HTTP (replies, guard, era checks)
 //!           that the sidecar's and the bridge's endpoints share
 //! ```
@@ -45,6 +47,7 @@ pub mod session;
 mod sse;
 mod streamable_http;
 pub mod streamed;
+mod tls;
 pub mod watch;
 
 use std::collections::BTreeMap;

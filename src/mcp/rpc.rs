@@ -129,7 +129,7 @@ pub enum Answer {
     /// A JSON-RPC response to our request (2xx).
     Reply(RpcReply),
     /// A non-2xx status other than 401/403, with the JSON-RPC error it carried, if any.
-    Status(reqwest::StatusCode, Option<RpcReply>),
+    Status(http::StatusCode, Option<RpcReply>),
 }
 
 #[cfg(test)]

@@ -5,8 +5,8 @@
 //! rejected us (we stay modern and report it); any other JSON-RPC error or 4xx means a legacy
 //! server, and we fall back to the `initialize` handshake. The old HTTP+SSE transport is legacy.
 
-use reqwest::StatusCode;
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use http::StatusCode;
+use http::header::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::{Map, Value, json};
 
 use rmcp::model::{ClientCapabilities, ErrorCode, Implementation};
@@ -14,7 +14,7 @@ use rmcp::model::{ClientCapabilities, ErrorCode, Implementation};
 pub use crate::core::{Era, ServerInfo};
 
 use super::error::McpError;
-use super::http::Http;
+use super::http::{Http, Response};
 use super::http_sse::HttpSse;
 use super::rpc::Answer;
 use super::rpc::{self, RpcReply};
@@ -251,7 +251,7 @@ impl Session {
         method: &'static str,
         params: Map<String, Value>,
         step: &'static str,
-    ) -> Result<(u64, Result<reqwest::Response, Answer>), McpError> {
+    ) -> Result<(u64, Result<Response, Answer>), McpError> {
         let (id, body, headers) = self.frame(method, params);
         match &mut self.wire {
             Wire::Streamable(wire) => {
@@ -268,7 +268,7 @@ impl Session {
     pub(super) async fn open_get_stream(
         &mut self,
         step: &'static str,
-    ) -> Result<Result<reqwest::Response, StatusCode>, McpError> {
+    ) -> Result<Result<Response, StatusCode>, McpError> {
         let headers = self.legacy_headers();
         match &mut self.wire {
             Wire::Streamable(wire) => wire.get_stream(headers, step).await,

@@ -1,12 +1,12 @@
 //! The Streamable HTTP transport: each JSON-RPC request is a POST whose answer is either a JSON
 //! body or an event stream carrying the response. Every body counts against the byte cap.
 
-use reqwest::StatusCode;
-use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderValue};
+use http::StatusCode;
+use http::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderValue};
 use serde_json::Value;
 
 use super::error::McpError;
-use super::http::{Http, content_type, is_html};
+use super::http::{Http, Response, content_type, is_html};
 use super::rpc::{self, Answer, Incoming, RpcReply};
 use super::sse::{SseMessage, SseReader};
 
@@ -47,7 +47,7 @@ impl StreamableHttp {
         id: u64,
         headers: HeaderMap,
         step: &'static str,
-    ) -> Result<Result<reqwest::Response, Answer>, McpError> {
+    ) -> Result<Result<Response, Answer>, McpError> {
         let response = self.post(body, headers, step).await?;
         if response.status().is_success()
             && content_type(&response).starts_with("text/event-stream")
@@ -65,11 +65,11 @@ impl StreamableHttp {
         &mut self,
         headers: HeaderMap,
         step: &'static str,
-    ) -> Result<Result<reqwest::Response, StatusCode>, McpError> {
+    ) -> Result<Result<Response, StatusCode>, McpError> {
         let mut request = self
             .http
-            .get(&self.http.endpoint.url)
-            .header(ACCEPT, "text/event-stream")
+            .get(&self.http.endpoint().url)
+            .header(ACCEPT, HeaderValue::from_static("text/event-stream"))
             .headers(headers);
         if let Some(session) = &self.session_id {
             request = request.header(SESSION_HEADER, session.clone());
@@ -87,7 +87,7 @@ impl StreamableHttp {
     /// Reads the answer to request `id` from a POST's response.
     async fn answer(
         &mut self,
-        response: reqwest::Response,
+        response: Response,
         id: u64,
     ) -> Result<(Answer, HeaderMap), McpError> {
         let status = response.status();
@@ -145,7 +145,7 @@ impl StreamableHttp {
         if let Some(session) = self.session_id.take() {
             let request = self
                 .http
-                .delete(&self.http.endpoint.url)
+                .delete(&self.http.endpoint().url)
                 .header(SESSION_HEADER, session);
             let _ = tokio::time::timeout(
                 std::time::Duration::from_secs(2),
@@ -160,12 +160,15 @@ impl StreamableHttp {
         body: &Value,
         headers: HeaderMap,
         step: &'static str,
-    ) -> Result<reqwest::Response, McpError> {
+    ) -> Result<Response, McpError> {
         let mut request = self
             .http
-            .post(&self.http.endpoint.url)
-            .header(ACCEPT, "application/json, text/event-stream")
-            .header(CONTENT_TYPE, "application/json")
+            .post(&self.http.endpoint().url)
+            .header(
+                ACCEPT,
+                HeaderValue::from_static("application/json, text/event-stream"),
+            )
+            .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
             .headers(headers)
             .body(serde_json::to_vec(body).expect("a JSON value serialises"));
         if let Some(session) = &self.session_id {
@@ -178,10 +181,10 @@ impl StreamableHttp {
     /// the byte cap.
     async fn reply_from_stream(
         &self,
-        mut response: reqwest::Response,
+        mut response: Response,
         id: u64,
     ) -> Result<RpcReply, McpError> {
-        let mut reader = SseReader::whole(self.http.max_response_bytes);
+        let mut reader = SseReader::whole(self.http.max_response_bytes());
         while let Some(chunk) = response
             .chunk()
             .await

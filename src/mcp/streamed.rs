@@ -20,7 +20,7 @@ use bytes::Bytes;
 use super::answer_scan::{AnswerScan, ResultEnd};
 use super::budget::{Allowance, SMALL_TAKE};
 use super::error::McpError;
-use super::http::Http;
+use super::http::{Http, Response};
 
 /// An answer longer than this (before its end has come) is passed on as it arrives.
 pub const STREAM_PAST: u64 = SMALL_TAKE;
@@ -47,7 +47,7 @@ enum Source {
 pub struct StreamedResult {
     /// Result bytes already read and not yet handed on.
     first: Option<Bytes>,
-    response: reqwest::Response,
+    response: Response,
     source: Source,
     scan: Option<AnswerScan>,
     /// The end, found with the last bytes (handed on first).
@@ -148,7 +148,7 @@ impl StreamedResult {
                 }
             };
             self.read += chunk.len() as u64;
-            let limit = self.http.max_response_bytes;
+            let limit = self.http.max_response_bytes();
             if self.read > limit {
                 return Piece::End(self.fail(McpError::ResponseTooLarge {
                     limit,
@@ -207,7 +207,7 @@ pub(super) struct Begun {
     /// The result's bytes among those read.
     pub first: Bytes,
     pub scan: AnswerScan,
-    pub response: reqwest::Response,
+    pub response: Response,
     /// Upstream bytes read so far.
     pub read: u64,
 }

@@ -27,12 +27,13 @@
 //! server and opens a new watch. Dropping the watch closes its connection (and deletes a legacy
 //! session, best effort).
 
-use reqwest::StatusCode;
+use http::StatusCode;
 use serde_json::{Map, Value, json};
 
 use super::connection::ServerConnection;
 use super::endpoint;
 use super::error::McpError;
+use super::http::Response;
 use super::http_sse::HttpSse;
 use super::rpc::Answer;
 use super::rpc::RpcReply;
@@ -129,7 +130,7 @@ enum Feed {
 }
 
 struct StreamFeed {
-    response: reqwest::Response,
+    response: Response,
     /// A chunk read but not yet fed: kept across a cancelled wait for the response budget.
     unread: Option<bytes::Bytes>,
     reader: SseReader,
@@ -295,7 +296,7 @@ impl ToolChangeWatch {
 }
 
 /// The chunk kept from a cancelled read, or the next one from the stream.
-async fn read_chunk(feed: &mut StreamFeed) -> Result<Option<bytes::Bytes>, reqwest::Error> {
+async fn read_chunk(feed: &mut StreamFeed) -> Result<Option<bytes::Bytes>, hyper::Error> {
     if feed.unread.is_none() {
         feed.unread = feed.response.chunk().await?;
     }
@@ -526,7 +527,7 @@ async fn open(conn: &ServerConnection, url: &url::Url) -> Result<ToolChangeWatch
 /// Ending the watch closes the stream, never the session.
 pub(super) fn on_stream(
     era: Era,
-    response: reqwest::Response,
+    response: Response,
     listen_id: Option<u64>,
     max_event_bytes: u64,
     interest: Interest,
@@ -563,7 +564,7 @@ pub(super) fn refused_get_stream(status: StatusCode) -> WatchError {
 
 fn streamable_feed(
     wire: Wire,
-    response: reqwest::Response,
+    response: Response,
     listen_id: Option<u64>,
     max_event_bytes: u64,
 ) -> Result<Feed, WatchError> {

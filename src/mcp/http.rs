@@ -70,6 +70,11 @@ impl Request {
 
     /// Sets each of `headers` (replacing what was set before under the same names).
     pub fn headers(mut self, headers: HeaderMap) -> Self {
+        if self.headers.is_empty() {
+            // The usual case (a call's headers, built whole): taken, not copied.
+            self.headers = headers;
+            return self;
+        }
         let mut last = None;
         for (name, value) in headers {
             // A name comes once, before its values; several values of one name are kept.
@@ -244,10 +249,17 @@ impl Http {
             addr: self.server.endpoint.display_addr(),
             detail,
         })?;
+        let mut headers = request.headers;
+        headers
+            .entry(USER_AGENT)
+            .or_insert(HeaderValue::from_static(USER_AGENT_VALUE));
+        headers
+            .entry(ACCEPT)
+            .or_insert(HeaderValue::from_static("*/*"));
         let mut sent = http::Request::new(Full::new(request.body));
         *sent.method_mut() = request.method;
         *sent.uri_mut() = uri;
-        *sent.headers_mut() = request.headers;
+        *sent.headers_mut() = headers;
         let response = self
             .server
             .client
@@ -276,13 +288,11 @@ impl Http {
             Some(uri) if *url == self.server.endpoint.url => Ok(uri.clone()),
             _ => uri_of(url),
         };
-        let mut headers = HeaderMap::with_capacity(8);
-        headers.insert(USER_AGENT, HeaderValue::from_static(USER_AGENT_VALUE));
-        headers.insert(ACCEPT, HeaderValue::from_static("*/*"));
+        // The user agent and `Accept: */*` are added when it is sent, unless set by then.
         Request {
             method,
             uri,
-            headers,
+            headers: HeaderMap::new(),
             body: Bytes::new(),
         }
     }
@@ -673,6 +683,29 @@ fn tls_detail(e: &(dyn std::error::Error + 'static)) -> Option<String> {
 mod tests {
     use super::*;
     use crate::mcp::SecretValue;
+
+    #[test]
+    fn headers_set_later_replace_those_of_the_same_name_and_keep_each_value() {
+        let request = Request {
+            method: Method::POST,
+            uri: Ok(Uri::from_static("http://example.test/mcp")),
+            headers: HeaderMap::new(),
+            body: Bytes::new(),
+        };
+        let mut first = HeaderMap::new();
+        first.insert(ACCEPT, HeaderValue::from_static("application/json"));
+        first.insert("x-kept", HeaderValue::from_static("1"));
+        let mut later = HeaderMap::new();
+        later.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
+        later.append("x-several", HeaderValue::from_static("a"));
+        later.append("x-several", HeaderValue::from_static("b"));
+        let sent = request.headers(first).headers(later).headers;
+        assert_eq!(sent[ACCEPT], "text/event-stream");
+        assert_eq!(sent["x-kept"], "1");
+        let several: Vec<_> = sent.get_all("x-several").iter().collect();
+        assert_eq!(several, ["a", "b"]);
+        assert_eq!(sent.len(), 4);
+    }
 
     #[test]
     fn a_credential_http_cannot_carry_is_a_credential_problem_and_never_echoed() {

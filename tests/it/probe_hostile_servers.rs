@@ -196,3 +196,144 @@ fn the_old_sse_transport_works_against_our_fixture_too() {
     assert_eq!(p.doc["era"], "legacy");
     assert!(p.tool_count() > 0);
 }
+
+/// A server that offers HTTP/2 by TLS ALPN is read over HTTP/2: a front that accepts only h2
+/// (on the test CA's certificate) and hands each request to the Python SDK's server over
+/// HTTP/1.1, counting the HTTP/2 requests it served.
+#[test]
+fn a_server_that_offers_http2_is_read_over_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = support::make_test_ca(dir.path());
+    let backend = Fixtures::load().sdk_server(&[]);
+    let front = http2_front::start(dir.path(), &backend.url);
+
+    let p = probe(&["--ca-file", ca.to_str().unwrap(), &front.url]);
+    p.assert_ok();
+    let direct = probe(&[&backend.url]);
+    direct.assert_ok();
+    assert_eq!(p.tool_count(), direct.tool_count());
+    assert!(
+        front.http2_requests() >= 2,
+        "the probe's requests (at least initialize and tools/list) went over HTTP/2: {}",
+        front.http2_requests()
+    );
+}
+
+mod http2_front {
+    use std::net::TcpListener;
+    use std::path::Path;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use http_body_util::BodyExt;
+    use hyper::body::Incoming;
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+    pub struct Front {
+        pub url: String,
+        served: Arc<AtomicUsize>,
+    }
+
+    impl Front {
+        pub fn http2_requests(&self) -> usize {
+            self.served.load(Ordering::SeqCst)
+        }
+    }
+
+    /// Serves `https://127.0.0.1:<port>/mcp` with `dir`'s server.pem and server.key (from
+    /// `make_test_ca`), offering only h2, in front of `backend` (an http:// URL).
+    pub fn start(dir: &Path, backend: &str) -> Front {
+        let certs = CertificateDer::pem_file_iter(dir.join("server.pem"))
+            .unwrap()
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap();
+        let key = PrivateKeyDer::from_pem_file(dir.join("server.key")).unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(certs, key)
+            .unwrap();
+        config.alpn_protocols = vec![b"h2".to_vec()];
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let backend: hyper::Uri = backend.parse().unwrap();
+        let authority = backend.authority().unwrap().clone();
+        let served = Arc::new(AtomicUsize::new(0));
+        let counted = served.clone();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+                let client = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+                    .build_http::<Incoming>();
+                loop {
+                    let Ok((tcp, _)) = listener.accept().await else {
+                        continue;
+                    };
+                    let (acceptor, client, authority, counted) = (
+                        acceptor.clone(),
+                        client.clone(),
+                        authority.clone(),
+                        counted.clone(),
+                    );
+                    tokio::spawn(async move {
+                        let Ok(tls) = acceptor.accept(tcp).await else {
+                            return;
+                        };
+                        let service = hyper::service::service_fn(move |request| {
+                            let (client, authority, counted) =
+                                (client.clone(), authority.clone(), counted.clone());
+                            async move { forward(request, &client, authority, &counted).await }
+                        });
+                        let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                            .serve_connection(TokioIo::new(tls), service)
+                            .await;
+                    });
+                }
+            });
+        });
+        Front {
+            url: format!("https://127.0.0.1:{port}/mcp"),
+            served,
+        }
+    }
+
+    type Client = hyper_util::client::legacy::Client<
+        hyper_util::client::legacy::connect::HttpConnector,
+        Incoming,
+    >;
+
+    async fn forward(
+        request: hyper::Request<Incoming>,
+        client: &Client,
+        authority: hyper::http::uri::Authority,
+        counted: &AtomicUsize,
+    ) -> Result<
+        hyper::Response<http_body_util::combinators::BoxBody<bytes::Bytes, hyper::Error>>,
+        String,
+    > {
+        if request.version() == hyper::Version::HTTP_2 {
+            counted.fetch_add(1, Ordering::SeqCst);
+        }
+        let (mut head, body) = request.into_parts();
+        let mut uri = head.uri.clone().into_parts();
+        uri.scheme = Some(hyper::http::uri::Scheme::HTTP);
+        uri.authority = Some(authority);
+        head.uri = hyper::Uri::from_parts(uri).map_err(|e| e.to_string())?;
+        head.version = hyper::Version::HTTP_11;
+        let response = client
+            .request(hyper::Request::from_parts(head, body))
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(response.map(|body| body.boxed()))
+    }
+}

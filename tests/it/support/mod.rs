@@ -285,7 +285,7 @@ pub fn probe(args: &[&str]) -> Probe {
 }
 
 /// A CA and a server certificate for 127.0.0.1/localhost, made with openssl in `dir`.
-fn make_test_ca(dir: &std::path::Path) -> PathBuf {
+pub fn make_test_ca(dir: &std::path::Path) -> PathBuf {
     let run = |args: &[&str]| {
         let out = Command::new("openssl")
             .args(args)

@@ -1,7 +1,8 @@
 //! Credentials and CA bundles as files: the grants name Secret and ConfigMap keys, the Pod mounts
-//! them under `DIR/secrets/<secret>/<key>` and `DIR/configmaps/<configmap>/<key>`. They are read
-//! again for every connection (so a rotated Secret is used on the next connect), and the
-//! connection is keyed by a digest of what was read, never by the value. An oauth2 client
+//! them under `DIR/secrets/<secret>/<key>` and `DIR/configmaps/<configmap>/<key>`. They are
+//! looked at again for every call (so a rotated Secret is used on the next connect): a file whose
+//! metadata is what it was when it was last read is not read again. The connection is keyed by a
+//! digest of what was read, never by the value. An oauth2 client
 //! secret or refresh token is read the same way; the token it obtains is the `mcp::oauth`
 //! client's, cached per process.
 //!
@@ -11,7 +12,8 @@
 //! pod must be restarted to mount it (a running pod's volumes never change).
 
 use std::collections::{BTreeSet, HashMap};
-use std::path::PathBuf;
+use std::os::unix::fs::MetadataExt as _;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -49,6 +51,50 @@ pub struct CredentialsDir {
     shares: Arc<Mutex<HashMap<String, ReservationShare>>>,
     /// The identity last computed for each URL, with the bytes it digests.
     identities: Arc<Mutex<HashMap<String, (Digested, String)>>>,
+    /// What each file held when it was last read.
+    files: Arc<Mutex<HashMap<PathBuf, ReadFile>>>,
+}
+
+/// A file's text as read, with its metadata from just before the read: a write (in place, or
+/// the kubelet swapping the `..data` link of a projected volume to a new file) changes the
+/// inode, size, or modification and change times, so matching metadata means the text is
+/// still what the file holds. Only a file last modified a while before it was read is kept:
+/// file times move in clock ticks, and two writes within one tick would leave the same times
+/// (git's "racily clean" files); a later write lands in a later tick.
+struct ReadFile {
+    stamp: Stamp,
+    text: String,
+}
+
+impl std::fmt::Debug for ReadFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The text is a credential: never printed.
+        write!(f, "({} bytes)", self.text.len())
+    }
+}
+
+/// How long before it was read a file must have been last modified for its text to be kept.
+const SETTLED_AFTER: Duration = Duration::from_secs(1);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl Stamp {
+    fn of(meta: &std::fs::Metadata) -> Stamp {
+        Stamp {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            size: meta.size(),
+            mtime: (meta.mtime(), meta.mtime_nsec()),
+            ctime: (meta.ctime(), meta.ctime_nsec()),
+        }
+    }
 }
 
 /// The bytes an identity digests: credential values among them, so never printed.
@@ -68,6 +114,7 @@ impl CredentialsDir {
             budget: None,
             shares: Arc::default(),
             identities: Arc::default(),
+            files: Arc::default(),
         }
     }
 
@@ -133,14 +180,47 @@ impl CredentialsDir {
             ));
         }
         let path = self.root.join(dir).join(name).join(key);
-        let bytes = std::fs::read(&path).map_err(|e| match e.kind() {
+        let unreadable = |e: std::io::Error| match e.kind() {
             std::io::ErrorKind::NotFound => format!(
                 "{kind} {name} key {key} is not mounted (no file {}); the sidecar needs it to reach the server",
                 path.display()
             ),
             _ => format!("{kind} {name} key {key} cannot be read ({})", e.kind()),
-        })?;
-        String::from_utf8(bytes).map_err(|_| format!("{kind} {name} key {key} is not UTF-8 text"))
+        };
+        // One stat instead of open, stat, read and close for every call of a server with a
+        // credential; the stamp is taken before reading, so a write during the read is seen
+        // on the next call.
+        let meta = std::fs::metadata(&path).map_err(unreadable)?;
+        let stamp = Stamp::of(&meta);
+        if let Some(text) = self.read_before(&path, stamp) {
+            return Ok(text);
+        }
+        let bytes = std::fs::read(&path).map_err(unreadable)?;
+        let text = String::from_utf8(bytes)
+            .map_err(|_| format!("{kind} {name} key {key} is not UTF-8 text"))?;
+        let settled = meta
+            .modified()
+            .is_ok_and(|at| at + SETTLED_AFTER <= std::time::SystemTime::now());
+        let mut files = self.files.lock().unwrap_or_else(|p| p.into_inner());
+        if settled {
+            let read = ReadFile {
+                stamp,
+                text: text.clone(),
+            };
+            files.insert(path, read);
+        } else {
+            files.remove(&path);
+        }
+        Ok(text)
+    }
+
+    /// The text last read from `path`, when the file's metadata is still `stamp`.
+    fn read_before(&self, path: &Path, stamp: Stamp) -> Option<String> {
+        let files = self.files.lock().unwrap_or_else(|p| p.into_inner());
+        files
+            .get(path)
+            .filter(|read| read.stamp == stamp)
+            .map(|read| read.text.clone())
     }
 
     /// The files an endpoint references that cannot be read now (`secrets/<name>/<key>`),
@@ -293,6 +373,60 @@ mod tests {
             "bearerToken": if dir_token { serde_json::json!({"name": "tok", "key": "token"}) } else { serde_json::Value::Null },
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn a_credential_is_read_again_when_its_file_changes_and_only_then() {
+        let dir = tempfile::tempdir().unwrap();
+        let tok = dir.path().join("secrets/tok");
+        std::fs::create_dir_all(&tok).unwrap();
+        let written_before = |path: &Path, text: &str| {
+            std::fs::write(path, text).unwrap();
+            let past = std::time::SystemTime::now() - Duration::from_secs(10);
+            std::fs::File::options()
+                .write(true)
+                .open(path)
+                .unwrap()
+                .set_modified(past)
+                .unwrap();
+        };
+        written_before(&tok.join("token"), "one");
+        let creds = CredentialsDir::new(dir.path().to_path_buf());
+        let token = |creds: &CredentialsDir| {
+            creds
+                .resolve(&endpoint(true), EndpointPolicy::default())
+                .unwrap()
+                .conn
+                .credentials
+                .bearer_token
+                .unwrap()
+                .expose()
+                .to_string()
+        };
+        assert_eq!(token(&creds), "one");
+        // Read once, kept while the file is unchanged.
+        let kept = |creds: &CredentialsDir| creds.files.lock().unwrap().len();
+        assert_eq!(kept(&creds), 1);
+        assert_eq!(token(&creds), "one");
+        // Rewritten in place with as many bytes: read again, and not kept while the write is
+        // recent (another write in the same clock tick would leave the same times).
+        std::fs::write(tok.join("token"), "two").unwrap();
+        assert_eq!(token(&creds), "two");
+        assert_eq!(kept(&creds), 0);
+        std::fs::write(tok.join("token"), "2wo").unwrap();
+        assert_eq!(token(&creds), "2wo");
+        // Rotated the kubelet's way: a new file behind the same name.
+        written_before(&tok.join(".new"), "three");
+        std::fs::rename(tok.join(".new"), tok.join("token")).unwrap();
+        assert_eq!(token(&creds), "three");
+        assert_eq!(kept(&creds), 1);
+        // Gone: unavailable with the reason, not the last value read.
+        std::fs::remove_file(tok.join("token")).unwrap();
+        let e = creds
+            .resolve(&endpoint(true), EndpointPolicy::default())
+            .unwrap_err();
+        assert!(e.contains("is not mounted"), "{e}");
+        assert!(!format!("{creds:?}").contains("three"));
     }
 
     #[test]

@@ -221,7 +221,7 @@ impl Http {
 
     /// Sends one request; 401 and 403 become errors here, every other status is the caller's.
     /// With OAuth, the token is the cached one, and a 401 is answered once more with a renewed
-    /// token (a request that cannot be repeated, a stream, is not).
+    /// token (every request's body is bytes, so it can be sent again).
     pub async fn send(&self, request: Request, step: &'static str) -> Result<Response, McpError> {
         let mut request = request.headers(self.server.credential_headers.clone());
         // Inside a traced span (the sidecar's request, a probe), the server hears whose child

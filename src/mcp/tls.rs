@@ -34,11 +34,15 @@ pub fn client_config(
         Some(pem) => Some(certificates(host, pem)?),
         None => None,
     };
+    let unbuildable = |detail: String| McpError::TlsError {
+        host: host.to_string(),
+        detail: format!("the TLS client could not be built ({detail})"),
+    };
     if tls.insecure_skip_verify {
-        return built(Arc::new(AcceptAnyCertificate(provider())), host);
+        return built(Arc::new(AcceptAnyCertificate(provider()))).map_err(unbuildable);
     }
     match (bundle, roots) {
-        (None, _) => system_roots().map_err(|detail| unbuildable(host, &detail)),
+        (None, _) => system_roots().map_err(unbuildable),
         (Some(bundle), Roots::BundleOnly) => {
             let mut store = rustls::RootCertStore::empty();
             let (_, ignored) = store.add_parsable_certificates(bundle);
@@ -50,18 +54,19 @@ pub fn client_config(
                     ),
                 });
             }
-            let config = ClientConfig::builder_with_provider(provider())
-                .with_protocol_versions(rustls::ALL_VERSIONS)
-                .map_err(|e| unbuildable(host, &e.to_string()))?
-                .with_root_certificates(store)
-                .with_no_client_auth();
-            Ok(Arc::new(config))
+            let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(
+                store.into(),
+                provider(),
+            )
+            .build()
+            .map_err(|e| unbuildable(e.to_string()))?;
+            built(verifier).map_err(unbuildable)
         }
         (Some(bundle), Roots::SystemAndBundle) => {
             let verifier =
                 rustls_platform_verifier::Verifier::new_with_extra_roots(bundle, provider())
-                    .map_err(|e| unbuildable(host, &e.to_string()))?;
-            built(Arc::new(verifier), host)
+                    .map_err(|e| unbuildable(e.to_string()))?;
+            built(Arc::new(verifier)).map_err(unbuildable)
         }
     }
 }
@@ -75,21 +80,16 @@ fn system_roots() -> Result<Arc<ClientConfig>, String> {
         .get_or_init(|| {
             let verifier =
                 rustls_platform_verifier::Verifier::new(provider()).map_err(|e| e.to_string())?;
-            let config = ClientConfig::builder_with_provider(provider())
-                .with_protocol_versions(rustls::ALL_VERSIONS)
-                .map_err(|e| e.to_string())?
-                .dangerous()
-                .with_custom_certificate_verifier(Arc::new(verifier))
-                .with_no_client_auth();
-            Ok(Arc::new(config))
+            built(Arc::new(verifier))
         })
         .clone()
 }
 
-fn built(verifier: Arc<dyn ServerCertVerifier>, host: &str) -> Result<Arc<ClientConfig>, McpError> {
+/// Every TLS version, no client certificate, and `verifier` deciding whom to trust.
+fn built(verifier: Arc<dyn ServerCertVerifier>) -> Result<Arc<ClientConfig>, String> {
     let config = ClientConfig::builder_with_provider(provider())
         .with_protocol_versions(rustls::ALL_VERSIONS)
-        .map_err(|e| unbuildable(host, &e.to_string()))?
+        .map_err(|e| e.to_string())?
         .dangerous()
         .with_custom_certificate_verifier(verifier)
         .with_no_client_auth();
@@ -118,13 +118,6 @@ fn certificates(host: &str, pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, 
         });
     }
     Ok(certs)
-}
-
-fn unbuildable(host: &str, detail: &str) -> McpError {
-    McpError::TlsError {
-        host: host.to_string(),
-        detail: format!("the TLS client could not be built ({detail})"),
-    }
 }
 
 /// `insecureSkipVerify`: any certificate for any name. The handshake's signatures are still

@@ -5,14 +5,15 @@
 //! and what it holds of the response budget is given back when the agent has it.
 //!
 //! ```text
-//! upstream body ─ validate (no allocation) ─ locate "result" ─┬ RawResult { bytes, span, isError, resultType }
-//!                                                             └ anything unusual: None (the caller parses it)
+//! upstream body ─ one serde pass: valid, envelope borrowed ─ the result's flags ─┬ RawResult { bytes, span, isError, resultType }
+//!                                                                               └ anything unusual: None (the caller parses it)
 //! RawResult ─► chunks: {"jsonrpc":"2.0","id":<agent's>,"result": │ the server's bytes │ }
 //! ```
 
 use std::sync::Arc;
 
 use bytes::Bytes;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::budget::Allowance;
@@ -53,52 +54,35 @@ impl RawResult {
     /// error answer, a batch, another id, escapes in the envelope's keys) is None, for the
     /// caller's general path.
     pub fn of_answer(body: Bytes, id: u64) -> Option<RawResult> {
-        // The whole document is valid JSON (checked without building it), so the scanner below
-        // only has to find where values end.
-        serde_json::from_slice::<serde::de::IgnoredAny>(&body).ok()?;
-        let mut jsonrpc_ok = false;
-        let mut id_ok = false;
-        let mut result = None;
-        for (key, (start, end)) in members(&body, 0)? {
-            let value = &body[start..end];
-            match key {
-                b"jsonrpc" => jsonrpc_ok = value == b"\"2.0\"",
-                b"id" => {
-                    id_ok = match serde_json::from_slice::<Value>(value).ok()? {
-                        Value::Number(n) => n.as_u64() == Some(id),
-                        Value::String(s) => s == id.to_string(),
-                        _ => false,
-                    }
-                }
-                b"result" => result = Some((start, end)),
-                b"method" | b"error" => return None,
-                _ => {}
-            }
+        // One pass of serde_json over the whole document validates it and borrows the
+        // envelope's members (keys decoded, so an escaped key is read as the key it spells);
+        // the result object is then read once more for its two flags. Nothing is allocated
+        // but a decoded `resultType`.
+        if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+            return None; // a batch, or not an object
         }
-        let (start, end) = result.filter(|_| jsonrpc_ok && id_ok)?;
-        if body[start] != b'{' {
+        let envelope: Envelope<'_> = serde_json::from_slice(&body).ok()?;
+        if envelope.method.0 || envelope.error.0 || envelope.jsonrpc.as_deref() != Some("2.0") {
             return None;
         }
-        let mut is_error = false;
-        let mut result_type = None;
-        for (key, (s, e)) in members(&body, start)? {
-            match key {
-                b"isError" => is_error = &body[s..e] == b"true",
-                b"resultType" => {
-                    result_type = match serde_json::from_slice::<Value>(&body[s..e]).ok()? {
-                        Value::String(t) => Some(t),
-                        _ => None,
-                    }
-                }
-                _ => {}
-            }
+        if !is_id(envelope.id?.get(), id) {
+            return None;
         }
+        let result = envelope.result?.get();
+        if !result.starts_with('{') {
+            return None;
+        }
+        let flags: Flags<'_> = serde_json::from_str(result).ok()?;
+        let start = result.as_ptr() as usize - body.as_ptr() as usize;
+        let end = start + result.len();
         Some(RawResult {
+            is_error: flags.is_error.is_some_and(|v| v.get() == "true"),
+            result_type: flags
+                .result_type
+                .and_then(|v| serde_json::from_str::<String>(v.get()).ok()),
             body,
             start,
             end,
-            is_error,
-            result_type,
             held: None,
         })
     }
@@ -168,103 +152,54 @@ impl RawResult {
     }
 }
 
-/// One member of an object: its key's bytes and its value's span.
-type Member<'b> = (&'b [u8], (usize, usize));
+/// What [`RawResult::of_answer`] reads of an answer: borrowed from its bytes. A member that
+/// appears twice makes the whole unreadable (serde refuses it): the caller's general path.
+#[derive(serde::Deserialize)]
+struct Envelope<'a> {
+    #[serde(borrow)]
+    jsonrpc: Option<std::borrow::Cow<'a, str>>,
+    #[serde(borrow)]
+    id: Option<&'a RawValue>,
+    #[serde(borrow)]
+    result: Option<&'a RawValue>,
+    /// A request, not an answer.
+    #[serde(default)]
+    method: Present,
+    /// An error answer (even `"error": null` beside a result: the general path decides).
+    #[serde(default)]
+    error: Present,
+}
 
-/// The members of the object starting at `at` (after whitespace): each key's bytes (a key with
-/// escapes makes the whole None: the caller's general path) and its value's span.
-/// `body` is valid JSON.
-fn members(body: &[u8], at: usize) -> Option<Vec<Member<'_>>> {
-    let mut i = skip_ws(body, at);
-    if body.get(i) != Some(&b'{') {
-        return None;
-    }
-    i += 1;
-    let mut out = Vec::new();
-    loop {
-        i = skip_ws(body, i);
-        match body.get(i)? {
-            b'}' => return Some(out),
-            b',' => {
-                i += 1;
-                continue;
-            }
-            b'"' => {}
-            _ => return None,
-        }
-        let key_end = string_end(body, i)?;
-        let key = &body[i + 1..key_end - 1];
-        if key.contains(&b'\\') {
-            return None;
-        }
-        i = skip_ws(body, key_end);
-        if body.get(i) != Some(&b':') {
-            return None;
-        }
-        let start = skip_ws(body, i + 1);
-        let end = value_end(body, start)?;
-        out.push((key, (start, end)));
-        i = end;
+/// The result's members the sidecar acts on.
+#[derive(serde::Deserialize)]
+struct Flags<'a> {
+    #[serde(rename = "isError", borrow)]
+    is_error: Option<&'a RawValue>,
+    #[serde(rename = "resultType", borrow)]
+    result_type: Option<&'a RawValue>,
+}
+
+/// Whether a member is there at all, whatever its value (`null` included).
+#[derive(Default)]
+struct Present(bool);
+
+impl<'de> serde::Deserialize<'de> for Present {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        serde::de::IgnoredAny::deserialize(d)?;
+        Ok(Present(true))
     }
 }
 
-fn skip_ws(body: &[u8], mut i: usize) -> usize {
-    while body.get(i).is_some_and(|b| b" \t\r\n".contains(b)) {
-        i += 1;
-    }
-    i
-}
-
-/// The index after the string that starts (with its quote) at `i`.
-fn string_end(body: &[u8], i: usize) -> Option<usize> {
-    let mut j = i + 1;
-    loop {
-        let k = j + memchr2(b'"', b'\\', &body[j..])?;
-        if body[k] == b'\\' {
-            j = k + 2;
-        } else {
-            return Some(k + 1);
-        }
-    }
-}
-
-fn memchr2(a: u8, b: u8, hay: &[u8]) -> Option<usize> {
-    hay.iter().position(|&c| c == a || c == b)
-}
-
-/// The index after the value that starts at `i`.
-fn value_end(body: &[u8], i: usize) -> Option<usize> {
-    match body.get(i)? {
-        b'"' => string_end(body, i),
-        b'{' | b'[' => {
-            let mut depth = 0usize;
-            let mut j = i;
-            loop {
-                match body.get(j)? {
-                    b'"' => {
-                        j = string_end(body, j)?;
-                        continue;
-                    }
-                    b'{' | b'[' => depth += 1,
-                    b'}' | b']' => {
-                        depth -= 1;
-                        if depth == 0 {
-                            return Some(j + 1);
-                        }
-                    }
-                    _ => {}
-                }
-                j += 1;
-            }
-        }
-        _ => {
-            let mut j = i;
-            while body.get(j).is_some_and(|b| !b",}] \t\r\n".contains(b)) {
-                j += 1;
-            }
-            Some(j)
-        }
-    }
+/// Whether the JSON text `raw` is our request id: the number, or its digits as a string
+/// (spelt as `id.to_string()` spells them; any other spelling is the general path's to read).
+fn is_id(raw: &str, id: u64) -> bool {
+    let text = raw
+        .strip_prefix('"')
+        .and_then(|r| r.strip_suffix('"'))
+        .unwrap_or(raw);
+    let canonical =
+        text.bytes().all(|b| b.is_ascii_digit()) && (text == "0" || !text.starts_with('0'));
+    canonical && text.parse::<u64>() == Ok(id)
 }
 
 #[cfg(test)]
@@ -325,9 +260,43 @@ mod tests {
             r#"{"jsonrpc":"2.0","id":7,"method":"x","result":{}}"#,
             r#"[{"jsonrpc":"2.0","id":7,"result":{}}]"#,
             r#"{"jsonrpc":"2.0","id":7,"result":{}"#,
-            r#"{"jsonrpc":"2.0","\u0069d":7,"result":{}}"#,
+            r#"{"jsonrpc":"2.0","id":7,"result":{}} x"#,
+            // A member twice: which one counts is the general path's to decide.
+            r#"{"jsonrpc":"2.0","id":7,"result":{},"result":{"isError":true}}"#,
+            r#"{"jsonrpc":"2.0","id":7,"result":{"isError":false,"isError":true}}"#,
+            r#"{"jsonrpc":"2.0","id":7,"result":{},"error":null}"#,
+            r#"{"jsonrpc":"2.0","id":"07","result":{}}"#,
+            r#"{"jsonrpc":"2.0","id":7.0,"result":{}}"#,
+            r#"{"jsonrpc":"2.0","id":null,"result":{}}"#,
+            r#"{"jsonrpc":2.0,"id":7,"result":{}}"#,
+            r#"["2.0",7,{}]"#,
         ] {
             assert!(raw(text, 7).is_none(), "{text}");
         }
+        assert!(
+            RawResult::of_answer(
+                Bytes::from_static(b"{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{\"x\":\"\xff\"}}"),
+                7
+            )
+            .is_none()
+        );
+    }
+
+    #[test]
+    fn escaped_keys_are_read_as_the_keys_they_spell() {
+        // An agent's JSON parser decodes them too: `\u0069sError` is isError to it.
+        let r = raw(
+            r#"{"jsonrpc":"2.0","\u0069d":"7","result":{"\u0069sError":true,"resultType":"\u0063omplete"}}"#,
+            7,
+        )
+        .expect("an answer");
+        assert!(r.is_error);
+        assert_eq!(r.result_type.as_deref(), Some("complete"));
+        assert_eq!(
+            r.json(),
+            br#"{"\u0069sError":true,"resultType":"\u0063omplete"}"#
+        );
+        let zero = raw(r#"{"jsonrpc":"2.0","id":0,"result":{}}"#, 0).expect("id 0");
+        assert!(!zero.is_error);
     }
 }

@@ -11,7 +11,10 @@
 //! (`--mounted-credentials`), a key the grants came to reference later is reported as such: the
 //! pod must be restarted to mount it (a running pod's volumes never change).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
+
+// foldhash, not SipHash: each map is looked up on every call, with keys the grants chose.
+use foldhash::HashMap;
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};

@@ -4,7 +4,6 @@
 //! old one is closed); a connection that failed is dropped and the next call opens a new one,
 //! reading the credential files again.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use tokio::sync::Mutex;
@@ -15,23 +14,33 @@ use crate::mcp::{Era, McpError};
 use super::credentials::Resolved;
 use super::metrics::{Metrics, server_label};
 
-type Key = (String, String);
-
-/// One key's connection; its mutex makes concurrent first calls share one connect.
-#[derive(Default)]
+/// A server's connection under one credential identity; its mutex makes concurrent first
+/// calls share one connect.
 struct Slot {
+    identity: String,
     session: Mutex<Option<Arc<ToolSession>>>,
 }
 
+impl Slot {
+    fn new(identity: &str) -> Arc<Slot> {
+        Arc::new(Slot {
+            identity: identity.to_string(),
+            session: Mutex::new(None),
+        })
+    }
+}
+
 pub struct Pool {
-    slots: std::sync::Mutex<HashMap<Key, Arc<Slot>>>,
+    /// By server: a server has one live credential, so one slot (foldhash: looked up on every
+    /// call, by the server's name alone, without building a key).
+    slots: std::sync::Mutex<foldhash::HashMap<String, Arc<Slot>>>,
     metrics: Arc<Metrics>,
 }
 
 impl Pool {
     pub fn new(metrics: Arc<Metrics>) -> Self {
         Pool {
-            slots: std::sync::Mutex::new(HashMap::new()),
+            slots: std::sync::Mutex::new(foldhash::HashMap::default()),
             metrics,
         }
     }
@@ -43,22 +52,23 @@ impl Pool {
         resolved: &Resolved,
         era: Option<Era>,
     ) -> Result<Arc<ToolSession>, McpError> {
-        let key = (server.to_string(), resolved.identity.clone());
         let (slot, stale) = {
             let mut slots = self.slots.lock().expect("pool lock");
-            // A server has one live credential: connections under an older one are closed.
-            let stale: Vec<Arc<Slot>> = slots
-                .iter()
-                .filter(|((s, id), _)| s == server && *id != resolved.identity)
-                .map(|(_, slot)| Arc::clone(slot))
-                .collect();
-            slots.retain(|(s, id), _| s != server || *id == resolved.identity);
-            (Arc::clone(slots.entry(key).or_default()), stale)
-        };
-        for old in stale {
-            if let Some(session) = old.session.lock().await.take() {
-                self.closed(server, session);
+            match slots.get(server) {
+                Some(slot) if slot.identity == resolved.identity => (Arc::clone(slot), None),
+                // A server has one live credential: the connection under an older one is
+                // closed.
+                _ => {
+                    let slot = Slot::new(&resolved.identity);
+                    let stale = slots.insert(server.to_string(), Arc::clone(&slot));
+                    (slot, stale)
+                }
             }
+        };
+        if let Some(old) = stale
+            && let Some(session) = old.session.lock().await.take()
+        {
+            self.closed(server, session);
         }
         let mut current = slot.session.lock().await;
         if let Some(session) = current.as_ref() {
@@ -82,8 +92,7 @@ impl Pool {
     /// Drops `session` from the pool (when it is still the key's connection): the next call
     /// reconnects.
     pub async fn discard(&self, server: &str, resolved: &Resolved, session: &Arc<ToolSession>) {
-        let key = (server.to_string(), resolved.identity.clone());
-        let slot = self.slots.lock().expect("pool lock").get(&key).cloned();
+        let slot = self.slot(server, resolved);
         if let Some(slot) = slot {
             let mut current = slot.session.lock().await;
             if current.as_ref().is_some_and(|s| Arc::ptr_eq(s, session))
@@ -102,9 +111,7 @@ impl Pool {
         resolved: &Resolved,
         session: &Arc<ToolSession>,
     ) -> bool {
-        let key = (server.to_string(), resolved.identity.clone());
-        let slot = self.slots.lock().expect("pool lock").get(&key).cloned();
-        match slot {
+        match self.slot(server, resolved) {
             Some(slot) => slot
                 .session
                 .lock()
@@ -121,10 +128,10 @@ impl Pool {
             let mut slots = self.slots.lock().expect("pool lock");
             let gone = slots
                 .iter()
-                .filter(|((s, _), _)| !keep.contains(s))
-                .map(|((s, _), slot)| (s.clone(), Arc::clone(slot)))
+                .filter(|(s, _)| !keep.contains(s))
+                .map(|(s, slot)| (s.clone(), Arc::clone(slot)))
                 .collect();
-            slots.retain(|(s, _), _| keep.contains(s));
+            slots.retain(|s, _| keep.contains(s));
             gone
         };
         for (server, slot) in gone {
@@ -132,6 +139,15 @@ impl Pool {
                 self.closed(&server, session);
             }
         }
+    }
+
+    /// The server's slot when it is under this credential.
+    fn slot(&self, server: &str, resolved: &Resolved) -> Option<Arc<Slot>> {
+        let slots = self.slots.lock().expect("pool lock");
+        slots
+            .get(server)
+            .filter(|slot| slot.identity == resolved.identity)
+            .cloned()
     }
 
     fn closed(&self, server: &str, session: Arc<ToolSession>) {

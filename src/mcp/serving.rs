@@ -8,6 +8,7 @@
 use std::net::SocketAddr;
 
 use axum::body::{Body, Bytes};
+use axum::http::header::{AsHeaderName, HeaderName};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
@@ -19,7 +20,11 @@ use super::budget::Allowance;
 use super::error::McpError;
 use super::session::{LEGACY_VERSIONS, MODERN_VERSION};
 
-pub const SESSION_HEADER: &str = "mcp-session-id";
+pub const SESSION_HEADER: HeaderName = HeaderName::from_static("mcp-session-id");
+// Header names as values, not strings: a lookup by string parses the name first.
+const PROTOCOL_VERSION_HEADER: HeaderName = HeaderName::from_static("mcp-protocol-version");
+const METHOD_HEADER: HeaderName = HeaderName::from_static("mcp-method");
+const NAME_HEADER: HeaderName = HeaderName::from_static("mcp-name");
 pub const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
 pub const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
 pub const META_SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
@@ -255,12 +260,12 @@ pub fn guard(check_host: bool, headers: &HeaderMap) -> Result<(), Response> {
     Ok(())
 }
 
-pub fn header_str<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+pub fn header_str(headers: &HeaderMap, name: impl AsHeaderName) -> Option<&str> {
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 
 pub fn accepts_sse(headers: &HeaderMap) -> bool {
-    header_str(headers, "accept").is_some_and(|a| a.contains("text/event-stream"))
+    header_str(headers, header::ACCEPT).is_some_and(|a| a.contains("text/event-stream"))
 }
 
 /// The inverse of the `=?base64?…?=` header encoding MCP uses for names HTTP cannot carry.
@@ -425,7 +430,7 @@ pub fn era_of(
 ) -> Result<RequestEra, Response> {
     let null = Value::Null;
     let id = id.unwrap_or(&null);
-    let header_version = header_str(headers, "mcp-protocol-version");
+    let header_version = header_str(headers, PROTOCOL_VERSION_HEADER);
     let meta_version = params
         .get("_meta")
         .and_then(|m| m.get(META_PROTOCOL_VERSION))
@@ -497,12 +502,12 @@ pub fn era_of(
             ),
         ));
     }
-    if header_str(headers, "mcp-method") != Some(method) {
+    if header_str(headers, METHOD_HEADER) != Some(method) {
         return mismatch("Mcp-Method");
     }
     if method == "tools/call"
         && let Some(name) = params.get("name").and_then(Value::as_str)
-        && header_str(headers, "mcp-name")
+        && header_str(headers, NAME_HEADER)
             .and_then(decode_header_value)
             .as_deref()
             != Some(name)

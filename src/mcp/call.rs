@@ -257,7 +257,6 @@ impl ToolSession {
             }
             params.insert("_meta".into(), Value::Object(meta));
         }
-        let body = rpc::request(id, method, params);
         match &self.wire {
             CallWire::Streamable { http, session_id } => {
                 let reading = Reading {
@@ -265,10 +264,12 @@ impl ToolSession {
                     notifications,
                     stream_past: streams.then_some(STREAM_PAST),
                 };
-                self.call_streamable(http, session_id.as_ref(), &body, headers, reading)
+                let body = rpc::request_json(id, method, params);
+                self.call_streamable(http, session_id.as_ref(), body, headers, reading)
                     .await
             }
             CallWire::Sse(wire) => {
+                let body = rpc::request(id, method, params);
                 let mut wire = wire.lock().await;
                 wire.request(&body, id, "send the request")
                     .await
@@ -407,15 +408,12 @@ impl ToolSession {
         &self,
         http: &Http,
         session_id: Option<&HeaderValue>,
-        body: &Value,
+        body: Vec<u8>,
         headers: HeaderMap,
         reading: Reading<'_>,
     ) -> Result<CallAnswer, CallFailure> {
         let id = reading.id;
-        let request = http
-            .post(&http.endpoint().url)
-            .headers(headers)
-            .body(serde_json::to_vec(body).expect("a JSON value serialises"));
+        let request = http.post(&http.endpoint().url).headers(headers).body(body);
         // This call's share of the response budget (the connection's is for its handshake).
         let allowance = Arc::new(
             self.budget

@@ -40,6 +40,26 @@ pub fn request(id: u64, method: &str, mut params: Map<String, Value>) -> Value {
     )
 }
 
+/// [`request`] written out as JSON text, without building the envelope as values first (the
+/// sidecar sends one for every call).
+pub fn request_json(id: u64, method: &str, mut params: Map<String, Value>) -> Vec<u8> {
+    #[derive(serde::Serialize)]
+    struct Request<'a> {
+        jsonrpc: &'static str,
+        id: u64,
+        method: &'a str,
+        params: &'a Map<String, Value>,
+    }
+    crate::telemetry::inject_meta(&mut params);
+    let request = Request {
+        jsonrpc: "2.0",
+        id,
+        method,
+        params: &params,
+    };
+    serde_json::to_vec(&request).expect("a JSON value serialises")
+}
+
 /// A JSON-RPC message with `id` and `members`, which are moved in. (`json!` would copy each
 /// member value through serialisation: a request's params, or a result the size of a resource,
 /// copied once more per message — issue 24's profile.)
@@ -135,6 +155,20 @@ pub enum Answer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_request_written_out_directly_is_the_request_as_values() {
+        let params = json!({"name": "t", "arguments": {"q": "\"x\"", "n": [1, 2.5, null]},
+                            "_meta": {"progressToken": 3}});
+        let Value::Object(params) = params else {
+            unreachable!()
+        };
+        let text = request_json(7, "tools/call", params.clone());
+        let read: Value = serde_json::from_slice(&text).expect("JSON");
+        assert_eq!(read, request(7, "tools/call", params));
+        assert_eq!(read["jsonrpc"], "2.0");
+        assert_eq!(read["id"], 7);
+    }
 
     #[test]
     fn picks_our_reply_out_of_a_batch() {

@@ -284,11 +284,13 @@ impl Audit {
 }
 
 /// A tool the grants permit right now, with what calling it needs.
-struct Resolved {
-    server: String,
-    endpoint: grants::Endpoint,
-    tool: GrantedTool,
-    grants_digest: String,
+/// Borrowed from the view the call was resolved on, which the call holds: nothing of the
+/// grants is copied per call.
+struct Resolved<'v> {
+    server: &'v str,
+    endpoint: &'v grants::Endpoint,
+    tool: &'v GrantedTool,
+    grants_digest: &'v str,
 }
 
 impl Calls {
@@ -317,6 +319,9 @@ impl Calls {
         tokio::pin!(cancelled);
         let mut audit = Audit::new(started, call.name.clone(), via);
         let view = Arc::clone(&self.view.borrow());
+        // The grants of after an approval, when they moved while it was asked (declared here:
+        // `resolved` may borrow from it).
+        let after_approval: Arc<View>;
         let mut resolved = match self.resolve(&view, &call.name, &mut audit) {
             Ok(r) => r,
             Err((decision, text)) => return self.refuse(&audit, decision, text),
@@ -327,12 +332,12 @@ impl Calls {
             let null = Value::Null;
             let target = Target {
                 agent: &self.agent,
-                server: &resolved.server,
+                server: resolved.server,
                 qualified: &resolved.tool.qualified_name,
                 raw: &resolved.tool.name,
                 access: resolved.tool.access,
                 arguments: call.arguments.as_ref().unwrap_or(&null),
-                grants_digest: &resolved.grants_digest,
+                grants_digest: resolved.grants_digest,
             };
             let can_elicit = approval::can_answer_forms(caller.capabilities);
             let requester = match caller.era {
@@ -383,8 +388,9 @@ impl Calls {
             // tool may still run (a modern retry was checked against them already).
             let now = Arc::clone(&self.view.borrow());
             if !Arc::ptr_eq(&now, &view) {
-                let approved_tool = resolved.tool.clone();
-                resolved = match self.resolve(&now, &call.name, &mut audit) {
+                let approved_tool = resolved.tool;
+                after_approval = now;
+                resolved = match self.resolve(&after_approval, &call.name, &mut audit) {
                     Ok(r)
                         if r.tool.name == approved_tool.name
                             && r.tool.definition_digest == approved_tool.definition_digest =>
@@ -408,7 +414,7 @@ impl Calls {
         // 5. Send, with the raw name.
         let name = call.name.clone();
         let upstream = upstream_params(call, &resolved.tool.name, caller.log_level);
-        let endpoint = &resolved.endpoint;
+        let endpoint = resolved.endpoint;
         let timeout = Duration::from_millis(endpoint.call_timeout_ms.max(1));
         let deadline = tokio::time::Instant::now() + timeout;
         let (notes_tx, mut notes_rx) = mpsc::unbounded_channel::<Value>();
@@ -417,8 +423,8 @@ impl Calls {
             let sending = tokio::time::timeout_at(
                 deadline,
                 self.send(
-                    &resolved.server,
-                    &resolved.tool,
+                    resolved.server,
+                    resolved.tool,
                     endpoint,
                     upstream,
                     &notes_tx,
@@ -438,7 +444,7 @@ impl Calls {
                             Outcome::Timeout,
                         ),
                     },
-                    Some(note) = notes_rx.recv() => pass_through(&resolved.server, note, caller),
+                    Some(note) = notes_rx.recv() => pass_through(resolved.server, note, caller),
                     _ = &mut cancelled => break (
                         sentence(format!("the call to {name} was cancelled; its outcome is unknown")),
                         Outcome::OutcomeUnknown,
@@ -448,7 +454,7 @@ impl Calls {
         };
         audit.attempts = attempts;
         while let Ok(note) = notes_rx.try_recv() {
-            pass_through(&resolved.server, note, caller);
+            pass_through(resolved.server, note, caller);
         }
         if let Reply::Streamed(mut streamed) = reply {
             let end = CallEnd {
@@ -466,12 +472,12 @@ impl Calls {
 
     /// Steps 1–3 on `view`: the tool the grants permit under `name`, on a server that can be
     /// called, with the definition that was granted.
-    fn resolve(
+    fn resolve<'v>(
         &self,
-        view: &View,
+        view: &'v View,
         name: &str,
         audit: &mut Audit,
-    ) -> Result<Resolved, (Decision, String)> {
+    ) -> Result<Resolved<'v>, (Decision, String)> {
         let Some(grants) = view.grants.as_ref() else {
             return Err((
                 Decision::NotGranted,
@@ -553,10 +559,10 @@ impl Calls {
             }
         }
         Ok(Resolved {
-            server: server.name.clone(),
-            endpoint: endpoint.clone(),
-            tool: tool.clone(),
-            grants_digest: grants.digest.clone(),
+            server: &server.name,
+            endpoint,
+            tool,
+            grants_digest: &grants.digest,
         })
     }
 

@@ -364,49 +364,106 @@ pub async fn read_message_charged(
             &format!("the request body exceeds {max_bytes} bytes"),
         ));
     }
-    let message: Value = serde_json::from_slice(&bytes).map_err(|_| {
+    parse_message(&bytes)
+}
+
+/// One JSON-RPC message from its bytes. An object is read straight into its members (no map of
+/// the envelope is built: the sidecar reads one per call); a member present twice is refused,
+/// not left to whichever copy a reader keeps.
+#[allow(clippy::result_large_err)]
+pub fn parse_message(bytes: &[u8]) -> Result<Incoming, Response> {
+    let not_json = || {
         error_response(
             StatusCode::BAD_REQUEST,
             &Value::Null,
             ErrorCode::PARSE_ERROR,
             "the body is not JSON",
         )
-    })?;
-    let Value::Object(mut message) = message else {
-        return Err(error_response(
-            StatusCode::BAD_REQUEST,
-            &Value::Null,
-            ErrorCode::INVALID_REQUEST,
-            "send one JSON-RPC message per request (batches are not supported)",
-        ));
     };
-    let id = message.get("id").cloned();
-    let method = message
-        .get("method")
-        .and_then(Value::as_str)
-        .map(str::to_string);
-    // Moved out, not copied: a request's params are most of it.
-    let params = match message.remove("params") {
-        Some(Value::Object(params)) => Some(params),
-        None | Some(Value::Null) => None,
+    if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(
+            match serde_json::from_slice::<serde::de::IgnoredAny>(bytes) {
+                Err(_) => not_json(),
+                Ok(_) => error_response(
+                    StatusCode::BAD_REQUEST,
+                    &Value::Null,
+                    ErrorCode::INVALID_REQUEST,
+                    "send one JSON-RPC message per request (batches are not supported)",
+                ),
+            },
+        );
+    }
+    let message: Message = serde_json::from_slice(bytes).map_err(|e| {
+        if e.is_data() {
+            error_response(
+                StatusCode::BAD_REQUEST,
+                &Value::Null,
+                ErrorCode::INVALID_REQUEST,
+                &format!("the body is not one JSON-RPC message: {e}"),
+            )
+        } else {
+            not_json()
+        }
+    })?;
+    let method = match message.method {
+        Some(Value::String(m)) => Some(m),
+        _ => None,
+    };
+    let params = match message.params {
+        Some(Value::Object(params)) => params,
+        None | Some(Value::Null) => Map::new(),
         Some(_) => {
             return Err(error_response(
                 StatusCode::BAD_REQUEST,
-                id.as_ref().unwrap_or(&Value::Null),
+                message.id.as_ref().unwrap_or(&Value::Null),
                 ErrorCode::INVALID_PARAMS,
                 "params must be an object",
             ));
         }
     };
-    // A response goes on to the request it answers (JSON-RPC gives a response no params).
-    let response = method.is_none().then_some(message);
-    let params = params.unwrap_or_default();
+    // A response goes on to the request it answers: its members as the agent sent them.
+    let response = method.is_none().then(|| {
+        let mut whole = Map::new();
+        for (key, value) in [
+            ("jsonrpc", message.jsonrpc),
+            ("id", message.id.clone()),
+            ("result", message.result),
+            ("error", message.error),
+        ] {
+            if let Some(value) = value {
+                whole.insert(key.into(), value);
+            }
+        }
+        whole
+    });
     Ok(Incoming {
-        id,
+        id: message.id,
         method,
         params,
         response,
     })
+}
+
+/// The members of a JSON-RPC message the endpoints read; any other is skipped. Each is `Some`
+/// when present, `null` included (`"id": null` is a request's id, not a notification).
+#[derive(serde::Deserialize)]
+struct Message {
+    #[serde(default, deserialize_with = "present")]
+    jsonrpc: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    id: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    method: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    params: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    result: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    error: Option<Value>,
+}
+
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    <Value as serde::Deserialize>::deserialize(d).map(Some)
 }
 
 /// The era a request speaks, as the endpoint serves it.
@@ -721,6 +778,74 @@ pub fn notification(method: &str, mut params: Map<String, Value>, meta: Option<&
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn refusal(bytes: &[u8]) -> (StatusCode, Value) {
+        let Err(response) = parse_message(bytes) else {
+            panic!("{} was read", String::from_utf8_lossy(bytes));
+        };
+        let status = response.status();
+        let body = futures::executor::block_on(axum::body::to_bytes(response.into_body(), 1 << 20))
+            .expect("a body");
+        (status, serde_json::from_slice(&body).expect("JSON"))
+    }
+
+    #[test]
+    fn a_message_is_read_into_its_members() {
+        let m = parse_message(
+            br#" {"jsonrpc":"2.0","id":"a","method":"tools/call","params":{"name":"t","arguments":{"x":1}},"extra":[1]}"#,
+        )
+        .expect("a request");
+        assert_eq!(m.id, Some(json!("a")));
+        assert_eq!(m.method.as_deref(), Some("tools/call"));
+        assert_eq!(
+            Value::Object(m.params),
+            json!({"name": "t", "arguments": {"x": 1}})
+        );
+        assert!(m.response.is_none());
+        // `"id": null` is an id (answered), no id a notification (not answered).
+        let null_id =
+            parse_message(br#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#).expect("read");
+        assert_eq!(null_id.id, Some(Value::Null));
+        let note =
+            parse_message(br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":null}"#)
+                .expect("read");
+        assert_eq!((note.id, note.params.is_empty()), (None, true));
+        // A response (no method, or a method that is not a string) goes on whole.
+        let answer = parse_message(br#"{"jsonrpc":"2.0","id":"s-1","result":{"action":"accept"}}"#)
+            .expect("read");
+        assert_eq!(
+            answer.response.map(Value::Object),
+            Some(json!({"jsonrpc": "2.0", "id": "s-1", "result": {"action": "accept"}}))
+        );
+    }
+
+    #[test]
+    fn a_body_that_is_not_one_message_is_refused_with_its_reason() {
+        let (status, body) = refusal(b"{\"jsonrpc\":");
+        assert_eq!(
+            (status, &body["error"]["message"]),
+            (StatusCode::BAD_REQUEST, &json!("the body is not JSON"))
+        );
+        let (_, body) = refusal(br#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#);
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("batches are not supported")
+        );
+        let (_, body) = refusal(b"[1,");
+        assert_eq!(body["error"]["message"], "the body is not JSON");
+        let (status, body) =
+            refusal(br#"{"jsonrpc":"2.0","id":1,"method":"ping","method":"tools/call"}"#);
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.contains("duplicate field `method`"), "{message}");
+        let (_, body) = refusal(br#"{"jsonrpc":"2.0","id":4,"method":"ping","params":[1]}"#);
+        assert_eq!(
+            (&body["id"], &body["error"]["message"]),
+            (&json!(4), &json!("params must be an object"))
+        );
+    }
 
     #[test]
     fn a_sealed_token_opens_only_with_its_key_and_purpose() {

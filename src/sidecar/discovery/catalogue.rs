@@ -289,12 +289,12 @@ pub fn parse_target(args: &Map<String, Value>) -> Result<(String, String), Strin
 /// Reads `call_tool` arguments: the server, the tool's name on it and its arguments (absent is
 /// none).
 pub fn parse_call(
-    args: &Map<String, Value>,
+    mut args: Map<String, Value>,
 ) -> Result<(String, String, Map<String, Value>), String> {
-    let (server, tool) = parse_target(args)?;
-    let arguments = match args.get("arguments") {
+    let (server, tool) = parse_target(&args)?;
+    let arguments = match args.remove("arguments") {
         None | Some(Value::Null) => Map::new(),
-        Some(Value::Object(a)) => a.clone(),
+        Some(Value::Object(a)) => a,
         Some(_) => return Err("arguments must be an object".into()),
     };
     Ok((server, tool, arguments))
@@ -530,13 +530,10 @@ mod tests {
             "tool is required"
         );
         assert_eq!(
-            parse_call(&args(
-                json!({"server": "gh", "tool": "t", "arguments": [1]})
-            ))
-            .unwrap_err(),
+            parse_call(args(json!({"server": "gh", "tool": "t", "arguments": [1]}))).unwrap_err(),
             "arguments must be an object"
         );
-        let (s, t, a) = parse_call(&args(json!({"server": "gh", "tool": "t"}))).unwrap();
+        let (s, t, a) = parse_call(args(json!({"server": "gh", "tool": "t"}))).unwrap();
         assert_eq!((s.as_str(), t.as_str(), a.len()), ("gh", "t", 0));
         let entries = vec![entry("gh", "a", None, "")];
         let past = ListRequest {

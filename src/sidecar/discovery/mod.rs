@@ -43,7 +43,7 @@ use super::listing::{Missing, View};
 /// is not granted) goes to the direct pipeline.
 pub async fn call(
     calls: &Calls,
-    call: ToolCall,
+    mut call: ToolCall,
     caller: &Caller<'_>,
     cancelled: impl Future<Output = ()>,
 ) -> Reply {
@@ -53,9 +53,10 @@ pub async fn call(
     let Some(tool) = tool.filter(|_| !view.deferred.is_empty()) else {
         return calls.call(call, caller, cancelled).await;
     };
-    let arguments = match &call.arguments {
+    // Taken, not copied: call_tool passes the target's arguments on as the agent sent them.
+    let arguments = match call.arguments.take() {
         None | Some(Value::Null) => Map::new(),
-        Some(Value::Object(a)) => a.clone(),
+        Some(Value::Object(a)) => a,
         // call_tool reads this as a request it cannot resolve, and refuses it audited.
         Some(_) if tool == DiscoveryTool::CallTool => json!({"arguments": []})
             .as_object()
@@ -69,7 +70,7 @@ pub async fn call(
         DiscoveryTool::ListTools => list_tools(&view, &arguments),
         DiscoveryTool::GetToolInfo => get_tool_info(&view, &arguments),
         DiscoveryTool::CallTool => {
-            call_tool(calls, &view, started, call, &arguments, caller, cancelled).await
+            call_tool(calls, &view, started, call, arguments, caller, cancelled).await
         }
     }
 }
@@ -191,7 +192,7 @@ async fn call_tool(
     view: &View,
     started: Instant,
     call: ToolCall,
-    arguments: &Map<String, Value>,
+    arguments: Map<String, Value>,
     caller: &Caller<'_>,
     cancelled: impl Future<Output = ()>,
 ) -> Reply {

@@ -197,7 +197,7 @@ impl ToolSession {
     pub async fn call(
         &self,
         id: u64,
-        params: Map<String, Value>,
+        params: &Map<String, Value>,
         notifications: Option<&mpsc::UnboundedSender<Value>>,
     ) -> Result<CallAnswer, CallFailure> {
         self.send_request(id, "tools/call", params, notifications, true)
@@ -212,7 +212,7 @@ impl ToolSession {
         &self,
         id: u64,
         method: &str,
-        params: Map<String, Value>,
+        params: &Map<String, Value>,
         notifications: Option<&mpsc::UnboundedSender<Value>>,
     ) -> Result<CallAnswer, CallFailure> {
         self.send_request(id, method, params, notifications, false)
@@ -225,7 +225,7 @@ impl ToolSession {
         &self,
         id: u64,
         method: &str,
-        mut params: Map<String, Value>,
+        params: &Map<String, Value>,
         notifications: Option<&mpsc::UnboundedSender<Value>>,
         streams: bool,
     ) -> Result<CallAnswer, CallFailure> {
@@ -248,15 +248,9 @@ impl ToolSession {
             {
                 headers.insert(HeaderName::from_static("mcp-name"), v);
             }
-            let mut meta = match params.remove("_meta") {
-                Some(Value::Object(m)) => m,
-                _ => Map::new(),
-            };
-            for (k, v) in modern_meta_fields() {
-                meta.insert(k.clone(), v.clone());
-            }
-            params.insert("_meta".into(), Value::Object(meta));
         }
+        // The modern era's own metadata goes into every request's `_meta`, over the agent's.
+        let added_meta = (self.era == Era::Modern).then(modern_meta_fields);
         match &self.wire {
             CallWire::Streamable { http, session_id } => {
                 let reading = Reading {
@@ -264,12 +258,12 @@ impl ToolSession {
                     notifications,
                     stream_past: streams.then_some(STREAM_PAST),
                 };
-                let body = rpc::request_json(id, method, params);
+                let body = rpc::request_json(id, method, params, added_meta);
                 self.call_streamable(http, session_id.as_ref(), body, headers, reading)
                     .await
             }
             CallWire::Sse(wire) => {
-                let body = rpc::request(id, method, params);
+                let body = rpc::request_value(id, method, params, added_meta);
                 let mut wire = wire.lock().await;
                 wire.request(&body, id, "send the request")
                     .await

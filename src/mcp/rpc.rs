@@ -40,24 +40,118 @@ pub fn request(id: u64, method: &str, mut params: Map<String, Value>) -> Value {
     )
 }
 
-/// [`request`] written out as JSON text, without building the envelope as values first (the
-/// sidecar sends one for every call).
-pub fn request_json(id: u64, method: &str, mut params: Map<String, Value>) -> Vec<u8> {
-    #[derive(serde::Serialize)]
-    struct Request<'a> {
-        jsonrpc: &'static str,
+/// [`request`] written out as JSON text, without building the envelope as values first and
+/// without copying `params` (the sidecar sends one for every call, and may send it again).
+/// `added_meta`'s members are written into the request's `_meta` over the caller's own (which
+/// then need not be an object); the trace context goes in as [`request`] puts it.
+pub fn request_json(
+    id: u64,
+    method: &str,
+    params: &Map<String, Value>,
+    added_meta: Option<&Map<String, Value>>,
+) -> Vec<u8> {
+    serde_json::to_vec(&Request::new(id, method, params, added_meta))
+        .expect("a JSON value serialises")
+}
+
+/// [`request_json`] as a value (the old SSE transport's writer takes one).
+pub fn request_value(
+    id: u64,
+    method: &str,
+    params: &Map<String, Value>,
+    added_meta: Option<&Map<String, Value>>,
+) -> Value {
+    serde_json::to_value(Request::new(id, method, params, added_meta))
+        .expect("a JSON value serialises")
+}
+
+/// A request as it is written out: `params` as the caller holds them, with `_meta` (when it is
+/// written over) merged member by member while writing.
+#[derive(serde::Serialize)]
+struct Request<'a> {
+    jsonrpc: &'static str,
+    id: u64,
+    method: &'a str,
+    params: Params<'a>,
+}
+
+impl<'a> Request<'a> {
+    fn new(
         id: u64,
         method: &'a str,
         params: &'a Map<String, Value>,
+        added: Option<&'a Map<String, Value>>,
+    ) -> Self {
+        let own = params.get("_meta");
+        // As `inject_meta`: the trace context goes into a `_meta` that is an object.
+        let merged = added.is_some() || matches!(own, Some(Value::Object(_)));
+        let meta = merged.then(|| Meta {
+            own: own.and_then(Value::as_object),
+            added,
+            trace: crate::telemetry::trace_meta(),
+        });
+        Request {
+            jsonrpc: "2.0",
+            id,
+            method,
+            params: Params { params, meta },
+        }
     }
-    crate::telemetry::inject_meta(&mut params);
-    let request = Request {
-        jsonrpc: "2.0",
-        id,
-        method,
-        params: &params,
-    };
-    serde_json::to_vec(&request).expect("a JSON value serialises")
+}
+
+struct Params<'a> {
+    params: &'a Map<String, Value>,
+    /// The `_meta` written in place of the caller's, when there is one to merge.
+    meta: Option<Meta<'a>>,
+}
+
+struct Meta<'a> {
+    own: Option<&'a Map<String, Value>>,
+    added: Option<&'a Map<String, Value>>,
+    trace: Option<crate::telemetry::TraceMeta>,
+}
+
+impl serde::Serialize for Params<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(None)?;
+        for (key, value) in self.params {
+            if key != "_meta" || self.meta.is_none() {
+                map.serialize_entry(key, value)?;
+            }
+        }
+        if let Some(meta) = &self.meta {
+            map.serialize_entry("_meta", meta)?;
+        }
+        map.end()
+    }
+}
+
+impl serde::Serialize for Meta<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let traced =
+            |key: &str| self.trace.is_some() && (key == "traceparent" || key == "tracestate");
+        let added = |key: &str| self.added.is_some_and(|a| a.contains_key(key));
+        let mut map = serializer.serialize_map(None)?;
+        for (key, value) in self.own.into_iter().flatten() {
+            if !added(key) && !traced(key) {
+                map.serialize_entry(key, value)?;
+            }
+        }
+        for (key, value) in self.added.into_iter().flatten() {
+            if !traced(key) {
+                map.serialize_entry(key, value)?;
+            }
+        }
+        if let Some(trace) = &self.trace {
+            map.serialize_entry("traceparent", &trace.traceparent)?;
+            if let Some(state) = &trace.tracestate {
+                map.serialize_entry("tracestate", state)?;
+            }
+        }
+        map.end()
+    }
 }
 
 /// A JSON-RPC message with `id` and `members`, which are moved in. (`json!` would copy each
@@ -163,11 +257,44 @@ mod tests {
         let Value::Object(params) = params else {
             unreachable!()
         };
-        let text = request_json(7, "tools/call", params.clone());
+        let text = request_json(7, "tools/call", &params, None);
         let read: Value = serde_json::from_slice(&text).expect("JSON");
-        assert_eq!(read, request(7, "tools/call", params));
+        assert_eq!(read, request(7, "tools/call", params.clone()));
         assert_eq!(read["jsonrpc"], "2.0");
         assert_eq!(read["id"], 7);
+        assert_eq!(request_value(7, "tools/call", &params, None), read);
+    }
+
+    #[test]
+    fn added_meta_is_written_over_the_callers_own() {
+        let added = json!({"io.modelcontextprotocol/protocolVersion": "v2", "b": {"x": 1}});
+        let added = added.as_object().expect("an object");
+        let with = |params: Value| {
+            let text = request_json(3, "m", params.as_object().expect("an object"), Some(added));
+            let read: Value = serde_json::from_slice(&text).expect("JSON");
+            assert_eq!(
+                read,
+                request_value(3, "m", params.as_object().expect("an object"), Some(added))
+            );
+            read["params"].clone()
+        };
+        assert_eq!(
+            with(json!({"name": "t", "_meta": {"progressToken": 3, "b": "mine"}})),
+            json!({"name": "t", "_meta": {"progressToken": 3, "b": {"x": 1},
+                   "io.modelcontextprotocol/protocolVersion": "v2"}})
+        );
+        // No `_meta` of the caller's, or one that is not an object: the added members alone.
+        for params in [json!({"name": "t"}), json!({"name": "t", "_meta": 5})] {
+            assert_eq!(
+                with(params),
+                json!({"name": "t", "_meta": {"b": {"x": 1},
+                       "io.modelcontextprotocol/protocolVersion": "v2"}})
+            );
+        }
+        // Nothing added: the caller's `_meta` as it is, whatever it is.
+        let text = request_json(3, "m", json!({"_meta": 5}).as_object().unwrap(), None);
+        let read: Value = serde_json::from_slice(&text).expect("JSON");
+        assert_eq!(read["params"], json!({"_meta": 5}));
     }
 
     #[test]

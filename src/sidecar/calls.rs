@@ -618,7 +618,7 @@ impl Calls {
                 session: Some(Arc::clone(&session)),
                 id,
             };
-            let answer = session.call(id, params.clone(), Some(notifications)).await;
+            let answer = session.call(id, &params, Some(notifications)).await;
             guard.disarm();
             match answer {
                 Ok(CallAnswer::Result(result))

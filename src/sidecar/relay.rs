@@ -382,7 +382,7 @@ async fn relay_server(
                 let mut params = Map::new();
                 params.insert("uri".into(), json!(uri));
                 let _ = session
-                    .request(id, "resources/subscribe", params, None)
+                    .request(id, "resources/subscribe", &params, None)
                     .await;
             }
         }

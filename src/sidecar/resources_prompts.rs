@@ -828,7 +828,7 @@ impl Calls {
             };
             *attempts += 1;
             let id = session.next_request_id();
-            match session.request(id, method, params.clone(), None).await {
+            match session.request(id, method, &params, None).await {
                 Ok(CallAnswer::Passed(raw)) => return Forwarded::Result(raw.to_map()),
                 // `request` reads every answer whole; none is streamed.
                 Ok(CallAnswer::Streamed(_)) => {

@@ -350,16 +350,30 @@ pub fn inject_meta(params: &mut Map<String, Value>) {
     let Some(Value::Object(meta)) = params.get_mut("_meta") else {
         return;
     };
-    let Some(fields) = current_fields() else {
+    let Some(trace) = trace_meta() else {
         return;
     };
     meta.remove("tracestate");
-    if let Some(v) = fields.traceparent {
-        meta.insert("traceparent".into(), Value::String(v));
-    }
-    if let Some(v) = fields.tracestate {
+    meta.insert("traceparent".into(), Value::String(trace.traceparent));
+    if let Some(v) = trace.tracestate {
         meta.insert("tracestate".into(), Value::String(v));
     }
+}
+
+/// The current span's trace context as a request's `_meta` carries it, or None when tracing
+/// is off or no span is current. A request that carries it carries no other `traceparent` or
+/// `tracestate` (see [`inject_meta`]).
+pub struct TraceMeta {
+    pub traceparent: String,
+    pub tracestate: Option<String>,
+}
+
+pub fn trace_meta() -> Option<TraceMeta> {
+    let fields = current_fields()?;
+    Some(TraceMeta {
+        traceparent: fields.traceparent?,
+        tracestate: fields.tracestate,
+    })
 }
 
 fn current_fields() -> Option<Fields> {

@@ -263,7 +263,7 @@ impl ToolSession {
                     .await
             }
             CallWire::Sse(wire) => {
-                let body = rpc::request_value(id, method, params, added_meta);
+                let body = rpc::request(id, method, params, added_meta);
                 let mut wire = wire.lock().await;
                 wire.request(&body, id, "send the request")
                     .await
@@ -313,9 +313,13 @@ impl ToolSession {
             }
             Era::Modern => {
                 let id = self.next_request_id();
-                let mut params = watch::listen_params(&interest);
-                params.insert("_meta".into(), Value::Object(modern_meta_fields().clone()));
-                let body = rpc::request(id, watch::SUBSCRIPTIONS_LISTEN, params);
+                let params = watch::listen_params(&interest);
+                let body = rpc::request(
+                    id,
+                    watch::SUBSCRIPTIONS_LISTEN,
+                    &params,
+                    Some(modern_meta_fields()),
+                );
                 let headers = self.headers(watch::SUBSCRIPTIONS_LISTEN, None);
                 let response = wire
                     .request_stream(&body, id, headers, "subscribe to notifications")

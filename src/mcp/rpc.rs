@@ -27,23 +27,12 @@ pub enum Incoming {
     Malformed(&'static str),
 }
 
-/// A request to a server. Inside a traced span, a `_meta` in `params` carries that span's
-/// trace context (see [`crate::telemetry::inject_meta`]).
-pub fn request(id: u64, method: &str, mut params: Map<String, Value>) -> Value {
-    crate::telemetry::inject_meta(&mut params);
-    envelope(
-        Value::from(id),
-        [
-            ("method", Value::from(method)),
-            ("params", Value::Object(params)),
-        ],
-    )
-}
-
-/// [`request`] written out as JSON text, without building the envelope as values first and
-/// without copying `params` (the sidecar sends one for every call, and may send it again).
-/// `added_meta`'s members are written into the request's `_meta` over the caller's own (which
-/// then need not be an object); the trace context goes in as [`request`] puts it.
+/// A request to a server, written out as JSON text without building the envelope as values
+/// first and without copying `params` (the sidecar sends one for every call, and may send it
+/// again). `added_meta`'s members (the modern era's own) are written into the request's `_meta`
+/// over the caller's, which then need not be an object. Inside a traced span, a request with a
+/// `_meta` carries that span's trace context there (SEP-414: `traceparent`, `tracestate`)
+/// instead of the caller's: the upstream's parent is this process's span.
 pub fn request_json(
     id: u64,
     method: &str,
@@ -54,8 +43,8 @@ pub fn request_json(
         .expect("a JSON value serialises")
 }
 
-/// [`request_json`] as a value (the old SSE transport's writer takes one).
-pub fn request_value(
+/// [`request_json`] as a value (for the transports' writers that take one).
+pub fn request(
     id: u64,
     method: &str,
     params: &Map<String, Value>,
@@ -83,7 +72,7 @@ impl<'a> Request<'a> {
         added: Option<&'a Map<String, Value>>,
     ) -> Self {
         let own = params.get("_meta");
-        // As `inject_meta`: the trace context goes into a `_meta` that is an object.
+        // The trace context goes into a `_meta` that is (or is made) an object.
         let merged = added.is_some() || matches!(own, Some(Value::Object(_)));
         let meta = merged.then(|| Meta {
             own: own.and_then(Value::as_object),
@@ -259,10 +248,11 @@ mod tests {
         };
         let text = request_json(7, "tools/call", &params, None);
         let read: Value = serde_json::from_slice(&text).expect("JSON");
-        assert_eq!(read, request(7, "tools/call", params.clone()));
-        assert_eq!(read["jsonrpc"], "2.0");
-        assert_eq!(read["id"], 7);
-        assert_eq!(request_value(7, "tools/call", &params, None), read);
+        assert_eq!(
+            read,
+            json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": params})
+        );
+        assert_eq!(request(7, "tools/call", &params, None), read);
     }
 
     #[test]
@@ -274,7 +264,7 @@ mod tests {
             let read: Value = serde_json::from_slice(&text).expect("JSON");
             assert_eq!(
                 read,
-                request_value(3, "m", params.as_object().expect("an object"), Some(added))
+                request(3, "m", params.as_object().expect("an object"), Some(added))
             );
             read["params"].clone()
         };
@@ -291,6 +281,13 @@ mod tests {
                        "io.modelcontextprotocol/protocolVersion": "v2"}})
             );
         }
+        // Tracing off (never set up in unit tests): the agent's own trace context passes.
+        let traced = json!({"_meta": {"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "tracestate": "a=1"}});
+        assert_eq!(
+            with(traced.clone())["_meta"]["traceparent"],
+            traced["_meta"]["traceparent"]
+        );
+        assert_eq!(with(traced.clone())["_meta"]["tracestate"], "a=1");
         // Nothing added: the caller's `_meta` as it is, whatever it is.
         let text = request_json(3, "m", json!({"_meta": 5}).as_object().unwrap(), None);
         let read: Value = serde_json::from_slice(&text).expect("JSON");

@@ -288,18 +288,15 @@ impl Session {
     fn frame(
         &mut self,
         method: &'static str,
-        mut params: Map<String, Value>,
+        params: Map<String, Value>,
     ) -> (u64, Value, HeaderMap) {
         let id = self.next_id;
         self.next_id += 1;
-        let headers = match self.era {
-            Era::Modern => {
-                params.insert("_meta".into(), modern_meta());
-                modern_headers(method)
-            }
-            Era::Legacy => self.legacy_headers(),
+        let (headers, added_meta) = match self.era {
+            Era::Modern => (modern_headers(method), Some(modern_meta_fields())),
+            Era::Legacy => (self.legacy_headers(), None),
         };
-        (id, rpc::request(id, method, params), headers)
+        (id, rpc::request(id, method, &params, added_meta), headers)
     }
 
     fn legacy_headers(&self) -> HeaderMap {
@@ -328,10 +325,6 @@ enum Discovery {
     Legacy,
 }
 
-pub(super) fn modern_meta() -> Value {
-    Value::Object(modern_meta_fields().clone())
-}
-
 /// The modern era's `_meta` of every request, built once (the sidecar adds it to every call).
 pub(super) fn modern_meta_fields() -> &'static Map<String, Value> {
     static META: std::sync::OnceLock<Map<String, Value>> = std::sync::OnceLock::new();
@@ -357,9 +350,12 @@ fn modern_headers(method: &str) -> HeaderMap {
 }
 
 async fn discover(wire: &mut StreamableHttp) -> Result<Discovery, McpError> {
-    let mut params = Map::new();
-    params.insert("_meta".into(), modern_meta());
-    let body = rpc::request(1, "server/discover", params);
+    let body = rpc::request(
+        1,
+        "server/discover",
+        &Map::new(),
+        Some(modern_meta_fields()),
+    );
     let (answer, _) = wire
         .request(
             &body,

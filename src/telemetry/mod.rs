@@ -11,7 +11,7 @@
 //!                                                        │  function below returns at once
 //! start_server / start_internal ─► Span (Context) ──────►├─ within(span, future): current while polled
 //!   set / upstream_status: attributes of the current span │  in_current: a spawned task keeps it
-//! mcp::http send ─► headers() ; mcp::rpc request ─► inject_meta(params)
+//! mcp::http send ─► headers() ; mcp::rpc request ─► trace_meta() into params._meta
 //! ```
 //!
 //! Cost when off: one atomic load per hook; no span, no context, no allocation (issue 24
@@ -30,7 +30,7 @@ use opentelemetry::{Context, KeyValue};
 use opentelemetry_otlp::{WithExportConfig as _, WithHttpConfig as _};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 pub use opentelemetry::KeyValue as Attribute;
 
@@ -343,26 +343,9 @@ pub fn headers() -> Option<http::HeaderMap> {
     Some(headers)
 }
 
-/// Writes the current span's trace context into `params._meta` when the request has a
-/// `_meta` object (SEP-414: `traceparent`, `tracestate`, unprefixed), replacing the caller's:
-/// the upstream's parent is this process's span. Nothing when tracing is off.
-pub fn inject_meta(params: &mut Map<String, Value>) {
-    let Some(Value::Object(meta)) = params.get_mut("_meta") else {
-        return;
-    };
-    let Some(trace) = trace_meta() else {
-        return;
-    };
-    meta.remove("tracestate");
-    meta.insert("traceparent".into(), Value::String(trace.traceparent));
-    if let Some(v) = trace.tracestate {
-        meta.insert("tracestate".into(), Value::String(v));
-    }
-}
-
-/// The current span's trace context as a request's `_meta` carries it, or None when tracing
-/// is off or no span is current. A request that carries it carries no other `traceparent` or
-/// `tracestate` (see [`inject_meta`]).
+/// The current span's trace context as a request's `_meta` carries it (SEP-414), or None when
+/// tracing is off or no span is current. A request that carries it carries no other
+/// `traceparent` or `tracestate` (`mcp::rpc` writes it so).
 pub struct TraceMeta {
     pub traceparent: String,
     pub tracestate: Option<String>,
@@ -473,18 +456,13 @@ mod tests {
         assert!(!bad.span().span_context().is_valid());
     }
 
-    /// Off (no init in the unit tests): no span, no header, `_meta` left as the agent sent it.
+    /// Off (no init in the unit tests): no span, no header, no trace context for `_meta` (so an
+    /// agent's own passes unchanged: `mcp::rpc`'s tests).
     #[test]
     fn off_builds_nothing_and_changes_nothing() {
         assert!(start_server(|| unreachable!(), &http::HeaderMap::new(), None, Vec::new).is_none());
         assert!(start_internal(|| unreachable!(), Vec::new).is_none());
         assert!(headers().is_none());
-        let mut params = serde_json::json!({"_meta": {"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}})
-            .as_object()
-            .cloned()
-            .unwrap();
-        let before = params.clone();
-        inject_meta(&mut params);
-        assert_eq!(params, before);
+        assert!(trace_meta().is_none());
     }
 }
